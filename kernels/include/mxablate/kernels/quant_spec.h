@@ -1,0 +1,72 @@
+// What to quantize to and how: the vocabulary shared by the CPU reference, the GPU kernels, the
+// trainer's MXLinear and the recipe validator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mxablate/kernels/hadamard.h"
+#include "mxablate/kernels/block_scaling.h"
+
+namespace mxablate::kernels {
+
+enum class QuantFormat : uint8_t {
+  kFP32 = 0,     // identity (a GEMM that is not quantized at all)
+  kBF16 = 1,     // round to bf16
+  kFP8E4M3 = 2,  // per-tensor current scaling, E4M3 (forward operands in the FP8 baseline)
+  kFP8E5M2 = 3,  // per-tensor current scaling, E5M2 (gradients in the FP8 baseline)
+  kMXFP4 = 4,    // OCP MX: E2M1 elements, E8M0 scale per 32 elements
+  kNVFP4 = 5,    // E2M1 elements, E4M3 scale per 16 elements, FP32 per-tensor scale
+};
+
+enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
+
+// kRows: blocks run along a row (the contiguous dimension of a row-major tensor);
+// kCols: blocks run down a column.
+enum class Axis : uint8_t { kRows = 0, kCols = 1 };
+
+struct QuantSpec {
+  QuantFormat format = QuantFormat::kMXFP4;
+  ScaleRule scale_rule = ScaleRule::kFloor;  // MXFP4 only
+  Rounding rounding = Rounding::kNearest;
+  HadamardMode hadamard = HadamardMode::kNone;
+  int hadamard_size = 16;
+};
+
+// Elements sharing one scale: 32 for MXFP4, 16 for NVFP4, 0 for per-tensor or unscaled formats.
+int block_size(QuantFormat format);
+// True for the formats whose codes are E2M1 nibbles.
+bool is_fp4(QuantFormat format);
+// Element format of the codes (E2M1, E4M3, E5M2); nullopt for FP32/BF16.
+std::optional<MinifloatFormat> element_format(QuantFormat format);
+
+std::string_view to_string(QuantFormat v);
+std::string_view to_string(ScaleRule v);
+std::string_view to_string(Rounding v);
+std::string_view to_string(HadamardMode v);
+std::string_view to_string(Axis v);
+std::string_view to_string(GemmKind v);
+
+// Parsers accept exactly the names to_string produces (e.g. "mxfp4", "fp8-e4m3", "floor",
+// "stochastic", "per-step-random", "rows", "wgrad"); nullopt otherwise.
+std::optional<QuantFormat> parse_quant_format(std::string_view s);
+std::optional<ScaleRule> parse_scale_rule(std::string_view s);
+std::optional<Rounding> parse_rounding(std::string_view s);
+std::optional<HadamardMode> parse_hadamard_mode(std::string_view s);
+std::optional<Axis> parse_axis(std::string_view s);
+std::optional<GemmKind> parse_gemm_kind(std::string_view s);
+
+// The comma-separated list of accepted names, for error messages ("one of: a, b, c").
+std::string quant_format_names();
+std::string scale_rule_names();
+std::string rounding_names();
+std::string hadamard_mode_names();
+
+// Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid
+// and both it and the block size divide the length of the quantization axis. Returns an empty
+// string when it can, otherwise one sentence saying what is wrong.
+std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis);
+
+}  // namespace mxablate::kernels

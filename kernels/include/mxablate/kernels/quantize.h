@@ -1,0 +1,74 @@
+// The CPU reference quantizer: the oracle every other implementation is checked against.
+//
+// Layout contract (shared with the GPU kernels):
+// - The input is a row-major rows x cols float32 tensor.
+// - A "line" is one run along the quantization axis: row r for Axis::kRows (length cols),
+//   column c for Axis::kCols (length rows). Lines are numbered 0..lines-1.
+// - Dequantized outputs (float32 or bf16) have the input's shape and layout. With a Hadamard
+//   rotation they hold Q(rotated x): the rotation cancels only inside a GEMM whose two operands
+//   were both rotated.
+// - Packed codes are stored line by line, the quantization axis contiguous, so that a column-wise
+//   quantization yields the transposed operand a GEMM wants: (lines, line_length / 2) bytes for
+//   FP4, element 2i in the low nibble and 2i+1 in the high nibble; (lines, line_length) bytes
+//   for FP8. Scales are (lines, line_length / block) bytes: E8M0 for MXFP4, E4M3 for NVFP4.
+// - `tensor_scale` is one float: NVFP4's global decode scale, FP8's per-tensor decode scale
+//   (value = code * scale for FP8; code * block_scale * tensor_scale for NVFP4).
+// - Stochastic rounding draws element (r, c)'s number from its logical index r * cols + c.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mxablate/kernels/philox.h"
+#include "mxablate/kernels/quant_spec.h"
+
+namespace mxablate::kernels {
+
+struct QuantOutputs {
+  float* dequant = nullptr;
+  uint16_t* dequant_bf16 = nullptr;
+  uint8_t* packed = nullptr;
+  uint8_t* scales = nullptr;
+  float* tensor_scale = nullptr;
+};
+
+// Quantization telemetry of one call. Errors are measured in the quantized (rotated) domain.
+struct QuantTelemetry {
+  uint64_t elements = 0;
+  uint64_t nonzero_inputs = 0;    // finite non-zero values entering the rounding
+  uint64_t saturated = 0;         // values clamped at the element format's largest magnitude
+  uint64_t flushed = 0;           // non-zero values that became zero
+  uint64_t nonfinite_blocks = 0;  // blocks (or whole tensors, per-tensor formats) given NaN scales
+  uint64_t dequant_clamped = 0;   // dequantized values beyond float32/bf16 range, clamped
+  double sum_sq_error = 0;        // over elements of finite blocks
+  double sum_sq_input = 0;
+  double sum_error = 0;
+
+  double relative_error() const;   // ||Q(x) - x|| / ||x||
+  double fraction_saturated() const;
+  double fraction_flushed() const;  // of the non-zero inputs
+  double mean_error() const;       // mean signed error (bias)
+  void merge(const QuantTelemetry& other);
+};
+
+// Number of bytes of packed codes / scale bytes that `format` produces for rows x cols.
+size_t packed_bytes(QuantFormat format, int64_t rows, int64_t cols);
+size_t scale_bytes(QuantFormat format, int64_t rows, int64_t cols);
+
+// Quantizes x. Throws std::invalid_argument if check_shape fails or if packed/scales are asked
+// of a format that has none. Any output pointer may be null. The result does not depend on the
+// number of threads.
+QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
+                        const QuantSpec& spec, const RngKey& key, const QuantOutputs& out);
+
+// Inverse of the packed outputs: writes the rows x cols dequantized tensor (input layout).
+// Bit-identical to quantize()'s `dequant` output.
+void dequantize_packed(const uint8_t* packed, const uint8_t* scales, float tensor_scale,
+                       int64_t rows, int64_t cols, Axis axis, QuantFormat format, float* out);
+
+// Number of worker threads the CPU kernels use (default: hardware concurrency, or the
+// MXABLATE_NUM_THREADS environment variable). Results never depend on it.
+void set_cpu_threads(int n);
+int cpu_threads();
+
+}  // namespace mxablate::kernels

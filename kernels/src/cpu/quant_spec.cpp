@@ -1,0 +1,118 @@
+#include "mxablate/kernels/quant_spec.h"
+
+#include <array>
+#include <utility>
+
+namespace mxablate::kernels {
+namespace {
+
+template <typename Enum, size_t N>
+using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
+
+constexpr NameTable<QuantFormat, 6> kFormatNames{{{QuantFormat::kFP32, "fp32"},
+                                                  {QuantFormat::kBF16, "bf16"},
+                                                  {QuantFormat::kFP8E4M3, "fp8-e4m3"},
+                                                  {QuantFormat::kFP8E5M2, "fp8-e5m2"},
+                                                  {QuantFormat::kMXFP4, "mxfp4"},
+                                                  {QuantFormat::kNVFP4, "nvfp4"}}};
+constexpr NameTable<ScaleRule, 3> kRuleNames{
+    {{ScaleRule::kFloor, "floor"}, {ScaleRule::kCeil, "ceil"}, {ScaleRule::kEven, "even"}}};
+constexpr NameTable<Rounding, 2> kRoundingNames{
+    {{Rounding::kNearest, "nearest"}, {Rounding::kStochastic, "stochastic"}}};
+constexpr NameTable<HadamardMode, 4> kHadamardNames{
+    {{HadamardMode::kNone, "none"},
+     {HadamardMode::kDeterministic, "deterministic"},
+     {HadamardMode::kFixedRandom, "fixed-random"},
+     {HadamardMode::kPerStepRandom, "per-step-random"}}};
+constexpr NameTable<Axis, 2> kAxisNames{{{Axis::kRows, "rows"}, {Axis::kCols, "cols"}}};
+constexpr NameTable<GemmKind, 3> kGemmNames{
+    {{GemmKind::kFprop, "fprop"}, {GemmKind::kDgrad, "dgrad"}, {GemmKind::kWgrad, "wgrad"}}};
+
+template <typename Enum, size_t N>
+std::string_view name_of(const NameTable<Enum, N>& table, Enum v) {
+  for (const auto& [e, name] : table)
+    if (e == v) return name;
+  return "?";
+}
+
+template <typename Enum, size_t N>
+std::optional<Enum> parse_from(const NameTable<Enum, N>& table, std::string_view s) {
+  for (const auto& [e, name] : table)
+    if (name == s) return e;
+  return std::nullopt;
+}
+
+template <typename Enum, size_t N>
+std::string names_of(const NameTable<Enum, N>& table) {
+  std::string out;
+  for (const auto& entry : table) {
+    if (!out.empty()) out += ", ";
+    out += entry.second;
+  }
+  return out;
+}
+
+}  // namespace
+
+int block_size(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::kMXFP4: return kMXBlockSize;
+    case QuantFormat::kNVFP4: return kNVBlockSize;
+    default: return 0;
+  }
+}
+
+bool is_fp4(QuantFormat format) {
+  return format == QuantFormat::kMXFP4 || format == QuantFormat::kNVFP4;
+}
+
+std::optional<MinifloatFormat> element_format(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::kMXFP4:
+    case QuantFormat::kNVFP4: return kE2M1;
+    case QuantFormat::kFP8E4M3: return kE4M3;
+    case QuantFormat::kFP8E5M2: return kE5M2;
+    default: return std::nullopt;
+  }
+}
+
+std::string_view to_string(QuantFormat v) { return name_of(kFormatNames, v); }
+std::string_view to_string(ScaleRule v) { return name_of(kRuleNames, v); }
+std::string_view to_string(Rounding v) { return name_of(kRoundingNames, v); }
+std::string_view to_string(HadamardMode v) { return name_of(kHadamardNames, v); }
+std::string_view to_string(Axis v) { return name_of(kAxisNames, v); }
+std::string_view to_string(GemmKind v) { return name_of(kGemmNames, v); }
+
+std::optional<QuantFormat> parse_quant_format(std::string_view s) { return parse_from(kFormatNames, s); }
+std::optional<ScaleRule> parse_scale_rule(std::string_view s) { return parse_from(kRuleNames, s); }
+std::optional<Rounding> parse_rounding(std::string_view s) { return parse_from(kRoundingNames, s); }
+std::optional<HadamardMode> parse_hadamard_mode(std::string_view s) { return parse_from(kHadamardNames, s); }
+std::optional<Axis> parse_axis(std::string_view s) { return parse_from(kAxisNames, s); }
+std::optional<GemmKind> parse_gemm_kind(std::string_view s) { return parse_from(kGemmNames, s); }
+
+std::string quant_format_names() { return names_of(kFormatNames); }
+std::string scale_rule_names() { return names_of(kRuleNames); }
+std::string rounding_names() { return names_of(kRoundingNames); }
+std::string hadamard_mode_names() { return names_of(kHadamardNames); }
+
+std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
+  if (rows <= 0 || cols <= 0)
+    return "the tensor is empty (" + std::to_string(rows) + " x " + std::to_string(cols) + ")";
+  const int64_t length = axis == Axis::kRows ? cols : rows;
+  const std::string dim = axis == Axis::kRows ? "columns" : "rows";
+  const int block = block_size(spec.format);
+  if (block != 0 && length % block != 0)
+    return "the number of " + dim + " (" + std::to_string(length) + ") is not a multiple of the " +
+           std::string(to_string(spec.format)) + " block size " + std::to_string(block);
+  if (spec.hadamard != HadamardMode::kNone) {
+    if (!is_valid_hadamard_size(spec.hadamard_size))
+      return "Hadamard size " + std::to_string(spec.hadamard_size) +
+             " is not one of 16, 32, 64, 128";
+    if (length % spec.hadamard_size != 0)
+      return "the number of " + dim + " (" + std::to_string(length) +
+             ") is not a multiple of the Hadamard size " + std::to_string(spec.hadamard_size);
+  }
+  return {};
+}
+
+}  // namespace mxablate::kernels

@@ -1,0 +1,19 @@
+// How commands report failure. Every error reaches the user as one line on stderr; the type
+// decides the exit code (DESIGN §7: conventional exit codes).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace mxablate::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;   // the work itself failed
+inline constexpr int kExitBadInput = 2;  // bad arguments, recipe, or input file
+
+// Bad input: a malformed file, an impossible option value. Exit code 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace mxablate::cli

@@ -1,0 +1,13 @@
+// Every `mxablate` subcommand registers itself on the application here. A command's callback
+// throws InputError (exit 2) or any other exception (exit 1); main() turns it into one line.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace mxablate::cli {
+
+void register_quant_command(CLI::App& app);
+
+}  // namespace mxablate::cli

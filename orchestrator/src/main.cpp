@@ -1,0 +1,34 @@
+// `mxablate`: the user-facing command line.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "cli_errors.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace mxablate::cli;
+  CLI::App app{"mxablate: controlled ablation experiments on MXFP4 training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "mxablate 0.1.0");
+  register_quant_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mxablate: " << e.what() << " (see --help)\n";
+    return kExitBadInput;
+  } catch (const InputError& e) {
+    std::cerr << "mxablate: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "mxablate: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}

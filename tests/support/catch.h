@@ -1,0 +1,15 @@
+// One include for Catch2 v2 (Debian 12) and v3 (the GPU machine): the only place that knows.
+#pragma once
+
+#if __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_all.hpp>
+#define MXABLATE_CATCH_V3 1
+#else
+#include <catch2/catch.hpp>
+#define MXABLATE_CATCH_V3 0
+#endif
+
+// v3 moved Approx and the matchers into namespaces that v2 does not have.
+#if MXABLATE_CATCH_V3
+using Catch::Approx;
+#endif
