@@ -1,0 +1,95 @@
+// RUN_DIR/events.jsonl: the trainer's append-only record of a run, and the source of truth the
+// orchestrator ingests (DESIGN §2). One JSON object per line, each with a strictly increasing
+// `seq` (from 1), a `kind` and a wall-clock `time` (Unix seconds).
+//
+// Kinds and their fields (all numbers are JSON numbers):
+//   run_start      step, tokens, attempt, device, params, versions{...}, resumed(bool)
+//   train          step, tokens, loss, lr, grad_norm, tokens_per_s
+//   eval           step, tokens, val_loss
+//   quant_stats    step, tokens, layer, gemm, operand, relative_error, fraction_saturated,
+//                  fraction_flushed, mean_error
+//   divergence     step, tokens, reason (nonfinite_loss | nonfinite_grad | loss_spike |
+//                  grad_norm_explosion | val_regression), value, severity (warning | fatal)
+//   checkpoint     step, tokens, path
+//   resume         step, tokens, discard_after_seq: events with seq in (discard_after_seq,
+//                  this event's seq) belong to a timeline lost in a crash; readers drop them
+//   target_reached step, tokens, val_loss
+//   run_end        status (converged | budget_exhausted | diverged | failed | interrupted),
+//                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?
+//
+// Durability: the writer flushes and fsyncs at eval, checkpoint and run_end boundaries, so a
+// crash loses at most the sampled train events since the last of those. A torn final line (no
+// newline) is never consumed by the reader, and the writer truncates it away when it reopens.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mxablate::contract {
+
+namespace event_kind {
+inline constexpr const char* kRunStart = "run_start";
+inline constexpr const char* kTrain = "train";
+inline constexpr const char* kEval = "eval";
+inline constexpr const char* kQuantStats = "quant_stats";
+inline constexpr const char* kDivergence = "divergence";
+inline constexpr const char* kCheckpoint = "checkpoint";
+inline constexpr const char* kResume = "resume";
+inline constexpr const char* kTargetReached = "target_reached";
+inline constexpr const char* kRunEnd = "run_end";
+}  // namespace event_kind
+
+namespace run_status {
+inline constexpr const char* kConverged = "converged";
+inline constexpr const char* kBudgetExhausted = "budget_exhausted";
+inline constexpr const char* kDiverged = "diverged";
+inline constexpr const char* kFailed = "failed";
+inline constexpr const char* kInterrupted = "interrupted";
+}  // namespace run_status
+
+// Appends events. Opening an existing log continues its seq after the last complete line.
+class EventWriter {
+ public:
+  explicit EventWriter(const std::string& path);
+  ~EventWriter();
+  EventWriter(const EventWriter&) = delete;
+  EventWriter& operator=(const EventWriter&) = delete;
+
+  // Adds seq, kind and time to `fields` and appends the line; returns the seq it was given.
+  // `durable` flushes and fsyncs after writing.
+  int64_t append(const std::string& kind, nlohmann::json fields, bool durable = false);
+  void sync();
+  int64_t last_seq() const { return last_seq_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  int64_t last_seq_ = 0;
+};
+
+// Incremental reader: each poll returns the complete lines appended since the last poll.
+class EventReader {
+ public:
+  explicit EventReader(std::string path, int64_t start_offset = 0);
+
+  struct Batch {
+    std::vector<nlohmann::json> events;  // parsed, in file order
+    int64_t malformed_lines = 0;         // complete lines that were not valid events (skipped)
+  };
+  // Missing file: an empty batch (the run may not have started yet).
+  Batch poll();
+  int64_t offset() const { return offset_; }  // byte offset just past the last consumed line
+
+ private:
+  std::string path_;
+  int64_t offset_;
+};
+
+// Reads a whole log and applies `resume` events: returns the events of the surviving timeline.
+std::vector<nlohmann::json> read_effective_events(const std::string& path);
+
+}  // namespace mxablate::contract

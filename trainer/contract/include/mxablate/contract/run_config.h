@@ -1,0 +1,126 @@
+// The run config: everything `mxablate-train` needs to run one training run, written by the
+// orchestrator as RUN_DIR/config.json. This and event_log.h are the whole contract between the
+// orchestrator and the trainer (DESIGN §2); both sides include them, nothing else crosses.
+//
+// The JSON mirrors the recipe's `base` section (DESIGN §5) after arms, grid axes and defaults are
+// resolved, plus the run's identity. Parsing is strict: an unknown key, a wrong type or an
+// impossible value is a ConfigError naming the key path (e.g. "train.lr: must be > 0, got -1").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mxablate::contract {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct DataConfig {
+  std::string dataset = "default";  // "default" (the corpus built at setup) or a prepared data dir
+  int64_t seq_len = 128;
+};
+
+struct TrainConfig {
+  int64_t global_batch_tokens = 8192;
+  int64_t micro_batch_tokens = 0;  // 0: no gradient accumulation (one micro-batch per step)
+  double max_tokens = 1e6;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio at max_tokens
+  double warmup_tokens = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-5;
+  double grad_clip = 1.0;
+  uint64_t seed = 1;       // model init, stochastic rounding, random Hadamard signs
+  uint64_t data_seed = 0;  // data order; 0 means "same as seed"
+};
+
+struct EvalConfig {
+  double every_tokens = 1e5;
+  double tokens = 2e4;  // size of the fixed validation set
+};
+
+// Per-GEMM precision: "bf16" | "fp8" | "mxfp4" | "nvfp4".
+struct PrecisionConfig {
+  std::string fprop = "bf16";
+  std::string dgrad = "bf16";
+  std::string wgrad = "bf16";
+};
+
+struct HadamardConfig {
+  std::string mode = "none";  // none | deterministic | fixed-random | per-step-random
+  int size = 16;              // 16 | 32 | 64 | 128
+  std::vector<std::string> gemms{"wgrad"};
+};
+
+struct QuantConfig {
+  std::string scale_rule = "floor";  // floor | ceil | even (MXFP4)
+  // Operand classes rounded stochastically: "grad" (dY in Dgrad and Wgrad), "activation" (X),
+  // "weight" (W). Empty: round-to-nearest-even everywhere.
+  std::vector<std::string> stochastic_rounding;
+  HadamardConfig hadamard;
+  std::string gemm_path = "emulated";  // emulated | fp8 (Hopper: MXFP4 operands on FP8 cores)
+  int bf16_first_blocks = 0;            // keep this many first transformer blocks in BF16
+  int bf16_last_blocks = 0;             // and this many last ones
+};
+
+struct TargetConfig {
+  std::optional<double> val_loss;  // resolved target; absent when derived later by analysis
+  bool stop_at_target = false;
+};
+
+struct DivergenceConfig {
+  double loss_spike_factor = 1.5;     // loss > factor * running mean: a spike (warning)
+  double grad_norm_factor = 10.0;     // grad norm > factor * running mean: explosion (warning)
+  double val_regression = 0.05;       // val loss > best + this: regression (warning)
+  int fatal_after_spikes = 0;         // 0: spikes never end the run; N: the N-th is fatal
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 50;
+  int keep = 2;
+};
+
+struct TelemetryConfig {
+  int64_t train_every_steps = 10;  // sampled train events
+  int64_t quant_every_steps = 50;  // quantization telemetry (0: never)
+};
+
+struct RunConfig {
+  // Identity (set by the orchestrator).
+  std::string run_id;
+  std::string sweep;
+  std::string arm;
+  // What to run.
+  std::string model = "smoke";
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  PrecisionConfig precision;
+  QuantConfig quant;
+  TargetConfig target;
+  DivergenceConfig divergence;
+  CheckpointConfig checkpoint;
+  TelemetryConfig telemetry;
+  // Where to run.
+  std::string device = "cpu";  // cpu | cuda
+  int threads = 0;             // CPU threads for this run; 0: library default
+  bool mllog = false;          // print MLPerf-style :::MLLOG lines on stdout
+};
+
+// Strict conversion. from_json throws ConfigError naming the offending key path.
+nlohmann::json to_json(const RunConfig& c);
+RunConfig run_config_from_json(const nlohmann::json& j);
+
+// Reads/writes RUN_DIR/config.json. read throws ConfigError with the file name in the message.
+RunConfig read_run_config(const std::string& path);
+void write_run_config(const std::string& path, const RunConfig& c);
+
+}  // namespace mxablate::contract

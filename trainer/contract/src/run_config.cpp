@@ -1,0 +1,360 @@
+#include "mxablate/contract/run_config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "mxablate/kernels/quant_spec.h"
+
+namespace mxablate::contract {
+namespace {
+
+using nlohmann::json;
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+void read_value(const json& v, const std::string& path, double& out) {
+  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + v.dump());
+  out = v.get<double>();
+}
+
+void read_value(const json& v, const std::string& path, int64_t& out) {
+  // YAML writes 100e6 as a float; accept any number with an integral value.
+  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + v.dump());
+  const double d = v.get<double>();
+  if (std::floor(d) != d || std::fabs(d) > 9.0e15)
+    throw ConfigError(path + ": expected an integer, got " + v.dump());
+  out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+}
+
+void read_value(const json& v, const std::string& path, int& out) {
+  int64_t wide = 0;
+  read_value(v, path, wide);
+  if (wide < -(1ll << 31) || wide >= (1ll << 31)) throw ConfigError(path + ": out of range");
+  out = static_cast<int>(wide);
+}
+
+void read_value(const json& v, const std::string& path, uint64_t& out) {
+  int64_t wide = 0;
+  read_value(v, path, wide);
+  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + v.dump());
+  out = static_cast<uint64_t>(wide);
+}
+
+void read_value(const json& v, const std::string& path, bool& out) {
+  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + v.dump());
+  out = v.get<bool>();
+}
+
+void read_value(const json& v, const std::string& path, std::string& out) {
+  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + v.dump());
+  out = v.get<std::string>();
+}
+
+void read_value(const json& v, const std::string& path, std::vector<std::string>& out) {
+  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + v.dump());
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string s;
+    read_value(v[i], path + "[" + std::to_string(i) + "]", s);
+    out.push_back(s);
+  }
+}
+
+void read_value(const json& v, const std::string& path, std::optional<double>& out) {
+  if (v.is_null()) {
+    out.reset();
+    return;
+  }
+  double d = 0;
+  read_value(v, path, d);
+  out = d;
+}
+
+// Reads the known keys of one JSON object and rejects the rest.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
+    if (!j_.is_object())
+      throw ConfigError((path_.empty() ? "config" : path_) + ": expected an object, got " +
+                        j_.dump());
+  }
+  template <typename T>
+  void get(const std::string& key, T& out) {
+    seen_.insert(key);
+    const auto it = j_.find(key);
+    if (it != j_.end()) read_value(*it, join(path_, key), out);
+  }
+  const json* child(const std::string& key) {
+    seen_.insert(key);
+    const auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  std::string path(const std::string& key) const { return join(path_, key); }
+  void finish() const {
+    for (const auto& item : j_.items())
+      if (!seen_.count(item.key())) throw ConfigError(join(path_, item.key()) + ": unknown key");
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+void require(bool ok, const std::string& path, const std::string& what, const json& got) {
+  if (!ok) throw ConfigError(path + ": " + what + ", got " + got.dump());
+}
+
+void require_one_of(const std::string& value, std::initializer_list<const char*> allowed,
+                    const std::string& path) {
+  std::string names;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    names += names.empty() ? a : std::string(", ") + a;
+  }
+  throw ConfigError(path + ": expected one of " + names + ", got \"" + value + "\"");
+}
+
+void validate(const RunConfig& c) {
+  require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
+  const TrainConfig& t = c.train;
+  require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
+          "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
+          t.global_batch_tokens);
+  require(t.micro_batch_tokens >= 0 && (t.micro_batch_tokens == 0 ||
+                                        (t.micro_batch_tokens % c.data.seq_len == 0 &&
+                                         t.global_batch_tokens % t.micro_batch_tokens == 0)),
+          "train.micro_batch_tokens",
+          "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
+          t.micro_batch_tokens);
+  require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
+  require(t.lr > 0, "train.lr", "must be > 0", t.lr);
+  require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
+          t.min_lr_ratio);
+  require(t.warmup_tokens >= 0, "train.warmup_tokens", "must be >= 0", t.warmup_tokens);
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)", t.beta1);
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
+  require(t.eps > 0, "train.eps", "must be > 0", t.eps);
+  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
+  require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
+  require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
+          c.eval.tokens);
+  for (const auto& [name, value] : {std::pair{"precision.fprop", &c.precision.fprop},
+                                    std::pair{"precision.dgrad", &c.precision.dgrad},
+                                    std::pair{"precision.wgrad", &c.precision.wgrad}})
+    require_one_of(*value, {"bf16", "fp8", "mxfp4", "nvfp4"}, name);
+  require_one_of(c.quant.scale_rule, {"floor", "ceil", "even"}, "quant.scale_rule");
+  for (const auto& s : c.quant.stochastic_rounding)
+    require_one_of(s, {"grad", "activation", "weight"}, "quant.stochastic_rounding");
+  require_one_of(c.quant.hadamard.mode, {"none", "deterministic", "fixed-random", "per-step-random"},
+                 "quant.hadamard.mode");
+  require(kernels::is_valid_hadamard_size(c.quant.hadamard.size), "quant.hadamard.size",
+          "must be one of 16, 32, 64, 128", c.quant.hadamard.size);
+  for (const auto& g : c.quant.hadamard.gemms)
+    require_one_of(g, {"fprop", "dgrad", "wgrad"}, "quant.hadamard.gemms");
+  require_one_of(c.quant.gemm_path, {"emulated", "fp8"}, "quant.gemm_path");
+  require(c.quant.bf16_first_blocks >= 0, "quant.bf16_first_blocks", "must be >= 0",
+          c.quant.bf16_first_blocks);
+  require(c.quant.bf16_last_blocks >= 0, "quant.bf16_last_blocks", "must be >= 0",
+          c.quant.bf16_last_blocks);
+  require(c.divergence.loss_spike_factor > 1, "divergence.loss_spike_factor", "must be > 1",
+          c.divergence.loss_spike_factor);
+  require(c.divergence.grad_norm_factor > 1, "divergence.grad_norm_factor", "must be > 1",
+          c.divergence.grad_norm_factor);
+  require(c.divergence.val_regression >= 0, "divergence.val_regression", "must be >= 0",
+          c.divergence.val_regression);
+  require(c.divergence.fatal_after_spikes >= 0, "divergence.fatal_after_spikes", "must be >= 0",
+          c.divergence.fatal_after_spikes);
+  require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0",
+          c.checkpoint.every_steps);
+  require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
+  require(c.telemetry.train_every_steps >= 1, "telemetry.train_every_steps", "must be >= 1",
+          c.telemetry.train_every_steps);
+  require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
+          c.telemetry.quant_every_steps);
+  require_one_of(c.device, {"cpu", "cuda"}, "device");
+  require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const RunConfig& c) {
+  json target = json::object();
+  target["val_loss"] = c.target.val_loss ? json(*c.target.val_loss) : json(nullptr);
+  target["stop_at_target"] = c.target.stop_at_target;
+  return json{
+      {"run_id", c.run_id},
+      {"sweep", c.sweep},
+      {"arm", c.arm},
+      {"model", c.model},
+      {"data", {{"dataset", c.data.dataset}, {"seq_len", c.data.seq_len}}},
+      {"train",
+       {{"global_batch_tokens", c.train.global_batch_tokens},
+        {"micro_batch_tokens", c.train.micro_batch_tokens},
+        {"max_tokens", c.train.max_tokens},
+        {"lr", c.train.lr},
+        {"min_lr_ratio", c.train.min_lr_ratio},
+        {"warmup_tokens", c.train.warmup_tokens},
+        {"weight_decay", c.train.weight_decay},
+        {"beta1", c.train.beta1},
+        {"beta2", c.train.beta2},
+        {"eps", c.train.eps},
+        {"grad_clip", c.train.grad_clip},
+        {"seed", c.train.seed},
+        {"data_seed", c.train.data_seed}}},
+      {"eval", {{"every_tokens", c.eval.every_tokens}, {"tokens", c.eval.tokens}}},
+      {"precision",
+       {{"fprop", c.precision.fprop}, {"dgrad", c.precision.dgrad}, {"wgrad", c.precision.wgrad}}},
+      {"quant",
+       {{"scale_rule", c.quant.scale_rule},
+        {"stochastic_rounding", c.quant.stochastic_rounding},
+        {"hadamard",
+         {{"mode", c.quant.hadamard.mode},
+          {"size", c.quant.hadamard.size},
+          {"gemms", c.quant.hadamard.gemms}}},
+        {"gemm_path", c.quant.gemm_path},
+        {"bf16_first_blocks", c.quant.bf16_first_blocks},
+        {"bf16_last_blocks", c.quant.bf16_last_blocks}}},
+      {"target", target},
+      {"divergence",
+       {{"loss_spike_factor", c.divergence.loss_spike_factor},
+        {"grad_norm_factor", c.divergence.grad_norm_factor},
+        {"val_regression", c.divergence.val_regression},
+        {"fatal_after_spikes", c.divergence.fatal_after_spikes}}},
+      {"checkpoint", {{"every_steps", c.checkpoint.every_steps}, {"keep", c.checkpoint.keep}}},
+      {"telemetry",
+       {{"train_every_steps", c.telemetry.train_every_steps},
+        {"quant_every_steps", c.telemetry.quant_every_steps}}},
+      {"device", c.device},
+      {"threads", c.threads},
+      {"mllog", c.mllog},
+  };
+}
+
+RunConfig run_config_from_json(const json& j) {
+  RunConfig c;
+  ObjectReader root(j, "");
+  root.get("run_id", c.run_id);
+  root.get("sweep", c.sweep);
+  root.get("arm", c.arm);
+  root.get("model", c.model);
+  if (const json* d = root.child("data")) {
+    ObjectReader r(*d, "data");
+    r.get("dataset", c.data.dataset);
+    r.get("seq_len", c.data.seq_len);
+    r.finish();
+  }
+  if (const json* t = root.child("train")) {
+    ObjectReader r(*t, "train");
+    r.get("global_batch_tokens", c.train.global_batch_tokens);
+    r.get("micro_batch_tokens", c.train.micro_batch_tokens);
+    r.get("max_tokens", c.train.max_tokens);
+    r.get("lr", c.train.lr);
+    r.get("min_lr_ratio", c.train.min_lr_ratio);
+    r.get("warmup_tokens", c.train.warmup_tokens);
+    r.get("weight_decay", c.train.weight_decay);
+    r.get("beta1", c.train.beta1);
+    r.get("beta2", c.train.beta2);
+    r.get("eps", c.train.eps);
+    r.get("grad_clip", c.train.grad_clip);
+    r.get("seed", c.train.seed);
+    r.get("data_seed", c.train.data_seed);
+    r.finish();
+  }
+  if (const json* e = root.child("eval")) {
+    ObjectReader r(*e, "eval");
+    r.get("every_tokens", c.eval.every_tokens);
+    r.get("tokens", c.eval.tokens);
+    r.finish();
+  }
+  if (const json* p = root.child("precision")) {
+    ObjectReader r(*p, "precision");
+    r.get("fprop", c.precision.fprop);
+    r.get("dgrad", c.precision.dgrad);
+    r.get("wgrad", c.precision.wgrad);
+    r.finish();
+  }
+  if (const json* q = root.child("quant")) {
+    ObjectReader r(*q, "quant");
+    r.get("scale_rule", c.quant.scale_rule);
+    r.get("stochastic_rounding", c.quant.stochastic_rounding);
+    if (const json* h = r.child("hadamard")) {
+      ObjectReader hr(*h, "quant.hadamard");
+      hr.get("mode", c.quant.hadamard.mode);
+      hr.get("size", c.quant.hadamard.size);
+      hr.get("gemms", c.quant.hadamard.gemms);
+      hr.finish();
+    }
+    r.get("gemm_path", c.quant.gemm_path);
+    r.get("bf16_first_blocks", c.quant.bf16_first_blocks);
+    r.get("bf16_last_blocks", c.quant.bf16_last_blocks);
+    r.finish();
+  }
+  if (const json* t = root.child("target")) {
+    ObjectReader r(*t, "target");
+    r.get("val_loss", c.target.val_loss);
+    r.get("stop_at_target", c.target.stop_at_target);
+    r.finish();
+  }
+  if (const json* d = root.child("divergence")) {
+    ObjectReader r(*d, "divergence");
+    r.get("loss_spike_factor", c.divergence.loss_spike_factor);
+    r.get("grad_norm_factor", c.divergence.grad_norm_factor);
+    r.get("val_regression", c.divergence.val_regression);
+    r.get("fatal_after_spikes", c.divergence.fatal_after_spikes);
+    r.finish();
+  }
+  if (const json* k = root.child("checkpoint")) {
+    ObjectReader r(*k, "checkpoint");
+    r.get("every_steps", c.checkpoint.every_steps);
+    r.get("keep", c.checkpoint.keep);
+    r.finish();
+  }
+  if (const json* t = root.child("telemetry")) {
+    ObjectReader r(*t, "telemetry");
+    r.get("train_every_steps", c.telemetry.train_every_steps);
+    r.get("quant_every_steps", c.telemetry.quant_every_steps);
+    r.finish();
+  }
+  root.get("device", c.device);
+  root.get("threads", c.threads);
+  root.get("mllog", c.mllog);
+  root.finish();
+  validate(c);
+  return c;
+}
+
+RunConfig read_run_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the run config");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(path + ": not valid JSON (" + e.what() + ")");
+  }
+  try {
+    return run_config_from_json(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.what());
+  }
+}
+
+void write_run_config(const std::string& path, const RunConfig& c) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp + ": cannot write the run config");
+    out << to_json(c).dump(2) << "\n";
+    if (!out) throw std::runtime_error(tmp + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(path + ": cannot rename the run config into place");
+}
+
+}  // namespace mxablate::contract
