@@ -16,4 +16,12 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A command that ran and ends with a specific exit code (1 when runs failed, 128+signal after
+// Ctrl-C/SIGTERM); what() is the one line printed (nothing when empty).
+struct ExitStatus : std::runtime_error {
+  ExitStatus(int exit_code, const std::string& message)
+      : std::runtime_error(message), code(exit_code) {}
+  int code;
+};
+
 }  // namespace mxablate::cli

@@ -9,5 +9,9 @@ class App;
 namespace mxablate::cli {
 
 void register_quant_command(CLI::App& app);
+void register_plan_command(CLI::App& app);
+void register_run_command(CLI::App& app);
+void register_status_command(CLI::App& app);
+void register_query_command(CLI::App& app);
 
 }  // namespace mxablate::cli

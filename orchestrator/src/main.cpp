@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxablate 0.1.0");
   register_quant_command(app);
+  register_plan_command(app);
+  register_run_command(app);
+  register_status_command(app);
+  register_query_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -23,6 +27,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "mxablate: " << e.what() << " (see --help)\n";
     return kExitBadInput;
+  } catch (const ExitStatus& e) {
+    if (*e.what()) std::cerr << "mxablate: " << e.what() << "\n";
+    return e.code;
   } catch (const InputError& e) {
     std::cerr << "mxablate: " << e.what() << "\n";
     return kExitBadInput;

@@ -1,0 +1,67 @@
+// Where runs execute. The sweep loop (sweep_runner.h) decides *what* runs, retries and when to
+// stop; an Executor only starts trainer processes somewhere, reports how they ended and signals
+// them. The local executor runs them as child processes in slots (CPU or GPU); a Slurm executor
+// implements the same interface with job arrays, squeue and scancel.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mxablate::results {
+struct OpenAttempt;
+}
+
+namespace mxablate::orchestrator {
+
+// The trainer could not be started (exec failed, log files not writable, …).
+struct LaunchError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchRequest {
+  std::string run_id;
+  std::filesystem::path run_dir;  // holds config.json; the trainer writes events.jsonl there
+  std::filesystem::path trainer;  // the mxablate-train binary
+  bool resume = false;            // pass --resume (a checkpoint exists)
+  int attempt = 1;                // exported as MXABLATE_ATTEMPT
+};
+
+struct Launched {
+  std::string executor_ref;  // how to find it again (a pid, a job id), stored in the database
+  std::string slot;          // e.g. "cpu1", "gpu0.1"
+  std::string host;
+  std::string device;  // "cpu", "cuda:0"
+};
+
+struct AttemptExit {
+  std::string run_id;
+  std::optional<int> exit_code;  // the process exited
+  std::optional<int> signal;     // the process was killed by a signal
+  std::string describe() const;  // "exit code 1", "killed by signal 9 (SIGKILL)"
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string name() const = 0;  // stored with each attempt: "local", "slurm"
+  virtual size_t capacity() const = 0;   // attempts that may run at once
+  virtual size_t running() const = 0;
+  // Starts an attempt in a free slot; requires running() < capacity(). Throws LaunchError.
+  virtual Launched launch(const LaunchRequest& request) = 0;
+  // Attempts that ended since the last call. Never blocks.
+  virtual std::vector<AttemptExit> collect_exits() = 0;
+  // Asks a running attempt to checkpoint and stop (SIGTERM for the trainer).
+  virtual void request_stop(const std::string& run_id) = 0;
+  // Stops it now (SIGKILL).
+  virtual void kill(const std::string& run_id) = 0;
+  // An attempt that an earlier orchestrator recorded as running and never saw end. Returns true
+  // if the executor took it over (its end will come through collect_exits); false once it is
+  // certain the attempt no longer runs (stopping it, within `grace`, if it still did).
+  virtual bool recover(const results::OpenAttempt& attempt, std::chrono::milliseconds grace) = 0;
+};
+
+}  // namespace mxablate::orchestrator

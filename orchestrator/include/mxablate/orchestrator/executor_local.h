@@ -1,0 +1,57 @@
+// Runs trainer processes on this machine in slots: N CPU slots, or K slots per GPU with the GPU
+// selected through CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES. Children are started with
+// Boost.Process, stdout/stderr appended to RUN_DIR/stdout.log and stderr.log, each in its own
+// process group (Ctrl-C on the terminal reaches only the orchestrator, which then stops them in
+// order) and with a parent-death signal, so an orchestrator killed with SIGKILL does not leave
+// trainers running unsupervised: they receive SIGTERM and checkpoint.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mxablate/orchestrator/executor.h"
+
+namespace mxablate::orchestrator {
+
+struct Slot {
+  std::string label;   // "cpu0", "gpu1.0"
+  std::string device;  // "cpu", "cuda:1"
+  std::map<std::string, std::string> env;  // set for the child
+};
+
+std::vector<Slot> cpu_slots(int count);
+std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu);
+
+class LocalExecutor : public Executor {
+ public:
+  explicit LocalExecutor(std::vector<Slot> slots);
+  ~LocalExecutor() override;  // kills what still runs (the sweep loop stops them first)
+
+  std::string name() const override { return "local"; }
+  size_t capacity() const override { return slots_.size(); }
+  size_t running() const override { return children_.size(); }
+  Launched launch(const LaunchRequest& request) override;
+  std::vector<AttemptExit> collect_exits() override;
+  void request_stop(const std::string& run_id) override;
+  void kill(const std::string& run_id) override;
+  bool recover(const results::OpenAttempt& attempt, std::chrono::milliseconds grace) override;
+
+  // The pid of a running attempt (tests use it to kill a trainer behind the executor's back).
+  std::optional<int> pid_of(const std::string& run_id) const;
+
+ private:
+  struct Child;
+  void signal_child(const std::string& run_id, int sig);
+
+  std::vector<Slot> slots_;
+  std::vector<bool> busy_;
+  std::string host_;
+  std::map<std::string, std::unique_ptr<Child>> children_;
+};
+
+// The local host name (stored with attempts).
+std::string local_host_name();
+
+}  // namespace mxablate::orchestrator

@@ -1,0 +1,49 @@
+// Expansion of a recipe into fully resolved runs: every arm (its `extends` chain merged over
+// `base`) crossed with every grid axis, minus `exclude`, plus `include`. Each run's config is
+// validated by the contract (run_config_from_json) and against its model's GEMM shapes; a
+// failure is reported at the recipe position of the value that caused it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/contract/run_config.h"
+#include "mxablate/orchestrator/recipe.h"
+
+namespace mxablate::orchestrator {
+
+struct AxisValue {
+  std::string axis;  // as written in the recipe ("seed")
+  std::string path;  // config path ("train.seed")
+  nlohmann::json value;
+};
+
+struct RunSpec {
+  std::string run_id;
+  std::string arm;
+  int arm_index = 0;
+  std::vector<AxisValue> axes;  // grid axes in recipe order, then include-only settings
+  contract::RunConfig config;   // resolved and validated; config.run_id == run_id
+  nlohmann::json config_json;   // contract::to_json(config): what config.json holds
+  // Where each config path set by the recipe was written (for errors found later, e.g. a
+  // missing data directory at launch).
+  std::map<std::string, Location> origins;
+  Location where(const std::string& config_path) const;  // nearest recorded ancestor
+};
+
+struct Plan {
+  std::string sweep;
+  std::vector<RunSpec> runs;  // arms in recipe order, grid combinations in order, includes last
+  std::vector<std::string> axis_names;  // every axis any run has, in first-seen order
+  nlohmann::json target;                // TargetSpec::as_json()
+  std::optional<double> target_val_loss;
+  double total_tokens() const;
+};
+
+Plan expand_recipe(const Recipe& recipe);
+
+}  // namespace mxablate::orchestrator

@@ -1,0 +1,79 @@
+// A recipe (DESIGN §5) as written: base config, named arms (with `extends`), grid axes,
+// include/exclude entries and the target. Loading checks everything that can be checked without
+// resolving runs — syntax, structure, key names, value types, references between arms — and
+// throws RecipeError at the first problem, naming file:line:column and the key. Value checks
+// that need a resolved run (the contract's validation, model fit) happen in plan.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/orchestrator/recipe_error.h"
+#include "mxablate/orchestrator/yaml_value.h"
+
+namespace mxablate::orchestrator {
+
+struct ArmDef {
+  std::string name;
+  Location at;  // the arm's key
+  std::optional<std::string> extends;
+  Location extends_at;
+  LocatedJson overrides;  // config keys only (`extends` removed)
+};
+
+struct GridAxis {
+  std::string name;  // as written ("seed", "train.lr")
+  std::string path;  // the config path it sets ("train.seed")
+  Location at;
+  std::vector<LocatedJson> values;  // each converted with its own positions
+};
+
+// One include or exclude entry: an arm (optional for exclude) and values for config paths.
+struct Selector {
+  Location at;
+  std::optional<std::string> arm;
+  Location arm_at;
+  struct Assignment {
+    std::string name;  // as written
+    std::string path;  // resolved config path
+    Location at;
+    LocatedJson value;
+  };
+  std::vector<Assignment> assignments;
+};
+
+struct TargetSpec {
+  std::optional<double> val_loss;  // fixed target
+  std::optional<std::string> from_arm;
+  double at_fraction = 1.0;
+  bool stop_at_target = false;
+  Location at;
+  nlohmann::json as_json() const;  // what the store keeps
+};
+
+struct Recipe {
+  std::string file;  // as given (used in messages)
+  std::string text;
+  std::string name;
+  Location name_at;
+  std::string description;
+  LocatedJson base;
+  Location base_at;
+  std::vector<ArmDef> arms;  // in recipe order
+  std::vector<GridAxis> grid;
+  std::vector<Selector> include;
+  std::vector<Selector> exclude;
+  TargetSpec target;
+
+  const ArmDef* find_arm(const std::string& name) const;
+};
+
+// Reads and checks a recipe file. Throws RecipeError (also for an unreadable file).
+Recipe load_recipe(const std::string& path);
+// Parses recipe text; `file` names it in messages.
+Recipe parse_recipe(const std::string& text, const std::string& file);
+
+}  // namespace mxablate::orchestrator

@@ -1,0 +1,71 @@
+// The sweep loop: registers the plan in the results store, launches pending runs in the
+// executor's free slots, tails and ingests every running run's event log, decides what each
+// ended attempt means (result, failure, retry from checkpoint), enforces the per-run timeout,
+// and on SIGINT/SIGTERM stops launching, asks the trainers to checkpoint and stop, records
+// their state and returns. Re-running the same plan continues where it stopped: finished runs
+// are skipped, attempts an earlier (killed) orchestrator left open are recovered first.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "mxablate/orchestrator/executor.h"
+#include "mxablate/orchestrator/plan.h"
+#include "mxablate/orchestrator/progress.h"
+#include "mxablate/orchestrator/recipe.h"
+#include "mxablate/orchestrator/signal_watcher.h"
+#include "mxablate/results/store.h"
+
+namespace mxablate::orchestrator {
+
+struct SweepOptions {
+  std::filesystem::path runs_dir = "runs";  // runs live in RUNS_DIR/<sweep>/<run_id>/
+  std::filesystem::path trainer;
+  int max_attempts = 3;                       // per run and invocation, retries included
+  std::chrono::milliseconds timeout{0};       // per attempt; 0: none
+  std::chrono::milliseconds grace{60000};     // SIGTERM → SIGKILL
+  std::chrono::milliseconds poll{200};        // ingestion interval (exits wake the loop at once)
+};
+
+struct SweepResult {
+  size_t total = 0, converged = 0, budget_exhausted = 0, diverged = 0, failed = 0,
+         interrupted = 0, unfinished = 0;
+  int stop_signal = 0;  // SIGINT or SIGTERM when the sweep was stopped on request
+  bool all_finished() const { return failed == 0 && interrupted == 0 && unfinished == 0; }
+};
+
+// Timestamps of lifecycle points, for the overhead benchmark and tests.
+struct SweepHooks {
+  using Clock = std::chrono::steady_clock;
+  std::function<void(const std::string& run_id, Clock::time_point)> launched;
+  std::function<void(const std::string& run_id, Clock::time_point)> first_event;
+  std::function<void(const std::string& run_id, Clock::time_point)> exit_seen;
+  std::function<void(size_t events, std::chrono::nanoseconds)> ingested;
+};
+
+class SweepRunner {
+ public:
+  SweepRunner(const Recipe& recipe, const Plan& plan, results::ResultsStore& store,
+              Executor& executor, Waker& waker, ProgressSink& progress, SweepOptions options);
+  ~SweepRunner();
+  void set_hooks(SweepHooks hooks);
+
+  // Runs the sweep to completion or until stopped. Throws on failures of the sweep itself (the
+  // runs directory, the database); before throwing it stops the trainers it started.
+  SweepResult run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// RUNS_DIR/<sweep>/<run_id>
+std::filesystem::path run_directory(const std::filesystem::path& runs_dir,
+                                    const std::string& sweep, const std::string& run_id);
+
+// "FDW+H16 seed=2 train.lr=0.001"
+std::string run_label(const RunSpec& spec);
+
+}  // namespace mxablate::orchestrator

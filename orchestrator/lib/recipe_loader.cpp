@@ -1,0 +1,477 @@
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "mxablate/orchestrator/config_schema.h"
+#include "mxablate/orchestrator/recipe.h"
+
+namespace mxablate::orchestrator {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kTopLevelKeys =
+    "name, description, base, arms, grid, include, exclude, target";
+
+std::string type_name(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return fmt::format("\"{}\"", n.Scalar().substr(0, 40));
+    case YAML::NodeType::Null: return "nothing";
+    default: return "an undefined value";
+  }
+}
+
+bool valid_name(const std::string& s, bool allow_plus) {
+  if (s.empty() || s.size() > 64) return false;
+  if (!std::isalnum(static_cast<unsigned char>(s[0]))) return false;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') continue;
+    if (allow_plus && (c == '+' || c == '=' || c == '@')) continue;
+    return false;
+  }
+  return true;
+}
+
+// Position of the first byte that makes `text` not UTF-8 (or a NUL), for a precise error on
+// binary input; nullopt when the text is clean.
+std::optional<Location> first_bad_byte(const std::string& text) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    if (c == 0) return Location{line, column};
+    if (c < 0x80) len = 1;
+    else if ((c & 0xE0) == 0xC0 && c >= 0xC2) len = 2;
+    else if ((c & 0xF0) == 0xE0) len = 3;
+    else if ((c & 0xF8) == 0xF0 && c <= 0xF4) len = 4;
+    else return Location{line, column};
+    if (i + len > text.size()) return Location{line, column};
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return Location{line, column};
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+class Loader {
+ public:
+  Loader(const std::string& text, const std::string& file)
+      : file_(file), text_(text), yaml_(file) {}
+
+  Recipe load() {
+    Recipe r;
+    r.file = file_;
+    r.text = text_;
+    const YAML::Node root = parse_document();
+    const Location root_at = YamlConverter::location_of(root, {1, 1});
+    if (!root.IsMap())
+      throw error(root_at, fmt::format("recipe: expected a mapping with keys {}, got {}",
+                                       kTopLevelKeys, type_name(root)));
+    std::set<std::string> seen;
+    std::optional<YAML::Node> target_node, include_node, exclude_node;
+    Location target_at, include_at, exclude_at;
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const Location key_at = YamlConverter::location_of(it->first, root_at);
+      if (!it->first.IsScalar()) throw error(key_at, "recipe: keys must be plain names");
+      const std::string key = it->first.Scalar();
+      if (!seen.insert(key).second)
+        throw error(key_at, fmt::format("{}: duplicate key", key));
+      const YAML::Node& value = it->second;
+      const Location value_at =
+          value.IsNull() ? key_at : YamlConverter::location_of(value, key_at);
+      if (key == "name") {
+        r.name = scalar_string(value, "name", value_at);
+        r.name_at = value_at;
+        if (!valid_name(r.name, false))
+          throw error(value_at, fmt::format("name: \"{}\" is not a valid sweep name (letters, "
+                                            "digits, '.', '_', '-'; at most 64; it names a "
+                                            "directory)",
+                                            r.name));
+      } else if (key == "description") {
+        r.description = scalar_string(value, "description", value_at);
+      } else if (key == "base") {
+        r.base_at = key_at;
+        r.base = yaml_.convert(value, "base", key_at);
+        schema_.check(r.base, "", "base", file_);
+      } else if (key == "arms") {
+        read_arms(value, key_at, r);
+      } else if (key == "grid") {
+        read_grid(value, key_at, r);
+      } else if (key == "target") {
+        target_node = value;
+        target_at = key_at;
+      } else if (key == "include") {
+        include_node = value;
+        include_at = key_at;
+      } else if (key == "exclude") {
+        exclude_node = value;
+        exclude_at = key_at;
+      } else {
+        std::string hint;
+        for (const char* k : {"name", "description", "base", "arms", "grid", "include",
+                              "exclude", "target"})
+          if (edit_distance(key, k) <= 2) hint = fmt::format(" (did you mean '{}'?)", k);
+        throw error(key_at, fmt::format("recipe: unknown key '{}'{}; expected one of: {}", key,
+                                        hint, kTopLevelKeys));
+      }
+    }
+    if (!seen.count("name"))
+      throw error(root_at, "recipe: missing required key 'name' (the sweep's name)");
+    if (!seen.count("arms"))
+      throw error(root_at, "recipe: missing required key 'arms' (at least one arm, e.g. "
+                           "`arms: {baseline: {}}`)");
+    check_extends(r);
+    // These refer to arms and axes, so they are read once both are known.
+    if (target_node) read_target(*target_node, target_at, r);
+    if (include_node) r.include = read_selectors(*include_node, include_at, "include", r);
+    if (exclude_node) r.exclude = read_selectors(*exclude_node, exclude_at, "exclude", r);
+    return r;
+  }
+
+ private:
+  RecipeError error(Location at, const std::string& message) const {
+    return RecipeError(file_, at, message);
+  }
+
+  YAML::Node parse_document() {
+    if (text_.find_first_not_of(" \t\r\n") == std::string::npos)
+      throw error({1, 1}, fmt::format("recipe: the file is empty; expected a mapping with keys {}",
+                                      kTopLevelKeys));
+    if (const auto bad = first_bad_byte(text_))
+      throw error(*bad, "recipe: not a text file (a NUL byte or invalid UTF-8 here)");
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text_);
+    } catch (const YAML::Exception& e) {
+      const Location at = e.mark.is_null() ? Location{1, 1}
+                                           : Location{e.mark.line + 1, e.mark.column + 1};
+      throw error(at, fmt::format("invalid YAML: {}", e.msg));
+    } catch (const std::exception& e) {
+      throw error({1, 1}, fmt::format("invalid YAML: {}", e.what()));
+    }
+    if (docs.empty() || docs[0].IsNull())
+      throw error({1, 1}, fmt::format("recipe: the file holds no content; expected a mapping "
+                                      "with keys {}",
+                                      kTopLevelKeys));
+    if (docs.size() > 1)
+      throw error(YamlConverter::location_of(docs[1], {1, 1}),
+                  "recipe: a second YAML document; a recipe is exactly one document");
+    return docs[0];
+  }
+
+  std::string scalar_string(const YAML::Node& n, const std::string& key, Location at) {
+    const LocatedJson v = yaml_.convert(n, key, at);
+    if (!v.value.is_string())
+      throw error(at, fmt::format("{}: expected a string, got {}", key, v.value.dump()));
+    return v.value.get<std::string>();
+  }
+
+  void read_arms(const YAML::Node& node, Location key_at, Recipe& r) {
+    if (!node.IsMap())
+      throw error(node.IsNull() ? key_at : YamlConverter::location_of(node, key_at),
+                  fmt::format("arms: expected a mapping of arm names to settings, got {}",
+                              type_name(node)));
+    if (node.size() == 0) throw error(key_at, "arms: at least one arm is needed");
+    std::set<std::string> names;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      ArmDef arm;
+      arm.at = YamlConverter::location_of(it->first, key_at);
+      if (!it->first.IsScalar()) throw error(arm.at, "arms: arm names must be plain names");
+      arm.name = it->first.Scalar();
+      if (!valid_name(arm.name, true))
+        throw error(arm.at, fmt::format("arms: \"{}\" is not a valid arm name (letters, digits "
+                                        "and _ - . + = @, at most 64)",
+                                        arm.name));
+      if (!names.insert(arm.name).second)
+        throw error(arm.at, fmt::format("arms.{}: duplicate arm", arm.name));
+      const std::string label = "arms." + arm.name;
+      arm.overrides = yaml_.convert(it->second, label, arm.at);
+      json& v = arm.overrides.value;
+      if (v.is_null()) v = json::object();
+      if (!v.is_object())
+        throw error(arm.overrides.where(""),
+                    fmt::format("{}: expected a mapping of settings (or {{}}), got {}", label,
+                                v.dump().substr(0, 40)));
+      if (v.contains("extends")) {
+        arm.extends_at = arm.overrides.where("extends");
+        if (!v["extends"].is_string())
+          throw error(arm.extends_at, fmt::format("{}.extends: expected an arm name, got {}",
+                                                  label, v["extends"].dump()));
+        arm.extends = v["extends"].get<std::string>();
+        v.erase("extends");
+      }
+      schema_.check(arm.overrides, "", label, file_);
+      r.arms.push_back(std::move(arm));
+    }
+  }
+
+  void check_extends(const Recipe& r) {
+    for (const ArmDef& arm : r.arms) {
+      if (!arm.extends) continue;
+      if (*arm.extends == arm.name)
+        throw error(arm.extends_at,
+                    fmt::format("arms.{}.extends: an arm cannot extend itself", arm.name));
+      if (!r.find_arm(*arm.extends))
+        throw error(arm.extends_at,
+                    fmt::format("arms.{}.extends: no arm named '{}'{}", arm.name, *arm.extends,
+                                arm_hint(r, *arm.extends)));
+      // Walk the chain: a cycle would make the arm's settings undefined.
+      std::vector<std::string> chain{arm.name};
+      const ArmDef* cur = &arm;
+      while (cur->extends) {
+        if (std::find(chain.begin(), chain.end(), *cur->extends) != chain.end()) {
+          chain.push_back(*cur->extends);
+          std::string path;
+          for (const auto& n : chain) path += (path.empty() ? "" : " → ") + n;
+          throw error(arm.extends_at,
+                      fmt::format("arms.{}.extends: arms extend each other in a cycle ({})",
+                                  arm.name, path));
+        }
+        chain.push_back(*cur->extends);
+        cur = r.find_arm(*cur->extends);
+      }
+    }
+  }
+
+  static std::string arm_hint(const Recipe& r, const std::string& name) {
+    for (const ArmDef& a : r.arms)
+      if (edit_distance(a.name, name) <= 2) return fmt::format(" (did you mean '{}'?)", a.name);
+    std::string all;
+    for (const ArmDef& a : r.arms) all += (all.empty() ? "" : ", ") + a.name;
+    return fmt::format("; arms are: {}", all);
+  }
+
+  std::string path_hint(const std::string& name) const {
+    const size_t dot = name.rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
+    const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    return schema_.suggestion(parent, leaf);
+  }
+
+  void read_grid(const YAML::Node& node, Location key_at, Recipe& r) {
+    if (node.IsNull()) return;  // `grid:` with nothing: a single combination
+    if (!node.IsMap())
+      throw error(YamlConverter::location_of(node, key_at),
+                  fmt::format("grid: expected a mapping of axes to lists of values, got {}",
+                              type_name(node)));
+    std::set<std::string> paths;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      GridAxis axis;
+      axis.at = YamlConverter::location_of(it->first, key_at);
+      if (!it->first.IsScalar()) throw error(axis.at, "grid: axis names must be plain names");
+      axis.name = it->first.Scalar();
+      const auto path = schema_.resolve(axis.name);
+      if (!path) {
+        const std::string why = (axis.name == "arm" || axis.name == "arms")
+                                    ? "; arms are listed under `arms`, every axis is crossed "
+                                      "with every arm"
+                                    : path_hint(axis.name);
+        throw error(axis.at, fmt::format("grid: '{}' is not a config path{}", axis.name, why));
+      }
+      axis.path = *path;
+      for (const std::string& other : paths)
+        if (other == axis.path || other.rfind(axis.path + ".", 0) == 0 ||
+            axis.path.rfind(other + ".", 0) == 0)
+          throw error(axis.at, fmt::format("grid.{}: overlaps another axis ({}): one value "
+                                           "would be set twice",
+                                           axis.name, other));
+      paths.insert(axis.path);
+      const YAML::Node& values = it->second;
+      const std::string label = "grid." + axis.name;
+      if (!values.IsSequence())
+        throw error(values.IsNull() ? axis.at : YamlConverter::location_of(values, axis.at),
+                    fmt::format("{}: expected a list of values (e.g. [1, 2, 3]), got {}", label,
+                                type_name(values)));
+      if (values.size() == 0) throw error(axis.at, fmt::format("{}: the list is empty", label));
+      size_t i = 0;
+      for (const YAML::Node& item : values) {
+        const std::string item_label = fmt::format("{}[{}]", label, i++);
+        LocatedJson v = yaml_.convert(item, item_label, YamlConverter::location_of(values));
+        schema_.check(v, axis.path, item_label, file_);
+        for (size_t j = 0; j < axis.values.size(); ++j)
+          if (axis.values[j].value == v.value)
+            throw error(v.where(""), fmt::format("{}: value {} is already listed (as {}[{}])",
+                                                 item_label, v.value.dump(), label, j));
+        axis.values.push_back(std::move(v));
+      }
+      r.grid.push_back(std::move(axis));
+    }
+  }
+
+  void read_target(const YAML::Node& node, Location key_at, Recipe& r) {
+    TargetSpec& t = r.target;
+    t.at = key_at;
+    if (node.IsNull()) return;
+    const LocatedJson v = yaml_.convert(node, "target", key_at);
+    if (!v.value.is_object())
+      throw error(v.where(""), fmt::format("target: expected a mapping ({{val_loss: 3.3}} or "
+                                           "{{from_arm: ARM, at_fraction: 0.8}}), got {}",
+                                           v.value.dump().substr(0, 40)));
+    for (const auto& item : v.value.items()) {
+      const std::string& k = item.key();
+      const json& x = item.value();
+      const Location at = v.where(k);
+      if (k == "val_loss") {
+        if (!x.is_number() || x.get<double>() <= 0)
+          throw error(at, fmt::format("target.val_loss: expected a positive number, got {}",
+                                      x.dump()));
+        t.val_loss = x.get<double>();
+      } else if (k == "from_arm") {
+        if (!x.is_string())
+          throw error(at, fmt::format("target.from_arm: expected an arm name, got {}", x.dump()));
+        t.from_arm = x.get<std::string>();
+        if (!r.find_arm(*t.from_arm))
+          throw error(at, fmt::format("target.from_arm: no arm named '{}'{}", *t.from_arm,
+                                      arm_hint(r, *t.from_arm)));
+      } else if (k == "at_fraction") {
+        if (!x.is_number() || x.get<double>() <= 0 || x.get<double>() > 1)
+          throw error(at, fmt::format("target.at_fraction: expected a number in (0, 1], got {}",
+                                      x.dump()));
+        t.at_fraction = x.get<double>();
+      } else if (k == "stop_at_target") {
+        if (!x.is_boolean())
+          throw error(at, fmt::format("target.stop_at_target: expected true or false, got {}",
+                                      x.dump()));
+        t.stop_at_target = x.get<bool>();
+      } else {
+        throw error(v.where_key(k),
+                    fmt::format("target: unknown key '{}'; expected one of: val_loss, from_arm, "
+                                "at_fraction, stop_at_target",
+                                k));
+      }
+    }
+    if (t.val_loss && t.from_arm)
+      throw error(v.where_key("from_arm"),
+                  "target: give either val_loss (a fixed target) or from_arm (derived from a "
+                  "baseline arm), not both");
+    if (!t.val_loss && !t.from_arm)
+      throw error(v.where(""), "target: needs val_loss (e.g. 3.3) or from_arm (a baseline arm)");
+    if (v.value.contains("at_fraction") && !t.from_arm)
+      throw error(v.where_key("at_fraction"), "target.at_fraction: only meaningful with from_arm");
+    if (t.stop_at_target && !t.val_loss)
+      throw error(v.where_key("stop_at_target"),
+                  "target.stop_at_target: needs a fixed val_loss; a target derived from_arm is "
+                  "only known after the baseline has run");
+  }
+
+  std::vector<Selector> read_selectors(const YAML::Node& node, Location key_at,
+                                       const std::string& section, const Recipe& r) {
+    std::vector<Selector> out;
+    if (node.IsNull()) return out;
+    if (!node.IsSequence())
+      throw error(YamlConverter::location_of(node, key_at),
+                  fmt::format("{}: expected a list of entries like {{arm: F, seed: 4}}, got {}",
+                              section, type_name(node)));
+    size_t index = 0;
+    for (const YAML::Node& entry : node) {
+      const std::string label = fmt::format("{}[{}]", section, index++);
+      Selector s;
+      s.at = YamlConverter::location_of(entry, key_at);
+      if (!entry.IsMap())
+        throw error(s.at, fmt::format("{}: expected a mapping like {{arm: F, seed: 4}}, got {}",
+                                      label, type_name(entry)));
+      for (auto it = entry.begin(); it != entry.end(); ++it) {
+        const Location at = YamlConverter::location_of(it->first, s.at);
+        if (!it->first.IsScalar()) throw error(at, fmt::format("{}: keys must be plain names", label));
+        const std::string name = it->first.Scalar();
+        if (name == "arm") {
+          if (s.arm) throw error(at, fmt::format("{}.arm: given twice", label));
+          const LocatedJson v = yaml_.convert(it->second, label + ".arm", at);
+          if (!v.value.is_string())
+            throw error(v.where(""), fmt::format("{}.arm: expected an arm name, got {}", label,
+                                                 v.value.dump()));
+          s.arm = v.value.get<std::string>();
+          s.arm_at = v.where("");
+          if (!r.find_arm(*s.arm))
+            throw error(s.arm_at, fmt::format("{}.arm: no arm named '{}'{}", label, *s.arm,
+                                              arm_hint(r, *s.arm)));
+          continue;
+        }
+        const auto path = schema_.resolve(name);
+        if (!path)
+          throw error(at, fmt::format("{}: '{}' is not a config path{}", label, name,
+                                      path_hint(name)));
+        for (const auto& a : s.assignments)
+          if (a.path == *path)
+            throw error(at, fmt::format("{}: '{}' is given twice", label, name));
+        if (section == "exclude") {
+          const bool is_axis = std::any_of(r.grid.begin(), r.grid.end(),
+                                           [&](const GridAxis& g) { return g.path == *path; });
+          if (!is_axis)
+            throw error(at, fmt::format("{}: '{}' is not a grid axis; exclude entries match "
+                                        "arms and grid axis values",
+                                        label, name));
+        }
+        Selector::Assignment a{name, *path, at, yaml_.convert(it->second, label + "." + name, at)};
+        schema_.check(a.value, *path, label + "." + name, file_);
+        s.assignments.push_back(std::move(a));
+      }
+      if (section == "include" && !s.arm)
+        throw error(s.at, fmt::format("{}: an include entry needs `arm` (which arm to add the "
+                                      "run to)",
+                                      label));
+      if (!s.arm && s.assignments.empty())
+        throw error(s.at, fmt::format("{}: an empty entry would match every run", label));
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  std::string file_;
+  const std::string& text_;
+  YamlConverter yaml_;
+  ConfigSchema schema_;
+};
+
+}  // namespace
+
+json TargetSpec::as_json() const {
+  json j = json::object();
+  if (val_loss) j["val_loss"] = *val_loss;
+  if (from_arm) {
+    j["from_arm"] = *from_arm;
+    j["at_fraction"] = at_fraction;
+  }
+  if (val_loss || from_arm) j["stop_at_target"] = stop_at_target;
+  return j;
+}
+
+const ArmDef* Recipe::find_arm(const std::string& arm_name) const {
+  for (const ArmDef& a : arms)
+    if (a.name == arm_name) return &a;
+  return nullptr;
+}
+
+Recipe parse_recipe(const std::string& text, const std::string& file) {
+  return Loader(text, file).load();
+}
+
+Recipe load_recipe(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw RecipeError(path, {}, "is a directory, not a recipe file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RecipeError(path, {}, "cannot open the recipe (no such file, or not readable)");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw RecipeError(path, {}, "cannot read the recipe");
+  return parse_recipe(buffer.str(), path);
+}
+
+}  // namespace mxablate::orchestrator

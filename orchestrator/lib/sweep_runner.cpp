@@ -1,0 +1,510 @@
+#include "mxablate/orchestrator/sweep_runner.h"
+
+#include <csignal>
+#include <deque>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "mxablate/contract/event_log.h"
+#include "mxablate/orchestrator/run_outcome.h"
+#include "mxablate/orchestrator/sweep_lock.h"
+#include "mxablate/results/ingest.h"
+#include "mxablate/results/schema.h"
+
+namespace mxablate::orchestrator {
+
+namespace fs = std::filesystem;
+namespace st = results::status;
+using Clock = std::chrono::steady_clock;
+
+fs::path run_directory(const fs::path& runs_dir, const std::string& sweep,
+                       const std::string& run_id) {
+  return runs_dir / sweep / run_id;
+}
+
+std::string run_label(const RunSpec& spec) {
+  std::string s = spec.arm;
+  for (const AxisValue& a : spec.axes)
+    s += fmt::format(" {}={}", a.axis, a.value.is_string() ? a.value.get<std::string>()
+                                                           : a.value.dump());
+  return s;
+}
+
+namespace {
+
+// The last line the trainer wrote to stderr in its latest attempt ("" if none).
+std::string stderr_tail(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "stderr.log", std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 8192);
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t end = text.size();
+  while (end > 0) {
+    const size_t start = text.rfind('\n', end - 1);
+    const size_t b = start == std::string::npos ? 0 : start + 1;
+    std::string line = text.substr(b, end - b);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.rfind("=== mxablate:", 0) == 0) return "";
+    if (!line.empty()) return line.size() > 300 ? line.substr(0, 300) + "…" : line;
+    if (start == std::string::npos) break;
+    end = start;
+  }
+  return "";
+}
+
+std::string result_phrase(const std::string& status, const RunProgress& p) {
+  std::string s = status;
+  if (p.val_loss) s += fmt::format(", val loss {:.4f}", *p.val_loss);
+  if (p.tokens) s += fmt::format(" at {} tokens", format_count(*p.tokens));
+  return s;
+}
+
+}  // namespace
+
+struct SweepRunner::Impl {
+  struct Active {
+    Active(std::string id, int n, int64_t seq, const fs::path& log, int64_t offset)
+        : run_id(std::move(id)), attempt(n), start_seq(seq), started(Clock::now()),
+          reader(log.string(), offset), committed_offset(offset) {}
+    std::string run_id;
+    int attempt = 0;
+    int64_t start_seq = 0;
+    Clock::time_point started;
+    contract::EventReader reader;
+    int64_t committed_offset = 0;
+    bool saw_event = false;
+    bool stop_requested = false;
+    bool timed_out = false;
+    bool killed = false;
+    bool warned_malformed = false;
+    std::optional<Clock::time_point> kill_at;
+    RunProgress progress;
+  };
+
+  const Recipe& recipe;
+  const Plan& plan;
+  results::ResultsStore& store;
+  Executor& executor;
+  Waker& waker;
+  ProgressSink& progress;
+  SweepOptions opt;
+  SweepHooks hooks;
+
+  fs::path sweep_dir;
+  std::optional<SweepLock> lock;
+  int64_t sweep_id = 0;
+  std::map<std::string, const RunSpec*> specs;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> status;
+  std::map<std::string, int> attempts_used;
+  std::map<std::string, RunProgress> last_progress;
+  std::deque<std::string> queue;
+  std::map<std::string, Active> active;
+  bool stopping = false;
+  bool killed_all = false;
+  Clock::time_point started = Clock::now();
+
+  Impl(const Recipe& r, const Plan& p, results::ResultsStore& s, Executor& e, Waker& w,
+       ProgressSink& pr, SweepOptions o)
+      : recipe(r), plan(p), store(s), executor(e), waker(w), progress(pr), opt(std::move(o)) {
+    opt.runs_dir = fs::absolute(opt.runs_dir);
+    sweep_dir = opt.runs_dir / plan.sweep;
+    for (const RunSpec& spec : plan.runs) {
+      specs[spec.run_id] = &spec;
+      labels[spec.run_id] = run_label(spec);
+    }
+  }
+
+  fs::path dir_of(const std::string& run_id) const {
+    return run_directory(opt.runs_dir, plan.sweep, run_id);
+  }
+
+  std::string label(const std::string& run_id) const {
+    const auto it = labels.find(run_id);
+    return it == labels.end() ? run_id : it->second;
+  }
+
+  void prepare() {
+    lock.emplace(sweep_dir);  // creates the directory; one orchestrator per sweep
+    results::SweepRecord sweep;
+    sweep.name = plan.sweep;
+    sweep.recipe_path = fs::absolute(recipe.file).string();
+    sweep.recipe_text = recipe.text;
+    sweep.runs_dir = opt.runs_dir.string();
+    sweep.target = plan.target;
+    sweep.target_val_loss = plan.target_val_loss;
+    sweep_id = store.register_sweep(sweep);
+    std::vector<results::PlannedRun> planned;
+    for (const RunSpec& spec : plan.runs) {
+      results::PlannedRun r;
+      r.run_id = spec.run_id;
+      r.arm = spec.arm;
+      r.arm_index = spec.arm_index;
+      r.config_json = spec.config_json.dump();
+      r.run_dir = dir_of(spec.run_id).string();
+      r.max_tokens = spec.config.train.max_tokens;
+      for (const AxisValue& a : spec.axes) r.axes.emplace_back(a.axis, a.value.dump());
+      planned.push_back(std::move(r));
+    }
+    store.register_plan(sweep_id, planned);
+    for (const results::RunState& r : store.planned_runs(sweep_id)) status[r.run_id] = r.status;
+  }
+
+  Active& start_tracking(const std::string& run_id, int attempt, int64_t start_seq,
+                         int64_t offset) {
+    const RunSpec* spec = specs.count(run_id) ? specs.at(run_id) : nullptr;
+    auto [it, inserted] = active.try_emplace(run_id, run_id, attempt, start_seq,
+                                             dir_of(run_id) / "events.jsonl", offset);
+    Active& a = it->second;
+    a.progress.run_id = run_id;
+    a.progress.label = label(run_id);
+    a.progress.attempt = attempt;
+    a.progress.max_tokens = spec ? spec->config.train.max_tokens : 0;
+    status[run_id] = st::kRunning;
+    return a;
+  }
+
+  // Attempts an earlier orchestrator never saw end: make sure they no longer run (or adopt
+  // them), ingest what they wrote, and decide what they mean.
+  void recover() {
+    for (const results::OpenAttempt& oa : store.open_attempts(sweep_id)) {
+      if (executor.recover(oa, opt.grace)) {
+        const results::RunState rs = store.run(oa.run_id);
+        start_tracking(oa.run_id, oa.attempt, oa.start_seq, rs.ingest_offset);
+        progress.message(fmt::format("re-attached to {} [{}]", label(oa.run_id), oa.run_id));
+        continue;
+      }
+      const results::RunState rs = store.run(oa.run_id);
+      contract::EventReader reader((fs::path(oa.run_dir) / "events.jsonl").string(),
+                                   rs.ingest_offset);
+      const auto batch = reader.poll();
+      results::ingest_events(store.db(), oa.run_id, batch.events, reader.offset());
+      AttemptObservation o;
+      o.how_it_ended = "lost when the previous mxablate stopped";
+      o.run_end_status = store.run_end_status_after(oa.run_id, oa.start_seq);
+      o.attempts_used = 0;
+      o.max_attempts = opt.max_attempts;
+      o.stderr_tail = stderr_tail(oa.run_dir);
+      Outcome out = decide_outcome(o);
+      const std::string new_status = out.retry ? st::kPending : out.status;
+      if (out.retry) out.reason = "the previous mxablate stopped while it ran; resuming it";
+      store.finish_attempt(oa.run_id, oa.attempt, {std::nullopt, std::nullopt,
+                                                   out.retry ? "retry" : out.status, out.reason},
+                           new_status,
+                           out.reason.empty() ? std::nullopt : std::optional(out.reason));
+      status[oa.run_id] = new_status;
+      progress.message(fmt::format("recovered {} [{}]: {}", label(oa.run_id), oa.run_id,
+                                   out.reason.empty() ? new_status : out.reason));
+    }
+    // A run marked running with no open attempt cannot exist (both change in one
+    // transaction); guard anyway so such a run is not skipped forever.
+    for (auto& [run_id, s] : status)
+      if (s == st::kRunning && !active.count(run_id)) {
+        store.set_status(run_id, st::kPending);
+        s = st::kPending;
+      }
+  }
+
+  void build_queue() {
+    for (const RunSpec& spec : plan.runs) {
+      const std::string& s = status[spec.run_id];
+      if (results::is_final_result(s) || active.count(spec.run_id)) continue;
+      if (s == st::kFailed)
+        progress.message(fmt::format("retrying {} [{}], which failed before", label(spec.run_id),
+                                     spec.run_id));
+      queue.push_back(spec.run_id);
+    }
+  }
+
+  void fail_before_launch(const std::string& run_id, const std::string& reason) {
+    store.set_status(run_id, st::kFailed, reason);
+    status[run_id] = st::kFailed;
+    progress.message(fmt::format("failed {} [{}]: {}", label(run_id), run_id, reason));
+  }
+
+  void launch(const std::string& run_id) {
+    const RunSpec& spec = *specs.at(run_id);
+    results::RunState rs = store.run(run_id);
+    const fs::path dir = dir_of(run_id);
+    const bool resume = store.has_checkpoint(run_id);
+    try {
+      fs::create_directories(dir);
+      const fs::path log = dir / "events.jsonl";
+      std::error_code ec;
+      if (!resume && (rs.ingest_offset > 0 || fs::file_size(log, ec) > 0)) {
+        // No checkpoint to resume from: start over, keeping the old log for inspection and
+        // forgetting what was ingested from it (its evaluations would otherwise stay).
+        if (fs::exists(log))
+          fs::rename(log, dir / fmt::format("events.jsonl.discarded-{}", rs.attempts));
+        store.reset_run_events(run_id);
+        rs.ingest_offset = 0;
+        rs.last_seq = 0;
+      }
+      contract::write_run_config((dir / "config.json").string(), spec.config);
+    } catch (const results::SqliteError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail_before_launch(run_id, fmt::format("cannot prepare the run directory: {}", e.what()));
+      return;
+    }
+    LaunchRequest req{run_id, dir, opt.trainer, resume, rs.attempts + 1};
+    Launched l;
+    try {
+      l = executor.launch(req);
+    } catch (const LaunchError& e) {
+      fail_before_launch(run_id, e.what());
+      return;
+    }
+    const auto now = Clock::now();
+    const int attempt = store.begin_attempt(
+        run_id, {executor.name(), l.executor_ref, l.slot, l.host, l.device, resume, rs.last_seq});
+    ++attempts_used[run_id];
+    start_tracking(run_id, attempt, rs.last_seq, rs.ingest_offset).started = now;
+    if (hooks.launched) hooks.launched(run_id, now);
+    progress.message(fmt::format("launched {} [{}] in {}{}", label(run_id), run_id, l.slot,
+                                 resume ? fmt::format(", resuming (attempt {})", attempt)
+                                        : attempt > 1 ? fmt::format(" (attempt {})", attempt)
+                                                      : std::string()));
+  }
+
+  void ingest(Active& a) {
+    const auto t0 = Clock::now();
+    const contract::EventReader::Batch batch = a.reader.poll();
+    if (batch.malformed_lines > 0 && !a.warned_malformed) {
+      a.warned_malformed = true;
+      progress.message(fmt::format("warning: {} [{}]: skipped {} malformed line(s) in "
+                                   "events.jsonl",
+                                   label(a.run_id), a.run_id, batch.malformed_lines));
+    }
+    if (batch.events.empty() && a.reader.offset() == a.committed_offset) return;
+    const results::IngestSummary sum =
+        results::ingest_events(store.db(), a.run_id, batch.events, a.reader.offset());
+    a.committed_offset = a.reader.offset();
+    if (!batch.events.empty() && !a.saw_event) {
+      a.saw_event = true;
+      if (hooks.first_event) hooks.first_event(a.run_id, Clock::now());
+    }
+    RunProgress& p = a.progress;
+    for (const auto& ev : batch.events) {
+      if (ev.contains("step") && ev["step"].is_number()) p.step = ev["step"].get<int64_t>();
+      if (ev.contains("tokens") && ev["tokens"].is_number()) p.tokens = ev["tokens"].get<double>();
+    }
+    if (sum.last_train) {
+      const auto& t = *sum.last_train;
+      if (t.contains("loss") && t["loss"].is_number()) p.loss = t["loss"].get<double>();
+      if (t.contains("tokens_per_s") && t["tokens_per_s"].is_number())
+        p.tokens_per_s = t["tokens_per_s"].get<double>();
+    }
+    if (sum.last_eval && (*sum.last_eval).contains("val_loss") &&
+        (*sum.last_eval)["val_loss"].is_number())
+      p.val_loss = (*sum.last_eval)["val_loss"].get<double>();
+    for (const auto& d : sum.divergences)
+      progress.message(fmt::format("{}: divergence at step {}: {} ({})", label(a.run_id),
+                                   d.value("step", int64_t{-1}), d.value("reason", "?"),
+                                   d.value("severity", "?")));
+    if (hooks.ingested) hooks.ingested(batch.events.size(), Clock::now() - t0);
+  }
+
+  void finish(const AttemptExit& exit) {
+    const auto it = active.find(exit.run_id);
+    if (it == active.end()) return;
+    Active& a = it->second;
+    if (hooks.exit_seen) hooks.exit_seen(a.run_id, Clock::now());
+    ingest(a);  // everything it wrote before exiting
+    AttemptObservation o;
+    o.exit_code = exit.exit_code;
+    o.signal = exit.signal;
+    o.how_it_ended = exit.describe();
+    o.run_end_status = store.run_end_status_after(a.run_id, a.start_seq);
+    o.stop_requested = a.stop_requested;
+    o.timed_out = a.timed_out;
+    o.timeout_s = std::chrono::duration<double>(opt.timeout).count();
+    o.attempts_used = attempts_used[a.run_id];
+    o.max_attempts = opt.max_attempts;
+    o.stderr_tail = stderr_tail(dir_of(a.run_id));
+    Outcome out = decide_outcome(o);
+    if (out.retry && stopping) {
+      out = {false, st::kInterrupted,
+             fmt::format("{} while the sweep was stopping; it resumes on the next run",
+                         exit.describe())};
+    }
+    const std::string new_status = out.retry ? st::kPending : out.status;
+    store.finish_attempt(a.run_id, a.attempt,
+                         {exit.exit_code, exit.signal, out.retry ? "retry" : out.status,
+                          out.reason},
+                         new_status, out.reason.empty() ? std::nullopt : std::optional(out.reason));
+    status[a.run_id] = new_status;
+    last_progress[a.run_id] = a.progress;
+    const std::string run_id = a.run_id;
+    const RunProgress p = a.progress;
+    active.erase(it);
+    if (out.retry) {
+      queue.push_front(run_id);
+      progress.message(fmt::format("{} [{}]: {}", label(run_id), run_id, out.reason));
+    } else if (new_status == st::kFailed || new_status == st::kInterrupted) {
+      progress.message(fmt::format("{} {} [{}]: {}", new_status, label(run_id), run_id,
+                                   out.reason));
+    } else {
+      progress.message(fmt::format("finished {} [{}]: {}{}", label(run_id), run_id,
+                                   result_phrase(new_status, p),
+                                   out.reason.empty() ? "" : " (" + out.reason + ")"));
+    }
+  }
+
+  void handle_stop_requests() {
+    const int n = waker.stop_requests();
+    if (n >= 1 && !stopping) {
+      stopping = true;
+      const auto now = Clock::now();
+      progress.message(fmt::format(
+          "stopping: no new launches; asking {} running trainer(s) to checkpoint and stop "
+          "(again to kill them now)",
+          active.size()));
+      for (auto& [run_id, a] : active) {
+        a.stop_requested = true;
+        executor.request_stop(run_id);
+        if (!a.kill_at) a.kill_at = now + opt.grace;
+      }
+    }
+    if (n >= 2 && !killed_all) {
+      killed_all = true;
+      for (auto& [run_id, a] : active) {
+        a.killed = true;
+        executor.kill(run_id);
+      }
+    }
+  }
+
+  void check_timeouts() {
+    const auto now = Clock::now();
+    for (auto& [run_id, a] : active) {
+      if (opt.timeout.count() > 0 && !a.timed_out && now - a.started > opt.timeout) {
+        a.timed_out = true;
+        a.kill_at = now + opt.grace;
+        executor.request_stop(run_id);
+        progress.message(fmt::format("{} [{}]: timed out after {}; asking it to stop",
+                                     label(run_id), run_id,
+                                     format_duration(std::chrono::duration<double>(opt.timeout).count())));
+      }
+      if (a.kill_at && now > *a.kill_at && !a.killed) {
+        a.killed = true;
+        executor.kill(run_id);
+        progress.message(fmt::format("{} [{}]: did not stop within {}; killed", label(run_id),
+                                     run_id,
+                                     format_duration(std::chrono::duration<double>(opt.grace).count())));
+      }
+    }
+  }
+
+  SweepSnapshot snapshot() const {
+    SweepSnapshot s;
+    s.sweep = plan.sweep;
+    s.total = plan.runs.size();
+    for (const RunSpec& spec : plan.runs) {
+      const std::string& v = status.at(spec.run_id);
+      if (v == st::kConverged || v == st::kBudgetExhausted) ++s.finished;
+      else if (v == st::kDiverged) ++s.diverged;
+      else if (v == st::kFailed) ++s.failed;
+      else if (v == st::kInterrupted) ++s.interrupted;
+      else if (v == st::kRunning) ++s.running;
+      else ++s.pending;
+    }
+    const auto now = Clock::now();
+    for (const auto& [run_id, a] : active) {
+      RunProgress p = a.progress;
+      p.elapsed_s = std::chrono::duration<double>(now - a.started).count();
+      s.active.push_back(p);
+    }
+    s.elapsed_s = std::chrono::duration<double>(now - started).count();
+    s.stopping = stopping;
+    return s;
+  }
+
+  // The sweep itself failed (database, filesystem): stop the trainers so none runs
+  // unsupervised, without touching the store; the next run recovers their attempts.
+  void emergency_stop() {
+    for (auto& [run_id, a] : active) executor.request_stop(run_id);
+    const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(opt.grace,
+                                                                             std::chrono::seconds(30));
+    while (executor.running() > 0 && Clock::now() < deadline) {
+      executor.collect_exits();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (auto& [run_id, a] : active) executor.kill(run_id);
+    while (executor.running() > 0) {
+      executor.collect_exits();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  SweepResult result() const {
+    SweepResult r;
+    r.total = plan.runs.size();
+    for (const RunSpec& spec : plan.runs) {
+      const std::string& v = status.at(spec.run_id);
+      if (v == st::kConverged) ++r.converged;
+      else if (v == st::kBudgetExhausted) ++r.budget_exhausted;
+      else if (v == st::kDiverged) ++r.diverged;
+      else if (v == st::kFailed) ++r.failed;
+      else if (v == st::kInterrupted) ++r.interrupted;
+      else ++r.unfinished;
+    }
+    r.stop_signal = stopping ? waker.first_stop_signal() : 0;
+    return r;
+  }
+
+  SweepResult run() {
+    prepare();
+    try {
+      recover();
+      build_queue();
+      while (true) {
+        handle_stop_requests();
+        for (const AttemptExit& e : executor.collect_exits()) finish(e);
+        if (!stopping)
+          while (executor.running() < executor.capacity() && !queue.empty()) {
+            const std::string run_id = queue.front();
+            queue.pop_front();
+            launch(run_id);
+          }
+        for (auto& [run_id, a] : active) ingest(a);
+        check_timeouts();
+        progress.update(snapshot());
+        if (active.empty() && (queue.empty() || stopping)) break;
+        waker.wait_for(opt.poll);
+      }
+    } catch (const std::exception& e) {
+      const size_t running = active.size();
+      emergency_stop();
+      throw std::runtime_error(
+          running == 0
+              ? std::string(e.what())
+              : fmt::format("{}; stopped the {} running trainer(s) — their event logs and "
+                            "checkpoints are intact: fix the cause and re-run the same command "
+                            "to continue",
+                            e.what(), running));
+    }
+    progress.finish(snapshot());
+    return result();
+  }
+};
+
+SweepRunner::SweepRunner(const Recipe& recipe, const Plan& plan, results::ResultsStore& store,
+                         Executor& executor, Waker& waker, ProgressSink& progress,
+                         SweepOptions options)
+    : impl_(std::make_unique<Impl>(recipe, plan, store, executor, waker, progress,
+                                   std::move(options))) {}
+
+SweepRunner::~SweepRunner() = default;
+
+void SweepRunner::set_hooks(SweepHooks hooks) { impl_->hooks = std::move(hooks); }
+
+SweepResult SweepRunner::run() { return impl_->run(); }
+
+}  // namespace mxablate::orchestrator

@@ -1,0 +1,240 @@
+// `mxablate run RECIPE`: registers the sweep and its runs in the results store, skips runs that
+// already have their result, and runs the rest in slots (N CPU slots, or K per GPU), retrying
+// crashed runs from their checkpoints. Ctrl-C / SIGTERM stops it cleanly; running the same
+// command again continues the sweep.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli_errors.h"
+#include "commands.h"
+#include "mxablate/orchestrator/executor_local.h"
+#include "mxablate/orchestrator/progress.h"
+#include "mxablate/orchestrator/signal_watcher.h"
+#include "mxablate/orchestrator/sweep_runner.h"
+#include "mxablate/orchestrator/text_table.h"
+#include "mxablate/orchestrator/trainer_locator.h"
+#include "mxablate/results/sqlite_db.h"
+#include "mxablate/results/store.h"
+#include "recipe_input.h"
+
+namespace mxablate::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace mxablate::orchestrator;
+
+struct RunOptions {
+  std::string recipe;
+  std::string db = "mxablate.db";
+  std::string runs_dir = "runs";
+  std::string gpus;
+  int cpu = 0;
+  int per_gpu = 1;
+  std::optional<std::string> trainer;
+  int max_attempts = 3;
+  std::string timeout = "0";
+  std::string grace = "60s";
+  int poll_ms = 200;
+  std::string progress = "auto";
+};
+
+std::vector<int> parse_gpu_list(const std::string& text) {
+  std::vector<int> gpus;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int id = -1;
+    try {
+      id = std::stoi(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || id < 0)
+      throw InputError(fmt::format("--gpus: '{}' is not a GPU index (expected e.g. 0,1,2)", item));
+    if (std::find(gpus.begin(), gpus.end(), id) != gpus.end())
+      throw InputError(fmt::format("--gpus: GPU {} is listed twice", id));
+    gpus.push_back(id);
+  }
+  if (gpus.empty()) throw InputError("--gpus: empty list");
+  return gpus;
+}
+
+int visible_nvidia_gpus() {
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+std::vector<Slot> choose_slots(const RunOptions& o, const Plan& plan) {
+  const bool needs_gpu = std::any_of(plan.runs.begin(), plan.runs.end(),
+                                     [](const RunSpec& r) { return r.config.device == "cuda"; });
+  if (!o.gpus.empty() && o.cpu > 0) throw InputError("--gpus and --cpu exclude each other");
+  if (o.per_gpu < 1) throw InputError("--per-gpu: must be at least 1");
+  if (o.per_gpu > 1 && o.gpus.empty() && !needs_gpu)
+    throw InputError("--per-gpu needs --gpus");
+  if (!o.gpus.empty()) return gpu_slots(parse_gpu_list(o.gpus), o.per_gpu);
+  if (needs_gpu) {
+    if (o.cpu > 0)
+      throw InputError("the recipe's runs use device cuda; give GPUs with --gpus, not --cpu");
+    const int n = visible_nvidia_gpus();
+    if (n == 0)
+      throw InputError("the recipe's runs use device cuda but no NVIDIA GPU is visible; pass "
+                       "--gpus LIST");
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+    return gpu_slots(all, o.per_gpu);
+  }
+  if (o.cpu < 0) throw InputError("--cpu: must be at least 1");
+  return cpu_slots(o.cpu > 0 ? o.cpu : 1);
+}
+
+// A prepared dataset must exist before anything runs ("default" is the trainer's business).
+void check_data_paths(const Recipe& recipe, const Plan& plan) {
+  for (const RunSpec& r : plan.runs) {
+    const std::string& d = r.config.data.dataset;
+    std::error_code ec;
+    if (d != "default" && !fs::is_directory(d, ec))
+      throw InputError(RecipeError(recipe.file, r.where("data.dataset"),
+                                   fmt::format("data.dataset: no directory '{}' (a prepared data "
+                                               "directory, or \"default\"; run: {})",
+                                               d, run_label(r)))
+                           .what());
+  }
+}
+
+ProgressMode parse_progress(const std::string& s) {
+  if (s == "auto") return ProgressMode::kAuto;
+  if (s == "terminal") return ProgressMode::kTerminal;
+  if (s == "plain") return ProgressMode::kPlain;
+  if (s == "none") return ProgressMode::kNone;
+  throw InputError("--progress: expected auto, terminal, plain or none, got '" + s + "'");
+}
+
+std::unique_ptr<results::ResultsStore> open_store(const std::string& path) {
+  try {
+    return std::make_unique<results::ResultsStore>(path);
+  } catch (const results::SqliteError& e) {
+    std::string hint;
+    if (e.code == 14 /*SQLITE_CANTOPEN*/ || e.code == 8 /*SQLITE_READONLY*/)
+      hint = " — is the path's directory writable?";
+    else if (e.code == 13 /*SQLITE_FULL*/ || e.code == 10 /*SQLITE_IOERR*/)
+      hint = " — is the disk full?";
+    throw std::runtime_error(fmt::format("results database: {}{}", e.what(), hint));
+  }
+}
+
+void run_sweep(const RunOptions& o) {
+  long long timeout_ms = 0, grace_ms = 0;
+  try {
+    timeout_ms = parse_duration_ms(o.timeout);
+    grace_ms = parse_duration_ms(o.grace);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(fmt::format("--timeout/--grace: {}", e.what()));
+  }
+  if (o.max_attempts < 1) throw InputError("--max-attempts: must be at least 1");
+  if (o.poll_ms < 1 || o.poll_ms > 60000) throw InputError("--poll-ms: must be in [1, 60000]");
+  const ProgressMode mode = parse_progress(o.progress);
+
+  const RecipeInput input = load_recipe_input(o.recipe);
+  check_data_paths(input.recipe, input.plan);
+  std::vector<Slot> slots = choose_slots(o, input.plan);
+  fs::path trainer;
+  try {
+    trainer = find_trainer(o.trainer);
+  } catch (const TrainerNotFound& e) {
+    throw InputError(e.what());
+  }
+  // The runs directory first: if it cannot be written, nothing else should be created.
+  const fs::path sweep_dir = fs::absolute(o.runs_dir) / input.plan.sweep;
+  {
+    std::error_code ec;
+    fs::create_directories(sweep_dir, ec);
+    if (ec)
+      throw std::runtime_error(fmt::format("cannot create the runs directory {}: {}",
+                                           sweep_dir.string(), ec.message()));
+  }
+  // Writes past a file-size limit must fail with an error we can report, not kill us.
+  std::signal(SIGXFSZ, SIG_IGN);
+  auto store = open_store(o.db);
+
+  LocalExecutor executor(std::move(slots));
+  SignalWatcher signals;
+  auto progress = make_progress(mode, stderr);
+  SweepOptions options;
+  options.runs_dir = o.runs_dir;
+  options.trainer = trainer;
+  options.max_attempts = o.max_attempts;
+  options.timeout = std::chrono::milliseconds(timeout_ms);
+  options.grace = std::chrono::milliseconds(grace_ms);
+  options.poll = std::chrono::milliseconds(o.poll_ms);
+  std::cout << fmt::format("sweep {}: {} runs in {} slot(s); results in {}, runs in {}\n",
+                           input.plan.sweep, input.plan.runs.size(), executor.capacity(), o.db,
+                           sweep_dir.string())
+            << std::flush;
+  SweepRunner runner(input.recipe, input.plan, *store, executor, signals, *progress, options);
+  SweepResult r;
+  try {
+    r = runner.run();
+  } catch (const results::SqliteError& e) {
+    throw std::runtime_error(fmt::format("results database: {}", e.what()));
+  }
+  std::cout << fmt::format("sweep {}: {} converged, {} budget_exhausted, {} diverged, {} failed, "
+                           "{} interrupted, {} not run\n",
+                           input.plan.sweep, r.converged, r.budget_exhausted, r.diverged, r.failed,
+                           r.interrupted, r.unfinished)
+            << std::flush;
+  if (r.stop_signal != 0)
+    throw ExitStatus(128 + r.stop_signal,
+                     fmt::format("stopped by {}; run the same command again to continue",
+                                 r.stop_signal == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM"));
+  if (r.failed > 0)
+    throw ExitStatus(kExitFailure, fmt::format("{} run(s) failed; see `mxablate status --db {}`",
+                                               r.failed, o.db));
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run a recipe's sweep: register it in the results database, run what is not "
+             "finished in parallel slots, retry crashed runs from their checkpoints");
+  cmd->add_option("recipe", o->recipe, "recipe file (YAML)")->required();
+  cmd->add_option("--db", o->db, "results database (SQLite)")->capture_default_str();
+  cmd->add_option("--runs-dir", o->runs_dir, "run directories go in DIR/<sweep>/<run_id>")
+      ->capture_default_str();
+  cmd->add_option("--gpus", o->gpus, "GPU indices to use, e.g. 0,1,2,3 (one slot each)");
+  cmd->add_option("--cpu", o->cpu, "run N runs at once on the CPU (default 1 for CPU recipes)");
+  cmd->add_option("--per-gpu", o->per_gpu, "runs per GPU at once (small models)")
+      ->capture_default_str();
+  cmd->add_option("--trainer", o->trainer,
+                  "trainer binary (default: $MXABLATE_TRAINER, else mxablate-train next to "
+                  "mxablate)");
+  cmd->add_option("--max-attempts", o->max_attempts,
+                  "launches per run before it counts as failed (crashes resume from checkpoints)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout,
+                  "wall-clock limit per attempt, e.g. 90m or 2h (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--grace", o->grace,
+                  "after asking a trainer to stop, kill it if still running after this long")
+      ->capture_default_str();
+  cmd->add_option("--poll-ms", o->poll_ms, "how often event logs are ingested, in ms")
+      ->capture_default_str();
+  cmd->add_option("--progress", o->progress, "auto | terminal | plain | none")
+      ->capture_default_str();
+  cmd->callback([o] { run_sweep(*o); });
+}
+
+}  // namespace mxablate::cli

@@ -1,0 +1,141 @@
+// `mxablate status`: one line per sweep (how many runs ended how) and a table of its runs. Opens
+// the database read-only, so it can be run in a loop while a sweep writes.
+#include <CLI/CLI.hpp>
+#include <ctime>
+#include <fmt/format.h>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "cli_errors.h"
+#include "commands.h"
+#include "mxablate/orchestrator/progress.h"
+#include "mxablate/orchestrator/text_table.h"
+#include "mxablate/results/query.h"
+
+namespace mxablate::cli {
+namespace {
+
+using namespace mxablate::orchestrator;
+using results::Statement;
+
+struct StatusOptions {
+  std::string db = "mxablate.db";
+  std::string sweep;
+  bool all = false;
+};
+
+std::string local_time(double unix_s) {
+  const auto t = static_cast<std::time_t>(unix_s);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string opt_loss(const Statement& st, int col) {
+  return st.is_null(col) ? "-" : fmt::format("{:.4f}", st.get_double(col));
+}
+
+void print_sweep(results::Database& db, int64_t sweep_id, const std::string& name,
+                 const std::string& recipe, double updated, bool all) {
+  Statement counts(db,
+                   "SELECT status, COUNT(*) FROM runs WHERE sweep_id = ?1 AND "
+                   "(?2 OR plan_index IS NOT NULL) GROUP BY status");
+  counts.bind(1, sweep_id).bind(2, all ? 1 : 0);
+  std::map<std::string, int64_t> by_status;
+  int64_t total = 0;
+  while (counts.step()) {
+    by_status[counts.get_text(0)] = counts.get_int(1);
+    total += counts.get_int(1);
+  }
+  std::string summary;
+  for (const char* s : {"pending", "running", "converged", "budget_exhausted", "diverged",
+                        "failed", "interrupted"})
+    if (by_status.count(s)) summary += fmt::format(", {} {}", by_status[s], s);
+  std::cout << fmt::format("sweep {}: {} runs{} (recipe {}, updated {})\n", name, total, summary,
+                           recipe, local_time(updated));
+
+  std::vector<std::string> axes;
+  Statement axis_names(db,
+                       "SELECT a.axis FROM run_axes a JOIN runs r USING (run_id) WHERE "
+                       "r.sweep_id = ?1 GROUP BY a.axis ORDER BY MIN(a.position), a.axis");
+  axis_names.bind(1, sweep_id);
+  while (axis_names.step()) axes.push_back(axis_names.get_text(0));
+
+  std::vector<std::string> headers{"run_id", "arm"};
+  headers.insert(headers.end(), axes.begin(), axes.end());
+  for (const char* h : {"status", "att", "step", "tokens", "val_loss", "best", "wall", "note"})
+    headers.push_back(h);
+  TextTable table(headers);
+  Statement runs(db,
+                 "SELECT run_id, arm, status, attempts, step, tokens, max_tokens, final_val_loss, "
+                 "best_val_loss, COALESCE(wall_s, CASE WHEN started_at IS NOT NULL THEN "
+                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error, "
+                 "(SELECT json_group_object(axis, json(value)) FROM run_axes a "
+                 "  WHERE a.run_id = runs.run_id) "
+                 "FROM runs WHERE sweep_id = ?1 AND (?2 OR plan_index IS NOT NULL) "
+                 "ORDER BY plan_index IS NULL, plan_index, arm_index");
+  runs.bind(1, sweep_id).bind(2, all ? 1 : 0);
+  while (runs.step()) {
+    std::vector<std::string> row{runs.get_text(0), runs.get_text(1)};
+    const auto axis_values = nlohmann::json::parse(runs.is_null(11) ? "{}" : runs.get_text(11));
+    for (const auto& a : axes) {
+      const auto it = axis_values.find(a);
+      row.push_back(it == axis_values.end() ? "-"
+                    : it->is_string()       ? it->get<std::string>()
+                                            : it->dump());
+    }
+    row.push_back(runs.get_text(2));
+    row.push_back(std::to_string(runs.get_int(3)));
+    row.push_back(runs.is_null(4) ? "-" : std::to_string(runs.get_int(4)));
+    row.push_back(fmt::format("{}/{}", runs.is_null(5) ? "0" : format_count(runs.get_double(5)),
+                              runs.is_null(6) ? "?" : format_count(runs.get_double(6))));
+    row.push_back(opt_loss(runs, 7));
+    row.push_back(opt_loss(runs, 8));
+    row.push_back(runs.is_null(9) ? "-" : format_duration(runs.get_double(9)));
+    std::string note = runs.is_null(10) ? "" : runs.get_text(10);
+    if (note.size() > 70) note = note.substr(0, 69) + "…";
+    row.push_back(note);
+    table.add_row(row);
+  }
+  std::cout << table.render(2);
+}
+
+void show_status(const StatusOptions& o) {
+  std::unique_ptr<results::Database> db;
+  try {
+    db = results::open_read_only(o.db);
+    Statement sweeps(*db,
+                     "SELECT sweep_id, name, recipe_path, updated_at FROM sweeps "
+                     "WHERE ?1 = '' OR name = ?1 ORDER BY created_at");
+    sweeps.bind(1, o.sweep);
+    bool any = false;
+    while (sweeps.step()) {
+      if (any) std::cout << "\n";
+      any = true;
+      print_sweep(*db, sweeps.get_int(0), sweeps.get_text(1), sweeps.get_text(2),
+                  sweeps.get_double(3), o.all);
+    }
+    if (!any) {
+      if (!o.sweep.empty())
+        throw InputError(fmt::format("{}: no sweep named '{}'", o.db, o.sweep));
+      std::cout << fmt::format("{}: no sweeps yet\n", o.db);
+    }
+  } catch (const results::SqliteError& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+}  // namespace
+
+void register_status_command(CLI::App& app) {
+  auto o = std::make_shared<StatusOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "status", "Show each sweep's runs and their state (read-only; safe while a sweep runs)");
+  cmd->add_option("--db", o->db, "results database (SQLite)")->capture_default_str();
+  cmd->add_option("--sweep", o->sweep, "only this sweep");
+  cmd->add_flag("--all", o->all, "also runs that the current recipe no longer plans");
+  cmd->callback([o] { show_status(*o); });
+}
+
+}  // namespace mxablate::cli

@@ -1,0 +1,122 @@
+// The writer side of the results store: the orchestrator (the single writer, DESIGN §2) records
+// sweeps, their planned runs, every launch attempt and each run's status here. Event ingestion
+// lives in ingest.h; read-only access in query.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/results/sqlite_db.h"
+
+namespace mxablate::results {
+
+struct SweepRecord {
+  std::string name;
+  std::string recipe_path;
+  std::string recipe_text;
+  std::string runs_dir;
+  nlohmann::json target = nlohmann::json::object();  // the recipe's target section
+  std::optional<double> target_val_loss;             // when the target is a fixed loss
+};
+
+struct PlannedRun {
+  std::string run_id;
+  std::string arm;
+  int arm_index = 0;
+  std::string config_json;
+  std::string run_dir;
+  double max_tokens = 0;
+  std::vector<std::pair<std::string, std::string>> axes;  // axis name, value as JSON text
+};
+
+struct RunState {
+  std::string run_id;
+  int64_t sweep_id = 0;
+  std::string arm;
+  std::optional<int64_t> plan_index;
+  std::string status;
+  int attempts = 0;
+  std::string run_dir;
+  int64_t ingest_offset = 0;
+  int64_t last_seq = 0;
+  std::optional<std::string> error;
+};
+
+struct AttemptStart {
+  std::string executor;  // "local", "slurm", …
+  std::string executor_ref;
+  std::string slot;
+  std::string host;
+  std::string device;
+  bool resumed = false;
+  int64_t start_seq = 0;
+};
+
+struct AttemptEnd {
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string outcome;  // a run status, or "retry"
+  std::string reason;
+};
+
+struct OpenAttempt {
+  std::string run_id;
+  int attempt = 0;
+  std::string executor;
+  std::string executor_ref;
+  std::string run_dir;
+  int64_t start_seq = 0;
+  double launched_at = 0;
+};
+
+// Seconds since the Unix epoch (the unit of every *_at column).
+double unix_now();
+
+class ResultsStore {
+ public:
+  // Opens (creating if needed) for writing: WAL journal, busy timeout, foreign keys, migrations.
+  explicit ResultsStore(const std::string& path);
+
+  Database& db() { return db_; }
+
+  // Creates the sweep or updates its recipe; returns its id.
+  int64_t register_sweep(const SweepRecord& sweep);
+  // Makes `plan` the sweep's current plan: new runs are inserted as pending, known ones keep
+  // their state and get their new plan position; runs no longer planned keep their results
+  // but drop out of the plan (plan_index NULL).
+  void register_plan(int64_t sweep_id, const std::vector<PlannedRun>& plan);
+
+  std::vector<RunState> planned_runs(int64_t sweep_id);
+  RunState run(const std::string& run_id);
+
+  // Records a launch: attempts + 1, status running. Returns the attempt number.
+  int begin_attempt(const std::string& run_id, const AttemptStart& start);
+  void end_attempt(const std::string& run_id, int attempt, const AttemptEnd& end);
+  // end_attempt and set_status in one transaction, so that a crash between them cannot leave a
+  // run marked running with no open attempt.
+  void finish_attempt(const std::string& run_id, int attempt, const AttemptEnd& end,
+                      const std::string& status, const std::optional<std::string>& error);
+  // Attempts of the sweep whose end was never recorded (an orchestrator died meanwhile).
+  std::vector<OpenAttempt> open_attempts(int64_t sweep_id);
+
+  void set_status(const std::string& run_id, const std::string& status,
+                  const std::optional<std::string>& error = std::nullopt);
+
+  // Forgets everything ingested for the run (before a restart from scratch).
+  void reset_run_events(const std::string& run_id);
+
+  // Status of the latest run_end event with seq > after_seq, if any.
+  std::optional<std::string> run_end_status_after(const std::string& run_id, int64_t after_seq);
+  // True when the run's surviving timeline holds a checkpoint event.
+  bool has_checkpoint(const std::string& run_id);
+
+ private:
+  Database db_;
+};
+
+}  // namespace mxablate::results

@@ -1,0 +1,210 @@
+#include "mxablate/results/store.h"
+
+#include <chrono>
+
+#include "mxablate/results/schema.h"
+
+namespace mxablate::results {
+
+double unix_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+ResultsStore::ResultsStore(const std::string& path)
+    : db_(path, Database::Mode::kReadWriteCreate) {
+  // WAL: readers (status, query) never block the sweep and the sweep never blocks them.
+  // synchronous=NORMAL is durable across process crashes; the event logs are the source of
+  // truth for anything a power loss could take.
+  Statement wal(db_, "PRAGMA journal_mode = WAL");
+  wal.step();
+  const std::string mode = wal.get_text(0);
+  if (mode != "wal")
+    throw SqliteError(db_.path() + ": cannot switch the database to WAL mode (got " + mode +
+                          "); is it on a filesystem without shared memory support?",
+                      0);
+  db_.exec("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;", "configuring");
+  migrate(db_);
+}
+
+int64_t ResultsStore::register_sweep(const SweepRecord& s) {
+  Transaction tx(db_);
+  const double now = unix_now();
+  Statement up(db_,
+               "INSERT INTO sweeps (name, recipe_path, recipe_text, target_json, target_val_loss, "
+               "runs_dir, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) "
+               "ON CONFLICT (name) DO UPDATE SET recipe_path = ?2, recipe_text = ?3, "
+               "target_json = ?4, target_val_loss = COALESCE(?5, sweeps.target_val_loss), "
+               "runs_dir = ?6, updated_at = ?7");
+  up.bind(1, s.name).bind(2, s.recipe_path).bind(3, s.recipe_text).bind(4, s.target.dump());
+  up.bind(5, s.target_val_loss).bind(6, s.runs_dir).bind(7, now);
+  up.run();
+  Statement id(db_, "SELECT sweep_id FROM sweeps WHERE name = ?1");
+  id.bind(1, s.name);
+  id.step();
+  const int64_t sweep_id = id.get_int(0);
+  tx.commit();
+  return sweep_id;
+}
+
+void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>& plan) {
+  Transaction tx(db_);
+  const double now = unix_now();
+  Statement clear(db_, "UPDATE runs SET plan_index = NULL WHERE sweep_id = ?1");
+  clear.bind(1, sweep_id).run();
+  Statement insert(db_,
+                   "INSERT INTO runs (run_id, sweep_id, arm, arm_index, plan_index, config_json, "
+                   "run_dir, max_tokens, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+                   "ON CONFLICT (run_id) DO UPDATE SET sweep_id = ?2, arm = ?3, arm_index = ?4, "
+                   "plan_index = ?5, config_json = ?6, run_dir = ?7, max_tokens = ?8");
+  Statement axis(db_,
+                 "INSERT OR REPLACE INTO run_axes (run_id, axis, value, position) "
+                 "VALUES (?1, ?2, ?3, ?4)");
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedRun& r = plan[i];
+    insert.bind(1, r.run_id).bind(2, sweep_id).bind(3, r.arm).bind(4, r.arm_index);
+    insert.bind(5, static_cast<int64_t>(i)).bind(6, r.config_json).bind(7, r.run_dir);
+    insert.bind(8, r.max_tokens).bind(9, now);
+    insert.run();
+    for (size_t a = 0; a < r.axes.size(); ++a) {
+      axis.bind(1, r.run_id).bind(2, r.axes[a].first).bind(3, r.axes[a].second);
+      axis.bind(4, static_cast<int64_t>(a));
+      axis.run();
+    }
+  }
+  tx.commit();
+}
+
+namespace {
+
+constexpr const char* kRunColumns =
+    "run_id, sweep_id, arm, plan_index, status, attempts, run_dir, ingest_offset, last_seq, error";
+
+RunState read_run(const Statement& st) {
+  RunState r;
+  r.run_id = st.get_text(0);
+  r.sweep_id = st.get_int(1);
+  r.arm = st.get_text(2);
+  r.plan_index = st.get_opt_int(3);
+  r.status = st.get_text(4);
+  r.attempts = static_cast<int>(st.get_int(5));
+  r.run_dir = st.get_text(6);
+  r.ingest_offset = st.get_int(7);
+  r.last_seq = st.get_int(8);
+  r.error = st.get_opt_text(9);
+  return r;
+}
+
+}  // namespace
+
+std::vector<RunState> ResultsStore::planned_runs(int64_t sweep_id) {
+  Statement st(db_, std::string("SELECT ") + kRunColumns +
+                        " FROM runs WHERE sweep_id = ?1 AND plan_index IS NOT NULL "
+                        "ORDER BY plan_index");
+  st.bind(1, sweep_id);
+  std::vector<RunState> out;
+  while (st.step()) out.push_back(read_run(st));
+  return out;
+}
+
+RunState ResultsStore::run(const std::string& run_id) {
+  Statement st(db_, std::string("SELECT ") + kRunColumns + " FROM runs WHERE run_id = ?1");
+  st.bind(1, run_id);
+  if (!st.step()) throw SqliteError(db_.path() + ": no run " + run_id, 0);
+  return read_run(st);
+}
+
+int ResultsStore::begin_attempt(const std::string& run_id, const AttemptStart& a) {
+  Transaction tx(db_);
+  const double now = unix_now();
+  Statement upd(db_,
+                "UPDATE runs SET attempts = attempts + 1, status = 'running', host = ?2, "
+                "device = ?3, started_at = COALESCE(started_at, ?4), finished_at = NULL "
+                "WHERE run_id = ?1 RETURNING attempts");
+  upd.bind(1, run_id).bind(2, a.host).bind(3, a.device).bind(4, now);
+  if (!upd.step()) throw SqliteError(db_.path() + ": no run " + run_id, 0);
+  const int attempt = static_cast<int>(upd.get_int(0));
+  upd.reset();
+  Statement ins(db_,
+                "INSERT INTO attempts (run_id, attempt, executor, executor_ref, slot, host, "
+                "resumed, start_seq, launched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  ins.bind(1, run_id).bind(2, attempt).bind(3, a.executor).bind(4, a.executor_ref);
+  ins.bind(5, a.slot).bind(6, a.host).bind(7, a.resumed ? 1 : 0).bind(8, a.start_seq);
+  ins.bind(9, now);
+  ins.run();
+  tx.commit();
+  return attempt;
+}
+
+void ResultsStore::end_attempt(const std::string& run_id, int attempt, const AttemptEnd& e) {
+  Statement st(db_,
+               "UPDATE attempts SET ended_at = ?3, exit_code = ?4, signal = ?5, outcome = ?6, "
+               "reason = ?7 WHERE run_id = ?1 AND attempt = ?2");
+  st.bind(1, run_id).bind(2, attempt).bind(3, unix_now()).bind(4, e.exit_code);
+  st.bind(5, e.signal).bind(6, e.outcome).bind(7, e.reason);
+  st.run();
+}
+
+void ResultsStore::finish_attempt(const std::string& run_id, int attempt, const AttemptEnd& end,
+                                  const std::string& s, const std::optional<std::string>& error) {
+  Transaction tx(db_);
+  end_attempt(run_id, attempt, end);
+  set_status(run_id, s, error);
+  tx.commit();
+}
+
+std::vector<OpenAttempt> ResultsStore::open_attempts(int64_t sweep_id) {
+  Statement st(db_,
+               "SELECT a.run_id, a.attempt, a.executor, a.executor_ref, r.run_dir, a.start_seq, "
+               "a.launched_at FROM attempts a JOIN runs r USING (run_id) "
+               "WHERE r.sweep_id = ?1 AND a.ended_at IS NULL ORDER BY a.launched_at");
+  st.bind(1, sweep_id);
+  std::vector<OpenAttempt> out;
+  while (st.step()) {
+    out.push_back({st.get_text(0), static_cast<int>(st.get_int(1)), st.get_text(2),
+                   st.get_text(3), st.get_text(4), st.get_int(5), st.get_double(6)});
+  }
+  return out;
+}
+
+void ResultsStore::set_status(const std::string& run_id, const std::string& s,
+                              const std::optional<std::string>& error) {
+  const bool ended = s != status::kRunning && s != status::kPending;
+  Statement st(db_,
+               "UPDATE runs SET status = ?2, error = ?3, "
+               "finished_at = CASE WHEN ?4 THEN ?5 ELSE NULL END WHERE run_id = ?1");
+  st.bind(1, run_id).bind(2, s).bind(3, error).bind(4, ended ? 1 : 0).bind(5, unix_now());
+  st.run();
+}
+
+void ResultsStore::reset_run_events(const std::string& run_id) {
+  Transaction tx(db_);
+  for (const char* table : {"evals", "train_steps", "quant_stats", "events"}) {
+    Statement del(db_, std::string("DELETE FROM ") + table + " WHERE run_id = ?1");
+    del.bind(1, run_id).run();
+  }
+  Statement upd(db_,
+                "UPDATE runs SET ingest_offset = 0, last_seq = 0, step = NULL, tokens = NULL, "
+                "train_loss = NULL, final_val_loss = NULL, best_val_loss = NULL, "
+                "tokens_to_target = NULL, trainer_status = NULL WHERE run_id = ?1");
+  upd.bind(1, run_id).run();
+  tx.commit();
+}
+
+std::optional<std::string> ResultsStore::run_end_status_after(const std::string& run_id,
+                                                              int64_t after_seq) {
+  Statement st(db_,
+               "SELECT json_extract(detail, '$.status') FROM events WHERE run_id = ?1 AND "
+               "kind = 'run_end' AND seq > ?2 ORDER BY seq DESC LIMIT 1");
+  st.bind(1, run_id).bind(2, after_seq);
+  if (!st.step()) return std::nullopt;
+  return st.get_opt_text(0);
+}
+
+bool ResultsStore::has_checkpoint(const std::string& run_id) {
+  Statement st(db_, "SELECT 1 FROM events WHERE kind = 'checkpoint' AND run_id = ?1 LIMIT 1");
+  st.bind(1, run_id);
+  return st.step();
+}
+
+}  // namespace mxablate::results
