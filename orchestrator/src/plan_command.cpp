@@ -41,10 +41,8 @@ std::string quant_cell(const contract::RunConfig& c) {
   if (c.quant.hadamard.mode != "none") {
     std::string gemms;
     for (const auto& g : c.quant.hadamard.gemms) gemms += (gemms.empty() ? "" : ",") + g;
-    s += fmt::format("{}H{} {}({})", s.empty() ? "" : " ",
-                     c.quant.hadamard.mode == "deterministic" ? "" :
-                     c.quant.hadamard.mode == "fixed-random" ? "R" : "R/step ",
-                     c.quant.hadamard.size, gemms);
+    s += fmt::format("{}H{} {} ({})", s.empty() ? "" : " ", c.quant.hadamard.size,
+                     c.quant.hadamard.mode, gemms);
   }
   return s.empty() ? "-" : s;
 }

@@ -168,11 +168,11 @@ IngestSummary ingest_events(Database& db, const std::string& run_id,
   if (summary.last_run_end) {
     const json& e = *summary.last_run_end;
     Statement end(db,
-                  "UPDATE runs SET trainer_status = ?2, wall_s = COALESCE(?3, wall_s), "
+                  "UPDATE runs SET trainer_status = ?2, "
                   "tokens_per_s = COALESCE(?4, tokens_per_s), "
                   "peak_rss_bytes = COALESCE(?5, peak_rss_bytes), "
                   "peak_gpu_bytes = COALESCE(?6, peak_gpu_bytes) WHERE run_id = ?1");
-    end.bind(1, run_id).bind(2, text(e, "status")).bind(3, number(e, "wall_s"));
+    end.bind(1, run_id).bind(2, text(e, "status"));
     end.bind(4, number(e, "tokens_per_s")).bind(5, integer(e, "peak_rss_bytes"));
     end.bind(6, integer(e, "peak_gpu_bytes"));
     end.run();

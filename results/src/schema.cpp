@@ -41,7 +41,7 @@ CREATE TABLE runs (
   best_val_loss   REAL,
   tokens_to_target REAL,                       -- as reported by the trainer's target_reached
   trainer_status  TEXT,                        -- status of the latest run_end event
-  wall_s          REAL,
+  wall_s          REAL,                        -- all attempts, as the orchestrator timed them
   tokens_per_s    REAL,
   peak_rss_bytes  INTEGER,
   peak_gpu_bytes  INTEGER,

@@ -16,9 +16,12 @@ ResultsStore::ResultsStore(const std::string& path)
   // WAL: readers (status, query) never block the sweep and the sweep never blocks them.
   // synchronous=NORMAL is durable across process crashes; the event logs are the source of
   // truth for anything a power loss could take.
-  Statement wal(db_, "PRAGMA journal_mode = WAL");
-  wal.step();
-  const std::string mode = wal.get_text(0);
+  std::string mode;
+  {
+    Statement wal(db_, "PRAGMA journal_mode = WAL");
+    wal.step();
+    mode = wal.get_text(0);
+  }
   if (mode != "wal")
     throw SqliteError(db_.path() + ": cannot switch the database to WAL mode (got " + mode +
                           "); is it on a filesystem without shared memory support?",
@@ -43,6 +46,7 @@ int64_t ResultsStore::register_sweep(const SweepRecord& s) {
   id.bind(1, s.name);
   id.step();
   const int64_t sweep_id = id.get_int(0);
+  id.reset();  // a statement mid-row would block the COMMIT
   tx.commit();
   return sweep_id;
 }
@@ -150,6 +154,12 @@ void ResultsStore::finish_attempt(const std::string& run_id, int attempt, const 
   Transaction tx(db_);
   end_attempt(run_id, attempt, end);
   set_status(run_id, s, error);
+  // Wall time of a run: all its attempts, as the orchestrator saw them (a trainer's run_end
+  // only knows its own attempt).
+  Statement wall(db_,
+                 "UPDATE runs SET wall_s = (SELECT SUM(ended_at - launched_at) FROM attempts "
+                 "WHERE run_id = ?1 AND ended_at IS NOT NULL) WHERE run_id = ?1");
+  wall.bind(1, run_id).run();
   tx.commit();
 }
 
