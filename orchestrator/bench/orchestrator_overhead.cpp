@@ -48,6 +48,7 @@ struct Options {
   int poll_ms = 200;
   int step_ms = 0;  // the fake trainer's time per step (MXABLATE_FAKE_STEP_MS)
   int ingest_events = 100000;
+  int repeat = 3;  // baseline and mxablate alternate this many times; medians are reported
   fs::path trainer;
   fs::path work = fs::temp_directory_path() / ("mxablate-bench-" + std::to_string(::getpid()));
 };
@@ -81,8 +82,8 @@ grid:
 }
 
 // The least any executor could do: fork/exec the trainer into `slots` parallel slots.
-double run_baseline(const Options& o, const Plan& plan) {
-  const fs::path root = o.work / "baseline";
+double run_baseline(const Options& o, const Plan& plan, int round) {
+  const fs::path root = o.work / fmt::format("baseline-{}", round);
   std::vector<fs::path> dirs;
   for (const RunSpec& r : plan.runs) {
     const fs::path d = root / r.run_id;
@@ -119,13 +120,13 @@ struct SweepTiming {
   size_t events = 0;
 };
 
-SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan& plan) {
-  results::ResultsStore store((o.work / "bench.db").string());
+SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan& plan, int round) {
+  results::ResultsStore store((o.work / fmt::format("bench-{}.db", round)).string());
   LocalExecutor executor(cpu_slots(o.slots));
   SignalWatcher signals;
   auto progress = make_progress(ProgressMode::kNone, stderr);
   SweepOptions options;
-  options.runs_dir = o.work / "runs";
+  options.runs_dir = o.work / fmt::format("runs-{}", round);
   options.trainer = o.trainer;
   options.poll = std::chrono::milliseconds(o.poll_ms);
   SweepRunner runner(recipe, plan, store, executor, signals, *progress, options);
@@ -234,6 +235,13 @@ IngestTiming measure_ingestion(const Options& o) {
   return t;
 }
 
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string line;
+  std::getline(in, line);
+  return line + "\n";
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -247,13 +255,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--poll-ms") o.poll_ms = std::stoi(value());
     else if (a == "--step-ms") o.step_ms = std::stoi(value());
+    else if (a == "--repeat") o.repeat = std::max(1, std::stoi(value()));
     else if (a == "--ingest-events") o.ingest_events = std::stoi(value());
     else if (a == "--trainer") o.trainer = value();
     else if (a == "--work") o.work = value();
     else
       throw std::invalid_argument(
           "usage: mxablate-bench-orchestrator [--runs N] [--slots S] [--steps K] [--step-ms MS] "
-          "[--poll-ms P] "
+          "[--poll-ms P] [--repeat R] "
           "[--ingest-events E] [--trainer FAKE_TRAINER] [--work DIR]");
   }
   if (o.trainer.empty()) o.trainer = own_directory() / "mxablate-fake-train";
@@ -274,18 +283,32 @@ int main(int argc, char** argv) {
     const Plan plan = expand_recipe(recipe);
     const double plan_s = seconds(Clock::now() - p0);
 
-    const double base_s = run_baseline(o, plan);
-    const SweepTiming sweep = run_orchestrated(o, recipe, plan);
+    // Alternate the two so that load from elsewhere on the machine hits both alike.
+    std::vector<double> base_walls, sweep_walls;
+    SweepTiming sweep;
+    for (int round = 0; round < o.repeat; ++round) {
+      base_walls.push_back(run_baseline(o, plan, round));
+      SweepTiming t = run_orchestrated(o, recipe, plan, round);
+      sweep_walls.push_back(t.wall_s);
+      sweep.events = t.events;
+      for (std::vector<double> SweepTiming::*v :
+           {&SweepTiming::first_event_s, &SweepTiming::idle_s, &SweepTiming::react_s})
+        (sweep.*v).insert((sweep.*v).end(), (t.*v).begin(), (t.*v).end());
+    }
+    const double base_s = percentile(base_walls, 0.5);
+    sweep.wall_s = percentile(sweep_walls, 0.5);
     const IngestTiming ingest = measure_ingestion(o);
 
     const double per_run_ms = (sweep.wall_s - base_s) * o.slots / o.runs * 1e3;
+    std::printf("load average before: %s", load_average().c_str());
     std::printf("orchestrator overhead: %d fake-trainer runs (%d steps of %d ms, %zu events in "
                 "all), %d slots, poll %d ms\n\n",
                 o.runs, o.steps, o.step_ms, sweep.events, o.slots, o.poll_ms);
     std::printf("| measure | value | ratio / bound |\n|---|---|---|\n");
-    std::printf("| sweep wall time, bare fork/exec baseline | %.2f s | 1.00 |\n", base_s);
-    std::printf("| sweep wall time, mxablate run path | %.2f s | %.2f× baseline |\n", sweep.wall_s,
-                sweep.wall_s / base_s);
+    std::printf("| sweep wall time, bare fork/exec baseline (median of %d) | %.2f s | 1.00 |\n",
+                o.repeat, base_s);
+    std::printf("| sweep wall time, mxablate run path (median of %d) | %.2f s | %.2f× baseline |\n",
+                o.repeat, sweep.wall_s, sweep.wall_s / base_s);
     std::printf("| overhead per run (slot time) | %.1f ms | %.4f of a 1-minute run |\n",
                 per_run_ms, per_run_ms / 60e3);
     std::printf("| plan: parse + expand + validate %d runs | %.1f ms | %.3f ms per run |\n", o.runs,
