@@ -51,14 +51,18 @@ case "$cmd" in
     export PATH="$PATH:/usr/sbin"
     mkdir -p "$dir/state" "$dir/spool" "$dir/log"
 
-    # munge: reuse a running daemon; otherwise start one and remember that we did.
-    if ! pgrep -x munged >/dev/null 2>&1; then
+    # munge: reuse a daemon that answers on its socket; otherwise start one and remember that we
+    # did (so `stop` ends it and nothing else).
+    munge_socket=/run/munge/munge.socket.2
+    if ! [ -S "$munge_socket" ]; then
       [ -f /etc/munge/munge.key ] || cannot "/etc/munge/munge.key is missing"
       mkdir -p /run/munge && chown munge:munge /run/munge
       runuser -u munge -- /usr/sbin/munged >>"$dir/log/munged.log" 2>&1 ||
         cannot "munged would not start (see $dir/log/munged.log)"
       # munged (running as munge) cannot write into DIR: record its pid ourselves.
-      pgrep -o -x munged >"$dir/munged.pid"
+      pgrep -n -x -u munge munged >"$dir/munged.pid"
+      for _ in $(seq 1 50); do [ -S "$munge_socket" ] && break; sleep 0.1; done
+      [ -S "$munge_socket" ] || cannot "munged started but $munge_socket did not appear"
     fi
 
     cpus=$(nproc)
