@@ -9,5 +9,6 @@ class App;
 namespace mxablate::cli {
 
 void register_quant_command(CLI::App& app);
+void register_data_command(CLI::App& app);
 
 }  // namespace mxablate::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxablate 0.1.0");
   register_quant_command(app);
+  register_data_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
