@@ -18,7 +18,7 @@ struct MinifloatFormat {
   int bias;
   float max_finite;
   uint8_t nan_code;  // magnitude code used for NaN; 0 when the format has no NaN (E2M1)
-  bool has_inf;      // E5M2 only
+  bool has_inf;      // E5M2 only: IEEE-style infinities and NaNs in the top binade
 };
 
 inline constexpr MinifloatFormat kE2M1{2, 1, 1, 6.0f, 0, false};
@@ -94,11 +94,13 @@ MX_HD float decode_code(uint32_t code, const MinifloatFormat& f) {
   const uint32_t mag_mask = (1u << sign_shift(f)) - 1u;
   const uint32_t mag = code & mag_mask;
   const bool negative = (code >> sign_shift(f)) & 1u;
+  const uint32_t exp_all_ones = ((1u << f.exp_bits) - 1u) << f.man_bits;
   float v;
-  if (f.nan_code != 0 && mag == f.nan_code) {
+  if (f.has_inf && (mag & exp_all_ones) == exp_all_ones) {
+    // IEEE-style specials (E5M2): all-ones exponent is infinity or NaN.
+    v = bits_float(mag == exp_all_ones ? 0x7F800000u : 0x7FC00000u);
+  } else if (f.nan_code != 0 && mag == f.nan_code) {  // E4M3 (FN): only S.1111.111 is NaN
     v = bits_float(0x7FC00000u);
-  } else if (f.has_inf && mag == f.nan_code - 3u) {  // E5M2: 0x7C is infinity
-    v = bits_float(0x7F800000u);
   } else {
     v = decode_magnitude(mag, f);
   }

@@ -1,0 +1,42 @@
+// LibTorch adapter of the quantizers: at::Tensor in, at::Tensor out.
+//
+// A CPU tensor goes through the CPU reference (kernels/src/cpu); a CUDA tensor through the fused
+// GPU kernel (kernels/gpu), which is bit-exact with it. Both follow the layout contract of
+// mxablate/kernels/quantize.h; "fake quantization" returns the dequantized values Q(x) in the
+// input's shape, dtype and device.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "mxablate/kernels/quantize.h"
+
+namespace mxablate::kernels {
+
+// Q(x) for a 2-D float32 or bfloat16 tensor, quantized along `axis` (kRows: blocks run along a
+// row; kCols: down a column). With a Hadamard mode, Q(rotated x): the rotation only cancels
+// inside a GEMM whose two operands were rotated alike. Throws std::invalid_argument with one
+// sentence when the spec does not fit the shape or the tensor is not 2-D float32/bf16.
+// `telemetry`, when given, receives the statistics of this call (on CUDA this costs a device
+// synchronization; without it nothing is computed).
+at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
+                         QuantTelemetry* telemetry = nullptr);
+
+// How one axis of a tensor is quantized: the spec and the random stream of the GEMM that uses it.
+struct AxisQuantization {
+  QuantSpec spec;
+  RngKey key;
+};
+
+struct BothAxes {
+  at::Tensor rows;  // Q along rows (e.g. X for Fprop)
+  at::Tensor cols;  // Q down columns (e.g. X for Wgrad)
+};
+
+// Q along rows and Q down columns of one tensor: one pass over memory on CUDA (a training step
+// needs X row-wise for Fprop and column-wise for Wgrad), two CPU reference calls on CPU. The
+// results equal two fake_quantize calls bit for bit.
+BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
+                            const AxisQuantization& cols, QuantTelemetry* rows_telemetry = nullptr,
+                            QuantTelemetry* cols_telemetry = nullptr);
+
+}  // namespace mxablate::kernels

@@ -1,0 +1,72 @@
+// fake_quantize: CPU tensors through the CPU reference, CUDA tensors through the GPU kernels.
+#include "mxablate/kernels/torch/fake_quantize.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "tensor_checks.h"
+#include "torch_compat.h"
+#if MXABLATE_KERNELS_TORCH_CUDA
+#include "gpu_ops.h"
+#endif
+
+namespace mxablate::kernels {
+namespace {
+
+// The CPU reference reads float32; bf16 -> float32 is exact, so the result is the same as
+// quantizing the bf16 values themselves.
+at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
+                             const RngKey& key, QuantTelemetry* telemetry) {
+  const at::Tensor in = x.to(at::kFloat).contiguous();
+  at::Tensor result = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  QuantOutputs out;
+  if (x.scalar_type() == at::kFloat) {
+    out.dequant = result.data_ptr<float>();
+  } else {
+    out.dequant_bf16 = reinterpret_cast<uint16_t*>(result.data_ptr<at::BFloat16>());
+  }
+  const QuantTelemetry t = quantize(in.data_ptr<float>(), x.size(0), x.size(1), axis, spec, key, out);
+  if (telemetry) *telemetry = t;
+  return result;
+}
+
+[[noreturn]] void throw_no_gpu_kernels(const at::Tensor& x) {
+  throw std::invalid_argument(
+      "tensor on " + x.device().str() +
+      " but this build of mxablate_kernels_torch has no GPU kernels (configure with "
+      "-DMXABLATE_CUDA=ON against a CUDA LibTorch)");
+}
+
+void check_device_supported(const at::Tensor& x) {
+  if (x.is_cpu()) return;
+  if (x.is_cuda() && compat::kHasCudaKernels) return;
+  throw_no_gpu_kernels(x);
+}
+
+}  // namespace
+
+at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
+                         QuantTelemetry* telemetry) {
+  detail::check_quantizable(x, axis, spec, "fake_quantize input");
+  check_device_supported(x);
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, spec, key, telemetry);
+#endif
+  return fake_quantize_cpu(x, axis, spec, key, telemetry);
+}
+
+BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
+                            const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
+                            QuantTelemetry* cols_telemetry) {
+  detail::check_quantizable(x, Axis::kRows, rows.spec, "fake_quantize_both input (rows)");
+  detail::check_quantizable(x, Axis::kCols, cols.spec, "fake_quantize_both input (cols)");
+  check_device_supported(x);
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (x.is_cuda()) return detail::fake_quantize_both_gpu(x, rows, cols, rows_telemetry, cols_telemetry);
+#endif
+  return BothAxes{fake_quantize_cpu(x, Axis::kRows, rows.spec, rows.key, rows_telemetry),
+                  fake_quantize_cpu(x, Axis::kCols, cols.spec, cols.key, cols_telemetry)};
+}
+
+}  // namespace mxablate::kernels

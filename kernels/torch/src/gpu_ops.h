@@ -1,0 +1,40 @@
+// The CUDA side of the adapters: at::Tensor on a CUDA device -> the raw GPU API
+// (mxablate/kernels/gpu/quantize_gpu.h) on LibTorch's current stream. Compiled only when the GPU
+// kernels are built against a CUDA LibTorch (MXABLATE_KERNELS_TORCH_CUDA).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+
+namespace mxablate::kernels::detail {
+
+at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
+                             const RngKey& key, QuantTelemetry* telemetry);
+
+BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& rows,
+                                const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
+                                QuantTelemetry* cols_telemetry);
+
+// An MXFP4 operand re-expressed for at::_scaled_mm with 1x128 blockwise scales: codes are E4M3,
+// (lines x K) row-major; scales are float32 (lines x K/128) stored column-major (strides
+// (1, lines)), the layout cuBLASLt accepts for the A operand (and, transposed, for B).
+struct Fp8Operand {
+  at::Tensor codes;
+  at::Tensor scales;
+  int64_t chunks = 0;          // filled when counts were asked for
+  int64_t inexact_chunks = 0;  // idem
+};
+
+// Empty when `device` has FP8 tensor cores that cuBLASLt's 1x128 blockwise recipe runs on
+// (compute capability 9.0 and later), else why not.
+std::string hopper_fp8_unavailable_reason(const at::Device& device);
+
+Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry,
+                                    bool want_counts);
+
+}  // namespace mxablate::kernels::detail

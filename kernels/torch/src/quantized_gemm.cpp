@@ -1,0 +1,140 @@
+// quantized_gemm: the exact emulation on any device, and the Hopper FP8 path on CUDA.
+#include "mxablate/kernels/torch/quantized_gemm.h"
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <stdexcept>
+#include <utility>
+
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "tensor_checks.h"
+#include "torch_compat.h"
+#if MXABLATE_KERNELS_TORCH_CUDA
+#include "gpu_ops.h"
+#endif
+
+namespace mxablate::kernels {
+namespace {
+
+constexpr std::array<std::pair<GemmPath, std::string_view>, 3> kPathNames{
+    {{GemmPath::kEmulated, "emulated"},
+     {GemmPath::kHopperFP8, "hopper-fp8"},
+     {GemmPath::kNativeMXFP4, "native-mxfp4"}}};
+
+// The operand as the GEMM sees it: (M or N) x K.
+int64_t outer_dim(const GemmOperand& op) { return op.tensor.size(op.axis == Axis::kRows ? 0 : 1); }
+int64_t reduction_dim(const GemmOperand& op) {
+  return op.tensor.size(op.axis == Axis::kRows ? 1 : 0);
+}
+at::Tensor as_gemm_operand(const at::Tensor& q, Axis axis) { return axis == Axis::kRows ? q : q.t(); }
+
+void check_operands(const GemmOperand& a, const GemmOperand& b) {
+  detail::check_quantizable(a.tensor, a.axis, a.spec, "quantized_gemm operand a");
+  detail::check_quantizable(b.tensor, b.axis, b.spec, "quantized_gemm operand b");
+  if (a.tensor.device() != b.tensor.device())
+    throw std::invalid_argument("quantized_gemm operands are on different devices (" +
+                                a.tensor.device().str() + ", " + b.tensor.device().str() + ")");
+  if (reduction_dim(a) != reduction_dim(b))
+    throw std::invalid_argument("quantized_gemm operands disagree on K: a has " +
+                                std::to_string(reduction_dim(a)) + ", b has " +
+                                std::to_string(reduction_dim(b)));
+}
+
+at::Tensor emulated_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
+  const at::Tensor qa = fake_quantize(a.tensor, a.axis, a.spec, a.key, report ? &report->a : nullptr);
+  const at::Tensor qb = fake_quantize(b.tensor, b.axis, b.spec, b.key, report ? &report->b : nullptr);
+  const at::Tensor ma = as_gemm_operand(qa, a.axis);
+  const at::Tensor mb = as_gemm_operand(qb, b.axis);
+  const bool bf16_operands = qa.scalar_type() == at::kBFloat16 && qb.scalar_type() == at::kBFloat16;
+  // On CUDA, BF16 operands hit the BF16 tensor cores with FP32 accumulation. Everywhere else the
+  // (bf16-representable) values are multiplied as float32: exact products, FP32 accumulation.
+  if (qa.is_cuda() && bf16_operands) return at::mm(ma, mb.t());
+  return at::mm(ma.to(at::kFloat), mb.to(at::kFloat).t()).to(a.tensor.scalar_type());
+}
+
+at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
+  for (const GemmOperand* op : {&a, &b}) {
+    if (op->spec.format != QuantFormat::kMXFP4)
+      throw std::invalid_argument("the hopper-fp8 GEMM path needs MXFP4 operands, got " +
+                                  std::string(to_string(op->spec.format)));
+  }
+  if (reduction_dim(a) % 128 != 0)
+    throw std::invalid_argument("the hopper-fp8 GEMM path needs K to be a multiple of 128, got " +
+                                std::to_string(reduction_dim(a)));
+  if (outer_dim(a) % 16 != 0 || outer_dim(b) % 16 != 0)
+    throw std::invalid_argument("the hopper-fp8 GEMM path needs M and N to be multiples of 16, got " +
+                                std::to_string(outer_dim(a)) + " and " + std::to_string(outer_dim(b)));
+#if MXABLATE_KERNELS_TORCH_CUDA && MXABLATE_TORCH_HAS_BLOCKWISE_SCALED_MM
+  const bool counts = report != nullptr;
+  detail::Fp8Operand fa = detail::quantize_fp8_operand_gpu(a, report ? &report->a : nullptr, counts);
+  detail::Fp8Operand fb = detail::quantize_fp8_operand_gpu(b, report ? &report->b : nullptr, counts);
+  if (report) {
+    report->fp8_chunks = fa.chunks + fb.chunks;
+    report->fp8_inexact_chunks = fa.inexact_chunks + fb.inexact_chunks;
+  }
+  // cuBLASLt's 1x128 x 1x128 recipe: a (M, K) row-major with scales (M, K/128) column-major;
+  // b (K, N) column-major with scales (K/128, N) row-major: both are our line-major outputs of
+  // b, transposed.
+  at::Tensor c = at::_scaled_mm(fa.codes, fb.codes.t(), fa.scales, fb.scales.t(), std::nullopt,
+                                std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+  return c;
+#else
+  (void)report;
+  throw std::invalid_argument("the hopper-fp8 GEMM path needs CUDA LibTorch >= 2.9 with the GPU "
+                              "kernels; this build has LibTorch " +
+                              std::string(compat::torch_version()));
+#endif
+}
+
+}  // namespace
+
+std::string_view to_string(GemmPath path) {
+  for (const auto& [p, name] : kPathNames)
+    if (p == path) return name;
+  return "?";
+}
+
+std::optional<GemmPath> parse_gemm_path(std::string_view s) {
+  for (const auto& [p, name] : kPathNames)
+    if (name == s) return p;
+  return std::nullopt;
+}
+
+std::string gemm_path_unavailable_reason(GemmPath path, const at::Device& device) {
+  const bool gpu_kernels_here = device.is_cuda() && compat::kHasCudaKernels;
+  switch (path) {
+    case GemmPath::kEmulated:
+      if (device.is_cpu() || gpu_kernels_here) return {};
+      return "no quantization kernels for " + device.str() + " in this build";
+    case GemmPath::kHopperFP8:
+      if (!gpu_kernels_here) return "the hopper-fp8 path needs a CUDA device and the GPU kernels";
+      if (!MXABLATE_TORCH_HAS_BLOCKWISE_SCALED_MM)
+        return "the hopper-fp8 path needs LibTorch >= 2.9, this is " + std::string(compat::torch_version());
+#if MXABLATE_KERNELS_TORCH_CUDA
+      return detail::hopper_fp8_unavailable_reason(device);
+#else
+      return {};
+#endif
+    case GemmPath::kNativeMXFP4:
+      return "native MXFP4 GEMMs need gfx950 or sm_100 tensor cores; no kernel is built for them "
+             "(see kernels/torch/README.md, 'native MXFP4 seam')";
+  }
+  return "unknown GEMM path";
+}
+
+at::Tensor quantized_gemm(const GemmOperand& a, const GemmOperand& b, GemmPath path,
+                          GemmReport* report) {
+  check_operands(a, b);
+  if (report) *report = GemmReport{};
+  const std::string unavailable = gemm_path_unavailable_reason(path, a.tensor.device());
+  if (!unavailable.empty()) throw std::invalid_argument(unavailable);
+  switch (path) {
+    case GemmPath::kEmulated: return emulated_gemm(a, b, report);
+    case GemmPath::kHopperFP8: return hopper_fp8_gemm(a, b, report);
+    case GemmPath::kNativeMXFP4: break;
+  }
+  throw std::invalid_argument("unknown GEMM path");
+}
+
+}  // namespace mxablate::kernels

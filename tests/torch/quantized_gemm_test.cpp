@@ -1,0 +1,105 @@
+// kernels/torch quantized_gemm on CPU: the exact emulation against a float64 product of the same
+// dequantized operands, the three training GEMMs' operand layouts, and the rotation cancelling.
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "catch.h"
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "test_tensors.h"
+
+using namespace mxablate::kernels;
+using mxablate::test::activation_like;
+
+namespace {
+
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+  return (g - w).norm().item<double>() / w.norm().item<double>();
+}
+
+// L(t): the operand as the GEMM sees it, (M or N) x K, in float64.
+at::Tensor logical64(const at::Tensor& q, Axis axis) {
+  return (axis == Axis::kRows ? q : q.t()).to(at::kDouble);
+}
+
+}  // namespace
+
+TEST_CASE("emulated GEMM equals a float64 product of the dequantized operands", "[torch][gemm]") {
+  const QuantSpec mx{QuantFormat::kMXFP4};
+  const QuantSpec mx_sr{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  // Fprop Y = X Wᵀ, Dgrad dX = dY W, Wgrad dW = dYᵀ X with X: tokens x K_in, W: N_out x K_in.
+  const int64_t tokens = 64, k_in = 96, n_out = 128;
+  const at::Tensor x = activation_like(tokens, k_in, 1);
+  const at::Tensor w = activation_like(n_out, k_in, 2);
+  const at::Tensor dy = activation_like(tokens, n_out, 3);
+  struct Case {
+    const char* name;
+    GemmOperand a, b;
+    std::vector<int64_t> shape;
+  };
+  const std::vector<Case> cases{
+      {"fprop", {x, Axis::kRows, mx, {1, 0, 0, GemmKind::kFprop, Operand::kA}},
+       {w, Axis::kRows, mx, {1, 0, 0, GemmKind::kFprop, Operand::kB}}, {tokens, n_out}},
+      {"dgrad", {dy, Axis::kRows, mx_sr, {1, 0, 0, GemmKind::kDgrad, Operand::kA}},
+       {w, Axis::kCols, mx, {1, 0, 0, GemmKind::kDgrad, Operand::kB}}, {tokens, k_in}},
+      {"wgrad", {dy, Axis::kCols, mx_sr, {1, 0, 0, GemmKind::kWgrad, Operand::kA}},
+       {x, Axis::kCols, mx, {1, 0, 0, GemmKind::kWgrad, Operand::kB}}, {n_out, k_in}},
+  };
+  for (const Case& c : cases) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO(c.name << " " << dtype);
+      GemmOperand a = c.a, b = c.b;
+      a.tensor = a.tensor.to(dtype);
+      b.tensor = b.tensor.to(dtype);
+      GemmReport report;
+      const at::Tensor got = quantized_gemm(a, b, GemmPath::kEmulated, &report);
+      CHECK(got.sizes() == at::IntArrayRef(c.shape));
+      CHECK(got.scalar_type() == dtype);
+      const at::Tensor qa = fake_quantize(a.tensor, a.axis, a.spec, a.key);
+      const at::Tensor qb = fake_quantize(b.tensor, b.axis, b.spec, b.key);
+      const at::Tensor want = at::mm(logical64(qa, a.axis), logical64(qb, b.axis).t());
+      // FP32 accumulation over K <= 128, then the output dtype's rounding.
+      CHECK(relative_error(got, want) < (dtype == at::kFloat ? 1e-6 : 4e-3));
+      CHECK(report.a.elements == static_cast<uint64_t>(a.tensor.numel()));
+      CHECK(report.b.elements == static_cast<uint64_t>(b.tensor.numel()));
+      CHECK(report.fp8_chunks == 0);
+    }
+  }
+}
+
+TEST_CASE("a Hadamard rotation on both operands cancels in the GEMM", "[torch][gemm]") {
+  // With format fp32 the quantizer only rotates, so L(a) L(b)ᵀ must equal the unrotated product
+  // up to float32 rounding, whichever axis each operand is rotated along.
+  const at::Tensor x = activation_like(64, 128, 7);
+  const at::Tensor w = activation_like(32, 128, 8);
+  const at::Tensor exact = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+  for (HadamardMode mode : {HadamardMode::kDeterministic, HadamardMode::kFixedRandom,
+                            HadamardMode::kPerStepRandom}) {
+    for (int n : {16, 32, 64, 128}) {
+      INFO(to_string(mode) << " n=" << n);
+      const QuantSpec rotate_only{QuantFormat::kFP32, ScaleRule::kFloor, Rounding::kNearest, mode, n};
+      // Both operands share the Hadamard signs: same (seed, step, layer, gemm), any operand.
+      const GemmOperand a{x, Axis::kRows, rotate_only, {3, 9, 2, GemmKind::kWgrad, Operand::kA}};
+      const GemmOperand b{w.t(), Axis::kCols, rotate_only, {3, 9, 2, GemmKind::kWgrad, Operand::kB}};
+      CHECK(relative_error(quantized_gemm(a, b), exact) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("quantized_gemm refuses what it cannot do, in one sentence", "[torch][gemm]") {
+  const QuantSpec mx{QuantFormat::kMXFP4};
+  const at::Tensor a = at::randn({32, 64}), b = at::randn({32, 96});
+  CHECK_THROWS_AS(quantized_gemm({a, Axis::kRows, mx, {}}, {b, Axis::kRows, mx, {}}),
+                  std::invalid_argument);
+  const GemmOperand ok{a, Axis::kRows, mx, {}};
+  CHECK_THROWS_AS(quantized_gemm(ok, ok, GemmPath::kNativeMXFP4), std::invalid_argument);
+  CHECK_FALSE(gemm_path_unavailable_reason(GemmPath::kNativeMXFP4, at::kCPU).empty());
+  CHECK_FALSE(gemm_path_unavailable_reason(GemmPath::kHopperFP8, at::kCPU).empty());
+  CHECK(gemm_path_unavailable_reason(GemmPath::kEmulated, at::kCPU).empty());
+  CHECK_THROWS_AS(quantized_gemm(ok, ok, GemmPath::kHopperFP8), std::invalid_argument);
+  CHECK(parse_gemm_path("hopper-fp8") == GemmPath::kHopperFP8);
+  CHECK(to_string(GemmPath::kEmulated) == "emulated");
+  CHECK_FALSE(parse_gemm_path("fast").has_value());
+}
