@@ -119,7 +119,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,
-                                                options.session, device));
+                                                options.session, build));
   if (options.device.is_meta()) {
     to(options.device);
   } else {

@@ -1,6 +1,7 @@
 #include "mxablate/trainer/mx_linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <optional>
@@ -48,9 +49,23 @@ at::Tensor as_gemm_dtype(const at::Tensor& q) {
   return q.is_cuda() ? q.to(at::kBFloat16) : q.to(at::kFloat);
 }
 
+// Plain BF16 rounding (round to nearest even; NaN stays NaN). On the CPU the result stays
+// float32, computed in one pass: LibTorch's to(bf16).to(float) makes two, and on the LM head's
+// gradient (tokens x vocabulary) that was a large share of a smoke-model step.
 at::Tensor round_to_bf16(const at::Tensor& t) {
-  const at::Tensor b = t.to(at::kBFloat16);
-  return t.is_cuda() ? b : b.to(at::kFloat);
+  if (t.is_cuda()) return t.to(at::kBFloat16);
+  const at::Tensor src = t.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(src);
+  const auto* in = reinterpret_cast<const uint32_t*>(src.data_ptr<float>());
+  auto* o = reinterpret_cast<uint32_t*>(out.data_ptr<float>());
+  at::parallel_for(0, src.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t u = in[i];
+      const bool nan = (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0;
+      o[i] = nan ? 0x7FC00000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    }
+  });
+  return out;
 }
 
 bool wants_telemetry(const LinearState& s, const QuantSpec& spec) {
@@ -81,6 +96,9 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
         wants_telemetry(s, rs) ? &rows_tel : nullptr, wants_telemetry(s, cs) ? &cols_tel : nullptr);
     out.rows = as_gemm_dtype(both.rows);
     out.cols = as_gemm_dtype(both.cols);
+  } else if (rows && cols && is_plain_bf16(spec_of(s, *rows)) && is_plain_bf16(spec_of(s, *cols))) {
+    out.rows = round_to_bf16(t);  // the same values serve both GEMMs
+    out.cols = out.rows;
   } else {
     if (rows) out.rows = single(*rows, Axis::kRows, rows_tel);
     if (cols) out.cols = single(*cols, Axis::kCols, cols_tel);

@@ -20,7 +20,15 @@
 #define MXABLATE_TRAINER_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+// OpenBLAS keeps its own thread pool, which at::set_num_threads does not size; where the
+// library is OpenBLAS (Debian's LibTorch) this weak symbol resolves and we size it too.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
 namespace mxablate::trainer::compat {
+
+inline void set_blas_threads(int n) {
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+}
 
 inline const char* torch_version() { return TORCH_VERSION; }
 inline constexpr bool kHasCuda = MXABLATE_TRAINER_CUDA != 0;
