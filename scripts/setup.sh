@@ -13,15 +13,16 @@ LOG_DIR=${BUILD_DIR}/logs
 mkdir -p "$LOG_DIR"
 
 # Libraries (DESIGN §8), test and CI tools (hipcc compiles the kernels for AMD; slurm-wlm and
-# munge run a one-node Slurm cluster), python3-numpy (tests exchange real .npy files), and the
-# default corpus's text (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
+# munge run a one-node Slurm cluster), python3-numpy (tests exchange real .npy files), chromium
+# (the report test renders the HTML page headless), and the default corpus's text
+# (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libtorch-dev libopenblas0
   libyaml-cpp-dev libsqlite3-dev libsqlitecpp-dev sqlite3 libfmt-dev libspdlog-dev
   libboost-dev libboost-filesystem-dev libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
-  catch2 gnuplot-nox python3-numpy
+  catch2 gnuplot-nox python3-numpy chromium
   hipcc slurm-wlm munge
   bible-kjv bible-kjv-text r-cran-janeaustenr zlib1g-dev
 )

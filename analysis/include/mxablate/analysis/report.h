@@ -1,0 +1,77 @@
+// `mxablate report`: one self-contained HTML page per sweep — validation loss vs tokens per arm
+// (median and min-max band over seeds, the target line, divergence events marked), a zoom on
+// the late stage, quantization telemetry per GEMM over training, and the table.
+//
+// The page is built from plain data (ReportData), so it can be tested without a database; the
+// results store fills ReportData for the real command.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mxablate/analysis/arm_table.h"
+#include "mxablate/analysis/curves.h"
+
+namespace mxablate::analysis {
+
+struct DivergenceMark {
+  std::string arm;
+  uint64_t seed = 0;
+  int64_t step = 0;
+  double tokens = 0;
+  std::string reason;
+  std::string severity;  // warning | fatal
+  double value = 0;
+};
+
+struct RunCurve {
+  std::string arm;
+  uint64_t seed = 0;
+  Curve evals;
+};
+
+// Relative quantization error of one (GEMM, operand) over training, averaged over layers.
+struct TelemetryPoint {
+  std::string arm;
+  std::string gemm;     // fprop | dgrad | wgrad
+  std::string operand;  // a | b
+  double tokens = 0;
+  double relative_error = 0;
+};
+
+struct ReportData {
+  std::string sweep;
+  std::string caption;            // what the target was
+  std::optional<double> target;   // validation-loss target line
+  std::vector<std::string> arms;  // in recipe order
+  std::vector<ArmSummary> table;
+  std::vector<RunCurve> runs;
+  std::vector<DivergenceMark> divergences;
+  std::vector<TelemetryPoint> telemetry;
+};
+
+// Median and min-max of an arm's runs at each evaluated token count (runs that stopped early
+// contribute where they have data).
+struct BandPoint {
+  double tokens;
+  double median;
+  double min;
+  double max;
+  int runs;
+};
+std::vector<BandPoint> arm_band(const std::vector<RunCurve>& runs, const std::string& arm);
+
+struct ReportResult {
+  std::string html_path;
+  int plots = 0;          // SVG plots embedded
+  std::string warning;    // e.g. gnuplot missing: the page has the tables only
+};
+
+// Writes OUT_DIR/index.html (creating OUT_DIR). `gnuplot` is the program to run; when it cannot
+// be found the page still holds every table and says why the plots are missing.
+ReportResult write_report(const ReportData& data, const std::string& out_dir,
+                          const std::string& gnuplot = "gnuplot");
+
+}  // namespace mxablate::analysis

@@ -1,0 +1,168 @@
+#include "mxablate/analysis/arm_table.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace mxablate::analysis {
+namespace {
+
+bool is_quantized(const std::string& precision) { return precision == "mxfp4"; }
+bool is_high_precision(const std::string& precision) {
+  return precision == "fp8" || precision == "bf16";
+}
+bool has_hadamard(const ArmSummary& a) { return !a.hadamard_mode.empty() && a.hadamard_mode != "none"; }
+
+std::string interventions_text(const ArmSummary& a) {
+  std::string out;
+  if (!a.stochastic_rounding.empty()) out += "SR(" + a.stochastic_rounding + ")";
+  if (has_hadamard(a)) {
+    if (!out.empty()) out += " + ";
+    out += fmt::format("H{} {} ({})", a.hadamard_size, a.hadamard_mode, a.hadamard_gemms);
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string pct(double v) { return fmt::format("{:+.1f}", v); }
+
+// "+12.3 % [+8.1, +15.0]", "≥ +41.0 % [...]" for lower bounds, "baseline", or "n/a".
+std::string cost_text(const ArmSummary& a, TableFormat f) {
+  if (a.is_baseline) return "baseline";
+  if (!a.cost.median_pct) return "n/a";
+  const std::string percent = f == TableFormat::kLatex ? "\\%" : "%";
+  std::string s;
+  if (a.cost.lower_bound) s += f == TableFormat::kLatex ? "$\\geq$ " : "≥ ";
+  s += pct(*a.cost.median_pct) + " " + percent;
+  if (a.cost.ci_low_pct && a.cost.ci_high_pct)
+    s += " [" + pct(*a.cost.ci_low_pct) + ", " + pct(*a.cost.ci_high_pct) + "]";
+  return s;
+}
+
+std::string loss_text(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fmt::format("{:.4f}", *v) : "-";
+}
+
+std::string diverged_text(const ArmSummary& a) {
+  if (a.diverged == 0) return "0";
+  return fmt::format("{} ({})", a.diverged, a.first_divergence_reason);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string latex_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '_' || c == '%' || c == '&' || c == '#') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string optional_number(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fmt::format("{:.6g}", *v) : std::string();
+}
+
+void render_markdown(const std::vector<std::vector<std::string>>& rows,
+                     const std::vector<std::string>& header, const std::string& caption,
+                     std::string& out) {
+  out += caption + "\n\n";
+  auto line = [&](const std::vector<std::string>& cells) {
+    out += "|";
+    for (const auto& c : cells) out += " " + c + " |";
+    out += "\n";
+  };
+  line(header);
+  out += "|";
+  for (size_t i = 0; i < header.size(); ++i) out += (i == 0 || i == 4) ? "---|" : "---:|";
+  out += "\n";
+  for (const auto& r : rows) line(r);
+}
+
+void render_latex(const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<std::string>& header, const std::string& caption,
+                  std::string& out) {
+  out += "\\begin{table}[t]\n\\centering\n\\caption{" + latex_escape(caption) + "}\n";
+  out += "\\begin{tabular}{lllllrrrrrrl}\n\\toprule\n";
+  for (size_t i = 0; i < header.size(); ++i) out += (i ? " & " : "") + latex_escape(header[i]);
+  out += " \\\\\n\\midrule\n";
+  for (const auto& r : rows) {
+    // Column 5 (the cost) is already LaTeX.
+    for (size_t i = 0; i < r.size(); ++i) out += (i ? " & " : "") + (i == 5 ? r[i] : latex_escape(r[i]));
+    out += " \\\\\n";
+  }
+  out += "\\bottomrule\n\\end{tabular}\n\\end{table}\n";
+}
+
+// Machine-readable: numbers in their own columns, empty where undefined.
+void render_csv(const std::vector<ArmSummary>& arms, std::string& out) {
+  out += "arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,ci_high_pct,"
+         "lower_bound,final_val_loss,seeds,reached,diverged,first_divergence_reason,not_reached,"
+         "paper\n";
+  for (const auto& a : arms) {
+    const std::vector<std::string> cells = {
+        a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), a.is_baseline ? "true" : "false",
+        optional_number(a.cost.median_pct), optional_number(a.cost.ci_low_pct),
+        optional_number(a.cost.ci_high_pct), a.cost.lower_bound ? "true" : "false",
+        optional_number(a.final_val_loss), std::to_string(a.seeds), std::to_string(a.converged),
+        std::to_string(a.diverged), a.first_divergence_reason, std::to_string(a.not_reached),
+        paper_figure(a).value_or("")};
+    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
+    out += "\n";
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> paper_figure(const ArmSummary& a) {
+  const bool f = is_quantized(a.fprop), d = is_quantized(a.dgrad), w = is_quantized(a.wgrad);
+  const bool sr = !a.stochastic_rounding.empty();
+  const bool plain = !sr && !has_hadamard(a);
+  if (!f && !d && !w) {
+    const bool high = is_high_precision(a.fprop) && is_high_precision(a.dgrad) &&
+                      is_high_precision(a.wgrad);
+    return high && plain ? std::optional<std::string>("baseline (FP8)") : std::nullopt;
+  }
+  if (f && !d && !w && is_high_precision(a.dgrad) && is_high_precision(a.wgrad) && plain)
+    return std::string("modest");
+  if (f && d && !w && is_high_precision(a.wgrad) && plain) return std::string("modest");
+  if (!(f && d && w)) return std::nullopt;
+  if (plain) return std::string("+26-27 %");
+  if (sr && !has_hadamard(a)) return std::string("did not converge");
+  if (!sr && a.hadamard_mode == "per-step-random") return std::string("did not converge");
+  if (!sr && a.hadamard_mode == "deterministic" && a.hadamard_size == 16)
+    return std::string("+8-9 %");
+  return std::nullopt;
+}
+
+std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format,
+                         const std::string& caption) {
+  std::string out;
+  if (format == TableFormat::kCsv) {
+    render_csv(arms, out);
+    return out;
+  }
+  const std::vector<std::string> header = {"arm",   "fprop",   "dgrad",    "wgrad",
+                                           "interventions", "extra tokens [95% CI]",
+                                           "final val loss", "seeds", "reached", "diverged",
+                                           "not reached", "paper"};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& a : arms) {
+    rows.push_back({a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), cost_text(a, format),
+                    loss_text(a.final_val_loss), std::to_string(a.seeds),
+                    std::to_string(a.converged), diverged_text(a), std::to_string(a.not_reached),
+                    paper_figure(a).value_or("-")});
+  }
+  if (format == TableFormat::kMarkdown) {
+    render_markdown(rows, header, caption, out);
+  } else {
+    render_latex(rows, header, caption, out);
+  }
+  return out;
+}
+
+}  // namespace mxablate::analysis

@@ -1,0 +1,183 @@
+// The report page: figures embedded as data: URIs (isolated SVG documents, so gnuplot's element
+// ids cannot clash), tables as HTML, and a small script that records whether every figure
+// rendered and whether any script error happened — what the headless-browser test reads.
+#include "mxablate/analysis/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/archive/iterators/base64_from_binary.hpp>
+#include <boost/archive/iterators/transform_width.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "mxablate/analysis/curves.h"
+#include "report_plots.h"
+
+namespace mxablate::analysis {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string base64(const std::string& bytes) {
+  using namespace boost::archive::iterators;
+  using It = base64_from_binary<transform_width<std::string::const_iterator, 6, 8>>;
+  std::string out(It(bytes.begin()), It(bytes.end()));
+  out.append((3 - bytes.size() % 3) % 3, '=');
+  return out;
+}
+
+// Rows of the arm table as HTML, from the Markdown rendering (one source of truth for cells).
+std::string html_table(const std::vector<ArmSummary>& arms) {
+  const std::string md = render_table(arms, TableFormat::kMarkdown, "");
+  std::string out = "<table>\n";
+  size_t row = 0;
+  size_t start = 0;
+  while (start < md.size()) {
+    size_t end = md.find('\n', start);
+    if (end == std::string::npos) end = md.size();
+    const std::string line = md.substr(start, end - start);
+    start = end + 1;
+    if (line.empty() || line[0] != '|') continue;
+    if (line.rfind("|---", 0) == 0) continue;
+    const char* tag = row == 0 ? "th" : "td";
+    out += "<tr>";
+    size_t cell_start = 1;
+    while (cell_start < line.size()) {
+      const size_t bar = line.find('|', cell_start);
+      if (bar == std::string::npos) break;
+      std::string cell = line.substr(cell_start, bar - cell_start);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cell.erase(cell.find_last_not_of(' ') + 1);
+      out += fmt::format("<{0}>{1}</{0}>", tag, html_escape(cell));
+      cell_start = bar + 1;
+    }
+    out += "</tr>\n";
+    ++row;
+  }
+  return out + "</table>\n";
+}
+
+std::string divergence_table(const ReportData& data) {
+  if (data.divergences.empty()) return "<p>No divergence events.</p>\n";
+  std::string out =
+      "<table>\n<tr><th>arm</th><th>seed</th><th>step</th><th>tokens</th><th>reason</th>"
+      "<th>value</th><th>severity</th></tr>\n";
+  for (const DivergenceMark& m : data.divergences) {
+    out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4g}</td><td>{}</td><td>{:.4g}</td><td>{}</td></tr>\n",
+                       html_escape(m.arm), m.seed, m.step, m.tokens, html_escape(m.reason),
+                       m.value, html_escape(m.severity));
+  }
+  return out + "</table>\n";
+}
+
+const char* kStyle = R"(body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+td:first-child,th:first-child{text-align:left}
+img.plot{display:block;max-width:100%;margin:1em 0;border:1px solid #eee}
+.warning{background:#fff3cd;padding:0.6em;border:1px solid #e0c36a})";
+
+// Sets data-plots="rendered/total" and data-errors on <body> once the page has loaded.
+const char* kCheckScript = R"(<script>
+(function () {
+  var errors = 0;
+  window.addEventListener('error', function () { errors++; }, true);
+  window.addEventListener('load', function () {
+    var imgs = document.querySelectorAll('img.plot'), ok = 0;
+    for (var i = 0; i < imgs.length; i++) if (imgs[i].complete && imgs[i].naturalWidth > 0) ok++;
+    document.body.setAttribute('data-plots', ok + '/' + imgs.length);
+    document.body.setAttribute('data-errors', String(errors));
+  });
+})();
+</script>)";
+
+}  // namespace
+
+std::vector<BandPoint> arm_band(const std::vector<RunCurve>& runs, const std::string& arm) {
+  std::map<double, std::vector<double>> at;
+  for (const RunCurve& r : runs) {
+    if (r.arm != arm) continue;
+    for (const EvalPoint& p : r.evals) {
+      if (!std::isfinite(p.val_loss)) break;  // nothing after a divergence
+      at[p.tokens].push_back(p.val_loss);
+    }
+  }
+  std::vector<BandPoint> band;
+  for (const auto& [tokens, losses] : at) {
+    const auto [lo, hi] = std::minmax_element(losses.begin(), losses.end());
+    band.push_back({tokens, median(losses), *lo, *hi, static_cast<int>(losses.size())});
+  }
+  return band;
+}
+
+ReportResult write_report(const ReportData& data, const std::string& out_dir,
+                          const std::string& gnuplot) {
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(out_dir + ": cannot create the report directory: " + ec.message());
+  const fs::path work = dir / "plots";
+  fs::create_directories(work, ec);
+  if (ec) throw std::runtime_error(work.string() + ": cannot create: " + ec.message());
+
+  ReportResult result;
+  std::vector<std::pair<std::string, std::string>> figures;  // (heading, svg)
+  const auto program = detail::find_gnuplot(gnuplot);
+  if (!program) {
+    result.warning = "gnuplot (" + gnuplot + ") was not found, so this report has no plots; "
+                     "install gnuplot-nox and run `mxablate report` again";
+  } else {
+    auto add = [&](const std::string& heading, const std::string& name, const std::string& script) {
+      if (script.empty()) return;
+      figures.emplace_back(heading, detail::run_gnuplot(*program, script, work, name));
+    };
+    add("Validation loss vs tokens (median over seeds, band: min-max)", "loss",
+        detail::loss_plot_script(data, work, false, work / "loss.svg"));
+    add("Late stage", "loss_zoom", detail::loss_plot_script(data, work, true, work / "loss_zoom.svg"));
+    for (const std::string gemm : {"fprop", "dgrad", "wgrad"})
+      add("Quantization telemetry: " + gemm, "telemetry_" + gemm,
+          detail::telemetry_plot_script(data, gemm, work, work / ("telemetry_" + gemm + ".svg")));
+  }
+  result.plots = static_cast<int>(figures.size());
+
+  std::string html = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  html += "<title>mxablate report: " + html_escape(data.sweep) + "</title>\n<style>" + kStyle +
+          "</style>\n</head>\n<body>\n";
+  html += "<h1>Sweep " + html_escape(data.sweep) + "</h1>\n<p>" + html_escape(data.caption) + "</p>\n";
+  if (!result.warning.empty()) html += "<p class=\"warning\">" + html_escape(result.warning) + "</p>\n";
+  html += "<h2>Extra tokens to target, per arm</h2>\n" + html_table(data.table);
+  for (const auto& [heading, svg] : figures) {
+    html += "<h2>" + html_escape(heading) + "</h2>\n<img class=\"plot\" alt=\"" +
+            html_escape(heading) + "\" src=\"data:image/svg+xml;base64," + base64(svg) + "\">\n";
+  }
+  html += "<h2>Divergence events</h2>\n" + divergence_table(data);
+  html += kCheckScript;
+  html += "\n</body>\n</html>\n";
+
+  result.html_path = (dir / "index.html").string();
+  std::ofstream out(result.html_path, std::ios::trunc);
+  out << html;
+  out.close();
+  if (!out) throw std::runtime_error(result.html_path + ": cannot write the report");
+  return result;
+}
+
+}  // namespace mxablate::analysis

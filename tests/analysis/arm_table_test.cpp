@@ -1,0 +1,94 @@
+// The paper-style table in its three formats, against golden text.
+#include "catch.h"
+#include "mxablate/analysis/arm_table.h"
+
+using namespace mxablate::analysis;
+
+namespace {
+
+std::vector<ArmSummary> arms() {
+  ArmSummary fp8{"fp8", "fp8", "fp8", "fp8", "", "none", 16, "wgrad", true};
+  fp8.final_val_loss = 3.2514;
+  fp8.seeds = 2;
+  fp8.converged = 2;
+  ArmSummary fdw{"FDW", "mxfp4", "mxfp4", "mxfp4", "", "none", 16, "wgrad"};
+  fdw.cost.median_pct = 26.44;
+  fdw.cost.ci_low_pct = 20.0;
+  fdw.cost.ci_high_pct = 31.25;
+  fdw.final_val_loss = 3.3021;
+  fdw.seeds = 2;
+  fdw.converged = 2;
+  ArmSummary sr{"FDW+SR", "mxfp4", "mxfp4", "mxfp4", "grad", "none", 16, "wgrad"};
+  sr.cost.median_pct = 41.0;
+  sr.cost.lower_bound = true;
+  sr.seeds = 2;
+  sr.diverged = 2;
+  sr.first_divergence_reason = "loss_spike";
+  ArmSummary h16{"FDW+H16", "mxfp4", "mxfp4", "mxfp4", "", "deterministic", 16, "wgrad"};
+  h16.cost.median_pct = 8.5;
+  h16.final_val_loss = 3.27;
+  h16.seeds = 1;
+  h16.converged = 1;
+  return {fp8, fdw, sr, h16};
+}
+
+}  // namespace
+
+TEST_CASE("markdown table") {
+  const std::string expected =
+      "target val loss 3.3\n\n"
+      "| arm | fprop | dgrad | wgrad | interventions | extra tokens [95% CI] | final val loss | "
+      "seeds | reached | diverged | not reached | paper |\n"
+      "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| fp8 | fp8 | fp8 | fp8 | - | baseline | 3.2514 | 2 | 2 | 0 | 0 | baseline (FP8) |\n"
+      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +26.4 % [+20.0, +31.2] | 3.3021 | 2 | 2 | 0 | 0 | "
+      "+26-27 % |\n"
+      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +41.0 % | - | 2 | 0 | 2 (loss_spike) | 0 "
+      "| did not converge |\n"
+      "| FDW+H16 | mxfp4 | mxfp4 | mxfp4 | H16 deterministic (wgrad) | +8.5 % | 3.2700 | 1 | 1 | "
+      "0 | 0 | +8-9 % |\n";
+  CHECK(render_table(arms(), TableFormat::kMarkdown, "target val loss 3.3") == expected);
+}
+
+TEST_CASE("LaTeX table") {
+  const std::string expected =
+      "\\begin{table}[t]\n\\centering\n\\caption{target val loss 3.3}\n"
+      "\\begin{tabular}{lllllrrrrrrl}\n\\toprule\n"
+      "arm & fprop & dgrad & wgrad & interventions & extra tokens [95\\% CI] & final val loss & "
+      "seeds & reached & diverged & not reached & paper \\\\\n\\midrule\n"
+      "fp8 & fp8 & fp8 & fp8 & - & baseline & 3.2514 & 2 & 2 & 0 & 0 & baseline (FP8) \\\\\n"
+      "FDW & mxfp4 & mxfp4 & mxfp4 & - & +26.4 \\% [+20.0, +31.2] & 3.3021 & 2 & 2 & 0 & 0 & "
+      "+26-27 \\% \\\\\n"
+      "FDW+SR & mxfp4 & mxfp4 & mxfp4 & SR(grad) & $\\geq$ +41.0 \\% & - & 2 & 0 & "
+      "2 (loss\\_spike) & 0 & did not converge \\\\\n"
+      "FDW+H16 & mxfp4 & mxfp4 & mxfp4 & H16 deterministic (wgrad) & +8.5 \\% & 3.2700 & 1 & 1 & "
+      "0 & 0 & +8-9 \\% \\\\\n"
+      "\\bottomrule\n\\end{tabular}\n\\end{table}\n";
+  CHECK(render_table(arms(), TableFormat::kLatex, "target val loss 3.3") == expected);
+}
+
+TEST_CASE("CSV table keeps numbers in their own columns") {
+  const std::string expected =
+      "arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,ci_high_pct,"
+      "lower_bound,final_val_loss,seeds,reached,diverged,first_divergence_reason,not_reached,"
+      "paper\n"
+      "fp8,fp8,fp8,fp8,-,true,,,,false,3.2514,2,2,0,,0,baseline (FP8)\n"
+      "FDW,mxfp4,mxfp4,mxfp4,-,false,26.44,20,31.25,false,3.3021,2,2,0,,0,+26-27 %\n"
+      "FDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,41,,,true,,2,0,2,loss_spike,0,did not converge\n"
+      "FDW+H16,mxfp4,mxfp4,mxfp4,H16 deterministic (wgrad),false,8.5,,,false,3.27,1,1,0,,0,+8-9 %\n";
+  CHECK(render_table(arms(), TableFormat::kCsv, "") == expected);
+}
+
+TEST_CASE("paper figures are matched by settings, not by arm names") {
+  ArmSummary a{"whatever", "mxfp4", "fp8", "fp8", "", "none", 16, "wgrad"};
+  CHECK(paper_figure(a) == "modest");
+  a.hadamard_mode = "per-step-random";
+  a.dgrad = a.wgrad = "mxfp4";
+  CHECK(paper_figure(a) == "did not converge");
+  a.hadamard_mode = "deterministic";
+  a.hadamard_size = 32;
+  CHECK_FALSE(paper_figure(a).has_value());
+  a.fprop = "nvfp4";
+  a.hadamard_mode = "none";
+  CHECK_FALSE(paper_figure(a).has_value());
+}
