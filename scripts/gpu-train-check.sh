@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Trainer checks for the GPU machine (the lead runs this there; nothing here runs in CPU CI).
 #
-#   1. Builds mxablate-train against the image's CUDA torch, unless BUILD_DIR already has it.
+#   1. Uses build-gpu/bin/mxablate-train from scripts/gpu-check.sh, or builds just that target
+#      the same way (CUDA kernels on, carried packages from .carry/).
 #   2. CPU vs CUDA: llama-20m from the same initial weights on the same batches, in BF16 and in
 #      full MXFP4 (Fprop, Dgrad, Wgrad); the train losses of steps 1-3 must agree within
 #        step 1 (before any update):  |dloss| <= 0.005 (BF16), 0.01 (MXFP4)
@@ -16,7 +17,7 @@
 #
 # Usage: scripts/gpu-train-check.sh [DATA_DIR]
 #   DATA_DIR: a prepared data directory (default data/default: carry it to the GPU machine).
-#   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu), MXABLATE_CHECK_STEPS (200),
+#   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, as gpu-check.sh), MXABLATE_CHECK_STEPS (200),
 #        MXABLATE_CHECK_OUT (run directories; default /tmp/mxablate-gpu-train-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,12 +32,31 @@ PY=python3
 [ -f "$DATA/manifest.json" ] || { echo "gpu-train-check: $DATA is not a prepared data directory" >&2; exit 2; }
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-train-check: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
 
+# Reuse scripts/gpu-check.sh's build (same directory) when it exists; otherwise configure the
+# same way (its carried packages in .carry/ included) and build only mxablate-train.
 if [ ! -x "$BUILD_DIR/bin/mxablate-train" ]; then
   echo "gpu-train-check: building mxablate-train in $BUILD_DIR"
+  PREFIX=$PWD/.carry/prefix
+  if compgen -G ".carry/debs/*.deb" >/dev/null; then
+    mkdir -p "$PREFIX"
+    for deb in .carry/debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
+    sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc 2>/dev/null
+    cp -n /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/" 2>/dev/null
+  fi
+  MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
+  export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
+  export TORCH_CUDA_ARCH_LIST=9.0
   TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -DMXABLATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMXABLATE_BUILD_TESTS=OFF \
-    >"$OUT.configure.log" 2>&1 || { tail -30 "$OUT.configure.log" >&2; exit 1; }
+  GENERATOR=()
+  command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+  CONFIGURE=(cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
+    -DMXABLATE_CUDA=ON -DMXABLATE_CUDA_ARCHITECTURES=90
+    "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$PREFIX/usr;$MULTIARCH/cmake" "-DSQLite3_INCLUDE_DIR=$PREFIX/usr/include")
+  [ -f /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 ] && CONFIGURE+=("-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
+  mkdir -p "$(dirname "$OUT")"
+  "${CONFIGURE[@]}" >"$OUT.configure.log" 2>&1 || { tail -30 "$OUT.configure.log" >&2; exit 1; }
   cmake --build "$BUILD_DIR" --target mxablate-train -j "$(nproc)" >"$OUT.build.log" 2>&1 ||
     { tail -40 "$OUT.build.log" >&2; exit 1; }
 fi
