@@ -140,14 +140,17 @@ TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
     throw contract::ConfigError(path + ": written under a different run config (first difference at " +
                                 where + "); resume needs the same model, data, train, precision and quant");
   }
+  // Tensors are read straight onto the model's device (a checkpoint written on one device
+  // resumes on the same one; the orchestrator does not move runs between devices).
+  const at::Device device = model.parameters().front().device();
   {
     torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string());
+    archive.load_from((dir / "model.pt").string(), device);
     model.load(archive);
   }
   {
     torch::serialize::InputArchive archive;
-    archive.load_from((dir / "optimizer.pt").string());
+    archive.load_from((dir / "optimizer.pt").string(), device);
     optimizer.load(archive);
   }
   {

@@ -16,13 +16,16 @@ int main(int argc, char** argv) {
   // the user set is kept.
   // - OMP_WAIT_POLICY=PASSIVE: GNU OpenMP by default spins before sleeping. On a shared 2-core
   //   machine that turned a 2-thread smoke step from ~80 ms into ~2 s.
-  // - MALLOC_MMAP_THRESHOLD_=32 MiB (glibc's maximum): every step allocates and frees the same
-  //   large activations (the LM head's logits and their gradient are tokens x vocabulary);
-  //   served by mmap/munmap, their page faults cost as much system time as the compute.
+  // - MALLOC_MMAP_THRESHOLD_=32 MiB (glibc's maximum) and MALLOC_TRIM_THRESHOLD_=256 MiB: every
+  //   step allocates and frees the same large activations (the LM head's logits and their
+  //   gradient are tokens x vocabulary); served by mmap/munmap, or handed back by trimming the
+  //   heap, their page faults cost as much system time as the compute.
+  // The re-exec loads the shared libraries twice (~0.5 s), once per run attempt.
   if (std::getenv("MXABLATE_TRAIN_REEXEC") == nullptr) {
     ::setenv("MXABLATE_TRAIN_REEXEC", "1", 1);
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
     ::setenv("MALLOC_MMAP_THRESHOLD_", "33554432", 0);
+    ::setenv("MALLOC_TRIM_THRESHOLD_", "268435456", 0);
     ::execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
   }
   TrainOptions options;

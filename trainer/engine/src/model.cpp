@@ -120,9 +120,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,
                                                 options.session, build));
-  if (options.device.is_meta()) {
-    to(options.device);
-  } else {
+  if (!options.device.is_meta()) {
     initialize(options.init_seed);
     to(options.device);
   }

@@ -151,7 +151,8 @@ class TrainingRun {
     const LogSummary history = summarize_log(events_path_);
     if (!options_.resume && (history.run_starts > 0 || !history.checkpoints.empty()))
       throw ConfigError(events_path_ + " already holds a run; pass --resume to continue it");
-    if (options_.resume && history.run_end) return finished_code(*history.run_end);
+    if (options_.resume && history.run_end && is_final(*history.run_end))
+      return finished_code(*history.run_end);
 
     events_ = std::make_unique<RunEvents>(events_path_);
     bool resumed_from_checkpoint = false;
@@ -185,13 +186,18 @@ class TrainingRun {
  private:
   Progress progress() const { return {state_.step, state_.tokens}; }
 
+  // Interrupted and failed runs are resumed; the others ended for good.
+  static bool is_final(const nlohmann::json& run_end) {
+    const std::string status = run_end.value("status", "");
+    return status == contract::run_status::kConverged ||
+           status == contract::run_status::kBudgetExhausted ||
+           status == contract::run_status::kDiverged;
+  }
+
   static int finished_code(const nlohmann::json& run_end) {
     const std::string status = run_end.value("status", "");
     std::cerr << "mxablate-train: the run already ended (" << status << "); nothing to resume\n";
-    if (status == contract::run_status::kDiverged) return exit_code::kDiverged;
-    if (status == contract::run_status::kConverged || status == contract::run_status::kBudgetExhausted)
-      return exit_code::kSuccess;
-    return exit_code::kInternal;
+    return status == contract::run_status::kDiverged ? exit_code::kDiverged : exit_code::kSuccess;
   }
 
   // Loads the newest checkpoint (true) or, without one, restarts from scratch (false); either
