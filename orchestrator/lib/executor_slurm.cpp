@@ -149,7 +149,8 @@ std::vector<LaunchResult> SlurmExecutor::submit_array(const std::vector<LaunchRe
   std::string job_id;
   try {
     script.submission = files_.next_submission_number();
-    const fs::path path = files_.script_path(script.submission);
+    script.path = files_.script_path(script.submission);
+    const fs::path& path = script.path;
     write_file_atomically(path, render_array_script(script, spec));
     job_id = submit_with_retries(path, spec);
   } catch (const LaunchError& e) {

@@ -134,9 +134,10 @@ std::string render_array_script(const ArrayScript& s, const std::string& spec) {
   t += fmt::format(
       "# mxablate submitted it with `sbatch --parsable --hold --array={}`, recorded the job id\n"
       "# (attempts.executor_ref) and released it; re-running `mxablate run` re-attaches to it.\n"
-      "# Submitting this file again by hand (`sbatch {}`) runs the same tasks, but mxablate\n"
-      "# does not know that job, and will not run this sweep while it is queued or running.\n",
-      spec, one_line((s.slurm_dir / "<this file>").string()));
+      "# Submitting it again by hand runs the same tasks, but mxablate does not know that job and\n"
+      "# will not run this sweep while it is queued or running:\n"
+      "#   sbatch {}\n",
+      spec, shell_quote(one_line(s.path.empty() ? "<this file>" : s.path.string())));
   const auto directive = [&](std::string_view name, std::string_view value) {
     t += fmt::format("#SBATCH {}={}\n", name, directive_value(value));
   };

@@ -387,8 +387,8 @@ struct SweepRunner::Impl {
       stopping = true;
       detached = true;
       progress.message(fmt::format(
-          "stopping: no new submissions; {} {} job(s) keep running without mxablate — run the "
-          "same command again to re-attach",
+          "stopping: no new launches; {} running attempt(s) stay in {} without mxablate — run "
+          "the same command again to re-attach",
           active.size(), executor.name()));
       return;
     }
@@ -455,7 +455,7 @@ struct SweepRunner::Impl {
       s.active.push_back(p);
     }
     s.elapsed_s = std::chrono::duration<double>(now - started).count();
-    s.stopping = stopping;
+    s.stopping = stopping && !detached;  // detached: nothing is waited for
     return s;
   }
 

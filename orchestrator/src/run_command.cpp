@@ -221,9 +221,13 @@ void run_sweep(const RunOptions& o) {
     throw std::runtime_error(fmt::format("results database: {}", e.what()));
   }
   std::cout << fmt::format("sweep {}: {} converged, {} budget_exhausted, {} diverged, {} failed, "
-                           "{} interrupted, {} not run\n",
+                           "{} interrupted, {} not run{}\n",
                            input.plan.sweep, r.converged, r.budget_exhausted, r.diverged, r.failed,
-                           r.interrupted, r.unfinished)
+                           r.interrupted, r.unfinished - r.left_running,
+                           r.left_running > 0
+                               ? fmt::format(", {} still running in {}", r.left_running,
+                                             executor->name())
+                               : "")
             << std::flush;
   if (r.left_running > 0)
     throw ExitStatus(128 + r.stop_signal, detached_message(r.left_running, input.plan.sweep));

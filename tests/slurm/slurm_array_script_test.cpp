@@ -95,25 +95,25 @@ TEST_CASE("submit options that cannot work are refused with one line naming the 
   SlurmSubmitOptions o;
   CHECK_NOTHROW(validate_slurm_submit_options(o));
   o.time_limit = "2h";
-  CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("--time: '2h'"));
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--time: '2h'"));
   o = {};
   o.sbatch_args = {"--account=abc", "--qos=high", "--exclusive"};
   CHECK_NOTHROW(validate_slurm_submit_options(o));
   for (const char* reserved : {"--array=0-3", "--output=x.log", "-Jname", "--job-name=x",
                                "--requeue", "--export=NONE", "--chdir=/"}) {
     o.sbatch_args = {reserved};
-    CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("mxablate sets"));
+    CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("mxablate sets"));
   }
   o.sbatch_args = {"account=abc"};
-  CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("not one sbatch option"));
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("not one sbatch option"));
   o.sbatch_args = {"--comment=a\nb"};
-  CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("not one sbatch option"));
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("not one sbatch option"));
   o = {};
   o.partition = "gpu a100";
-  CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("--partition"));
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--partition"));
   o = {};
   o.max_parallel = -1;
-  CHECK_THROWS_WITH(validate_slurm_submit_options(o), Catch::Contains("--max-parallel"));
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--max-parallel"));
 }
 
 TEST_CASE("job names are per sweep directory and stable") {
@@ -135,18 +135,18 @@ TEST_CASE("the script's header holds every option as an #SBATCH line") {
   const std::string t = render_array_script(s, "0-1%1");
   const std::string slurm_dir = s.slurm_dir.string();
   CHECK(t.rfind("#!/bin/bash\n", 0) == 0);
-  CHECK_THAT(t, Catch::Contains("#SBATCH --job-name=" + s.job_name + "\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --array=0-1%1\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --output=" + slurm_dir + "/%A_%a.log\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --chdir=" + slurm_dir + "\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --no-requeue\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --partition=gpu\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --time=4:00:00\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --gres=gpu:2\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --account=abc\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --exclusive\n"));
-  CHECK_THAT(t, Catch::Contains("#SBATCH --comment=\"two words\"\n"));
-  CHECK_THAT(t, Catch::Contains("task 1: run bbbb2222, attempt 3, resumes from its checkpoint"));
+  CHECK_THAT(t, has_text("#SBATCH --job-name=" + s.job_name + "\n"));
+  CHECK_THAT(t, has_text("#SBATCH --array=0-1%1\n"));
+  CHECK_THAT(t, has_text("#SBATCH --output=" + slurm_dir + "/%A_%a.log\n"));
+  CHECK_THAT(t, has_text("#SBATCH --chdir=" + slurm_dir + "\n"));
+  CHECK_THAT(t, has_text("#SBATCH --no-requeue\n"));
+  CHECK_THAT(t, has_text("#SBATCH --partition=gpu\n"));
+  CHECK_THAT(t, has_text("#SBATCH --time=4:00:00\n"));
+  CHECK_THAT(t, has_text("#SBATCH --gres=gpu:2\n"));
+  CHECK_THAT(t, has_text("#SBATCH --account=abc\n"));
+  CHECK_THAT(t, has_text("#SBATCH --exclusive\n"));
+  CHECK_THAT(t, has_text("#SBATCH --comment=\"two words\"\n"));
+  CHECK_THAT(t, has_text("task 1: run bbbb2222, attempt 3, resumes from its checkpoint"));
   // Slurm stops reading #SBATCH lines at the first command: all of them come before `set -u`.
   CHECK(t.rfind("#SBATCH") < t.find("\nset -u\n"));
   // No time limit, partition or GPUs unless asked for.
@@ -161,7 +161,7 @@ TEST_CASE("a percent sign in the sweep directory survives Slurm's file-name patt
   ArrayScript s = two_task_script(dir.path, "/x");
   s.slurm_dir = "/shared/100%/demo/slurm";
   CHECK_THAT(render_array_script(s, "0-1"),
-             Catch::Contains("#SBATCH --output=/shared/100%%/demo/slurm/%A_%a.log\n"));
+             has_text("#SBATCH --output=/shared/100%%/demo/slurm/%A_%a.log\n"));
 }
 
 TEST_CASE("a task runs the trainer for its own run directory and records its exit status") {
@@ -177,20 +177,20 @@ TEST_CASE("a task runs the trainer for its own run directory and records its exi
   CHECK(WEXITSTATUS(status) == 3);
   const fs::path run1 = s.tasks[1].run_dir;
   const std::string calls = read_text(run1 / "calls.txt");
-  CHECK_THAT(calls, Catch::Contains("args: --run-dir " + run1.string() + " --resume\n"));
-  CHECK_THAT(calls, Catch::Contains("attempt=3 slot=77_1"));
+  CHECK_THAT(calls, has_text("args: --run-dir " + run1.string() + " --resume\n"));
+  CHECK_THAT(calls, has_text("attempt=3 slot=77_1"));
   CHECK(read_text(s.slurm_dir / "77_1.exit") == "3\n");
   CHECK_FALSE(fs::exists(s.slurm_dir / "77_1.exit.tmp"));
   const std::string out = read_text(run1 / "stdout.log");
   CHECK(out.rfind("=== mxablate: attempt 3 (resume) as Slurm job 77_1 on ", 0) == 0);
-  CHECK_THAT(out, Catch::Contains("trainer-stdout\n"));
-  CHECK_THAT(read_text(run1 / "stderr.log"), Catch::Contains("trainer-stderr\n"));
+  CHECK_THAT(out, has_text("trainer-stdout\n"));
+  CHECK_THAT(read_text(run1 / "stderr.log"), has_text("trainer-stderr\n"));
   CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));  // task 0 untouched
 
   TaskProcess t0(script, 0, "77");
   CHECK(WEXITSTATUS(t0.wait()) == 3);
   CHECK_THAT(read_text(s.tasks[0].run_dir / "calls.txt"),
-             Catch::Contains("args: --run-dir " + s.tasks[0].run_dir.string() + "\n"));
+             has_text("args: --run-dir " + s.tasks[0].run_dir.string() + "\n"));
 }
 
 TEST_CASE("SIGTERM to the task's shell alone reaches the trainer, whose exit status is kept") {
@@ -212,7 +212,7 @@ TEST_CASE("SIGTERM to the task's shell alone reaches the trainer, whose exit sta
   const int status = task.wait();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 4);
-  CHECK_THAT(read_text(calls), Catch::Contains("got-term"));
+  CHECK_THAT(read_text(calls), has_text("got-term"));
   CHECK(read_text(s.slurm_dir / "5_0.exit") == "4\n");
 }
 
@@ -246,7 +246,7 @@ TEST_CASE("a run directory the node cannot see ends the task with exit code 66 a
   int status = 0;
   ::waitpid(pid, &status, 0);
   CHECK(WEXITSTATUS(status) == 66);
-  CHECK_THAT(read_text(err), Catch::Contains("is not visible on"));
-  CHECK_THAT(read_text(err), Catch::Contains("shared"));
+  CHECK_THAT(read_text(err), has_text("is not visible on"));
+  CHECK_THAT(read_text(err), has_text("shared"));
   CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));
 }

@@ -14,7 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "catch.h"
 #include "mxablate/orchestrator/slurm_client.h"
+
+// Substring matcher under both Catch2 v2 (Contains) and v3 (ContainsSubstring).
+#if MXABLATE_CATCH_V3
+inline auto has_text(const std::string& s) { return Catch::Matchers::ContainsSubstring(s); }
+#else
+inline auto has_text(const std::string& s) { return Catch::Matchers::Contains(s); }
+#endif
 
 namespace mxablate::slurm_test {
 

@@ -42,6 +42,7 @@ struct ArrayTask {
 struct ArrayScript {
   std::string sweep;
   int submission = 1;                 // numbers the script files of a sweep
+  std::filesystem::path path;         // where the script is written (for its header)
   std::string job_name;               // slurm_job_name(): how a sweep's jobs are found by name
   std::filesystem::path slurm_dir;    // RUNS_DIR/<sweep>/slurm: logs, exit files, the journal
   std::filesystem::path trainer;      // absolute; must exist on the compute nodes
