@@ -62,7 +62,11 @@ std::optional<std::string> TestCluster::start() {
   ::setenv("MXABLATE_SLURM_CPUS", "8", 1);
   const auto r = orchestrator::run_command("/bin/bash", {CLUSTER_SCRIPT, "start", s.dir.string()},
                                            std::chrono::seconds(90));
-  if (r.exit_code == 3) return last_line(r.err);
+  if (r.exit_code == 3) {
+    std::error_code ec;
+    fs::remove_all(s.dir, ec);
+    return last_line(r.err);
+  }
   if (r.exit_code != 0)
     throw std::runtime_error(fmt::format("{} start failed (exit code {}): {}", CLUSTER_SCRIPT,
                                          r.exit_code, last_line(r.err + r.out)));
