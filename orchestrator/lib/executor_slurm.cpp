@@ -352,7 +352,8 @@ void SlurmExecutor::poll(std::vector<AttemptExit>& exits) {
   }
   answered();
   std::map<SlurmTaskRef, const SlurmTaskStatus*> by_ref;
-  for (const SlurmTaskStatus& s : statuses) by_ref[s.ref] = &s;
+  for (const SlurmTaskStatus& s : statuses)
+    if (ours(s)) by_ref[s.ref] = &s;
   // A task cancelled by a `mxablate cancel` whose record we have not seen yet: look at the
   // record before deciding anything (mxablate cancel writes it before it calls scancel).
   for (const auto& [run_id, t] : tasks_) {
@@ -415,6 +416,7 @@ void SlurmExecutor::poll(std::vector<AttemptExit>& exits) {
 std::vector<AttemptExit> SlurmExecutor::collect_exits() {
   std::vector<AttemptExit> exits = std::move(ready_exits_);
   ready_exits_.clear();
+  send_stops();
   recovery_statuses_.reset();  // recovery is over once the loop runs
   // A new cancel: report its exits only from the next call on, once the sweep loop has turned
   // it into a stop (so they are recorded as interrupted, not retried).
@@ -441,31 +443,43 @@ std::vector<AttemptExit> SlurmExecutor::collect_exits() {
   return exits;
 }
 
+// Stops and kills are gathered and sent at the next collect_exits: one scancel for all the
+// tasks a stopping sweep loop asks about, however many.
 void SlurmExecutor::request_stop(const std::string& run_id) {
   const auto it = tasks_.find(run_id);
-  if (it == tasks_.end()) return;
-  // Pending: removed from the queue; running: SIGTERM (the trainer checkpoints), then SIGKILL
-  // after the cluster's KillWait.
-  try {
-    client_->cancel({it->second.status.ref.text()});
-  } catch (const SlurmError& e) {
-    note(fmt::format("warning: cannot cancel Slurm task {}: {}", it->second.status.ref.text(),
-                     e.what()));
-  }
-  force_poll_ = true;
+  if (it != tasks_.end()) to_stop_.insert(it->second.status.ref.text());
 }
 
 void SlurmExecutor::kill(const std::string& run_id) {
   const auto it = tasks_.find(run_id);
-  if (it == tasks_.end()) return;
+  if (it != tasks_.end()) to_kill_.insert(it->second.status.ref.text());
+}
+
+void SlurmExecutor::send_stops() {
+  if (to_stop_.empty() && to_kill_.empty()) return;
+  // Pending tasks leave the queue; running ones get SIGTERM (the trainer checkpoints), then
+  // SIGKILL after the cluster's KillWait — or at once when killed.
+  std::vector<std::string> kill(to_kill_.begin(), to_kill_.end());
+  std::vector<std::string> stop(to_stop_.begin(), to_stop_.end());
+  stop.insert(stop.end(), kill.begin(), kill.end());
+  to_stop_.clear();
+  to_kill_.clear();
   try {
-    client_->cancel({it->second.status.ref.text()}, /*kill_now=*/true);
-    client_->cancel({it->second.status.ref.text()});
+    if (!kill.empty()) client_->cancel(kill, /*kill_now=*/true);
+    client_->cancel(stop);
   } catch (const SlurmError& e) {
-    note(fmt::format("warning: cannot kill Slurm task {}: {}", it->second.status.ref.text(),
-                     e.what()));
+    note(fmt::format("warning: cannot cancel Slurm tasks: {}", e.what()));
   }
   force_poll_ = true;
+}
+
+bool SlurmExecutor::queued(const std::string& run_id) const {
+  const auto it = tasks_.find(run_id);
+  return it != tasks_.end() && it->second.status.state.phase == SlurmPhase::kQueued;
+}
+
+bool SlurmExecutor::ours(const SlurmTaskStatus& s) const {
+  return s.name.empty() || s.name == job_name_;
 }
 
 std::vector<SlurmTaskStatus> SlurmExecutor::recovery_snapshot(const std::string& job_id) {
@@ -476,6 +490,7 @@ std::vector<SlurmTaskStatus> SlurmExecutor::recovery_snapshot(const std::string&
     recovery_jobs_.insert(job_id);
     try {
       recovery_statuses_ = client_->query_jobs({recovery_jobs_.begin(), recovery_jobs_.end()});
+      std::erase_if(*recovery_statuses_, [this](const SlurmTaskStatus& s) { return !ours(s); });
     } catch (const SlurmError& e) {
       throw std::runtime_error(
           fmt::format("cannot ask Slurm about the jobs of the previous run: {}", e.what()));

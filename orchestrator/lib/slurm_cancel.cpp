@@ -29,7 +29,10 @@ SlurmCancelReport cancel_sweep_jobs(SlurmClient& slurm, const std::string& sweep
     for (SlurmTaskStatus& s : slurm.query_name(slurm_job_name(sweep, sweep_dir)))
       statuses.push_back(std::move(s));
     std::vector<std::string> live_jobs;
+    const std::string name = slurm_job_name(sweep, sweep_dir);
     for (const SlurmTaskStatus& s : statuses) {
+      // A job id Slurm has since given to someone else's job is not ours to cancel.
+      if (!s.name.empty() && s.name != name) continue;
       if (s.state.ended() || !counted.insert(s.ref).second) continue;
       (s.state.phase == SlurmPhase::kQueued ? report.queued : report.running) += 1;
       if (!cancelled.count(s.ref.job_id) &&

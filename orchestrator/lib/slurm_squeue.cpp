@@ -56,7 +56,7 @@ std::optional<SlurmTaskRef> parse_slurm_task_ref(std::string_view text) {
 
 std::string squeue_format() {
   // "Field:|" = unpadded, followed by '|'; the last field has no separator after it.
-  return "ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,NodeList:";
+  return "ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,NodeList:|,Name:";
 }
 
 SqueueParse parse_squeue_output(std::string_view text) {
@@ -83,6 +83,12 @@ SqueueParse parse_squeue_output(std::string_view text) {
     if (f.size() > 5) {
       const std::string_view nodes = trim(f[5]);
       if (nodes != "(null)" && nodes != "n/a") s.nodes = std::string(nodes);
+    }
+    if (f.size() > 6) {
+      // Everything after the sixth '|' (a name may contain one).
+      size_t pos = 0;
+      for (int k = 0; k < 6; ++k) pos = line.find('|', pos) + 1;
+      s.name = std::string(trim(line.substr(pos)));
     }
     out.tasks.push_back(std::move(s));
   }

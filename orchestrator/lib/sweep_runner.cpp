@@ -445,11 +445,12 @@ struct SweepRunner::Impl {
       else if (v == st::kDiverged) ++s.diverged;
       else if (v == st::kFailed) ++s.failed;
       else if (v == st::kInterrupted) ++s.interrupted;
-      else if (v == st::kRunning) ++s.running;
+      else if (v == st::kRunning && !executor.queued(spec.run_id)) ++s.running;
       else ++s.pending;
     }
     const auto now = Clock::now();
     for (const auto& [run_id, a] : active) {
+      if (executor.queued(run_id)) continue;  // waiting in a batch queue: counted as pending
       RunProgress p = a.progress;
       p.elapsed_s = std::chrono::duration<double>(now - a.started).count();
       s.active.push_back(p);

@@ -369,14 +369,51 @@ TEST_CASE("an attempt of the local executor is made sure of, not adopted") {
   CHECK_FALSE(h.executor->recover(open_attempt("a", "pid:1", h.sweep_dir / "a", "local"), 1s));
 }
 
-TEST_CASE("stop and kill go to scancel for the run's own task") {
+TEST_CASE("stops and kills of one loop iteration go to Slurm as one scancel each") {
   Harness h;
   h.collect();
-  h.executor->launch_batch({h.request("a"), h.request("b")});
+  h.executor->launch_batch({h.request("a"), h.request("b"), h.request("c")});
+  h.fake->cancel_ends_tasks = false;
   h.executor->request_stop("b");
-  CHECK(h.fake->calls.back() == "cancel 100_1");
-  h.executor->kill("a");
-  CHECK(h.fake->calls[h.fake->calls.size() - 2] == "kill 100_0");
+  h.executor->request_stop("c");
   h.executor->request_stop("unknown");  // not ours: nothing
-  CHECK(h.fake->calls.back() == "cancel 100_0");
+  CHECK(h.fake->count_calls("cancel") == 0);
+  h.collect();
+  CHECK(h.fake->count_calls("cancel") == 2);
+  CHECK(h.fake->calls[h.fake->calls.size() - 2] == "cancel 100_1");
+  CHECK(h.fake->calls.back() == "cancel 100_2");
+  h.executor->kill("a");
+  h.collect();
+  CHECK(h.fake->count_calls("kill 100_0") == 1);
+  CHECK(h.fake->calls.back() == "cancel 100_0");  // a pending task ignores signals
+  h.collect();
+  CHECK(h.fake->count_calls("kill") == 1);  // sent once
+}
+
+TEST_CASE("a job id Slurm gave to someone else's job is not taken for ours") {
+  Harness h;
+  h.collect();
+  h.executor->launch_batch({h.request("a")});
+  h.fake->set_state("100", 0, "RUNNING");
+  h.collect();
+  // The cluster's state was reset and job 100 is now another user's.
+  h.fake->task("100", 0).name = "someone-elses-job";
+  h.make();
+  CHECK_FALSE(h.executor->recover(open_attempt("a", "100_0", h.sweep_dir / "a"), 1s));
+  const SlurmCancelReport r = cancel_sweep_jobs(*h.fake, "demo", h.sweep_dir, {"100_0"}, "me");
+  CHECK(r.job_ids.empty());
+  CHECK(h.fake->count_calls("cancel") == 0);
+}
+
+TEST_CASE("queued tasks are reported as such until Slurm starts them") {
+  Harness h;
+  h.collect();
+  h.executor->launch_batch({h.request("a")});
+  CHECK(h.executor->queued("a"));
+  CHECK_FALSE(h.executor->queued("unknown"));
+  h.fake->set_state("100", 0, "RUNNING");
+  h.collect();
+  CHECK_FALSE(h.executor->queued("a"));
+  REQUIRE_FALSE(h.notes.empty());
+  CHECK_THAT(h.notes.back(), has_text("[a] Slurm task 100_0 started on node1 after"));
 }

@@ -286,6 +286,12 @@ TEST_CASE("stopping the orchestrator leaves the jobs running; re-running re-atta
     second.wait(10s);
   }
   CHECK(live_tasks(s.job_name()) > 0);
+  // Running it locally now would train those runs a second time.
+  const CommandResult local =
+      run_mxablate({"run", s.recipe.string(), "--db", s.db.string(), "--runs-dir",
+                    s.runs.string(), "--trainer", FAKE_TRAINER_BIN, "--progress", "none"});
+  CHECK(local.exit_code == 2);
+  CHECK_THAT(local.output, has_text("Slurm task(s) recorded as queued or running"));
   Mxablate third(s.slurm_args(), env, s.dir.path / "third.out");
   const auto code = third.wait(120s);
   INFO(third.output());

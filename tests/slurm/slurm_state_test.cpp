@@ -67,7 +67,8 @@ TEST_CASE("task references are job_task and nothing else") {
 }
 
 TEST_CASE("squeue lines in our -O format parse into task statuses") {
-  CHECK(squeue_format() == "ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,NodeList:");
+  CHECK(squeue_format() ==
+        "ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,NodeList:|,Name:");
   const std::string out =
       "1|0|COMPLETED|None|0|localhost\n"
       "1|3|FAILED|NonZeroExitCode|768|localhost\n"
@@ -77,9 +78,10 @@ TEST_CASE("squeue lines in our -O format parse into task statuses") {
       "7|N/A|RUNNING|None|0|localhost\n"      // not an array task
       "8|[2-3%2]|PENDING|JobArrayTaskLimit|0|\n"  // a collapsed range (squeue without -r)
       "garbage\n"
-      "9|4|TIMEOUT|TimeLimit|0|(null)";
+      "9|4|TIMEOUT|TimeLimit|0|(null)|mxablate-demo-1a2b3c4d\n"
+      "9|5|RUNNING|None|0|n1|odd|name";
   const SqueueParse p = parse_squeue_output(out);
-  REQUIRE(p.tasks.size() == 5);
+  REQUIRE(p.tasks.size() == 6);
   CHECK(p.skipped == 3);
   CHECK(p.tasks[0].ref.text() == "1_0");
   CHECK(p.tasks[0].state.end == SlurmEnd::kExited);
@@ -93,6 +95,9 @@ TEST_CASE("squeue lines in our -O format parse into task statuses") {
   CHECK(p.tasks[3].nodes == "node[01-02]");
   CHECK(p.tasks[4].state.end == SlurmEnd::kTimeLimit);
   CHECK(p.tasks[4].nodes.empty());
+  CHECK(p.tasks[4].name == "mxablate-demo-1a2b3c4d");
+  CHECK(p.tasks[0].name.empty());  // an older format without the name
+  CHECK(p.tasks[5].name == "odd|name");
 }
 
 TEST_CASE("squeue's answer for job ids it no longer knows is recognised") {

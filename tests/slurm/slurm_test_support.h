@@ -101,6 +101,7 @@ class FakeSlurm : public orchestrator::SlurmClient {
       t.ref = {j.id, i};
       t.state = orchestrator::parse_slurm_job_state("PENDING");
       t.reason = hold ? "JobHeldUser" : "None";
+      t.name = name_for_new_jobs;
       j.tasks.push_back(t);
     }
     jobs[j.id] = j;

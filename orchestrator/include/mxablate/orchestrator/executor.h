@@ -68,6 +68,8 @@ class Executor {
   // orchestrator (Ctrl-C, SIGTERM, an error of its own) then detaches from them instead of
   // stopping them, and the next run re-attaches through recover(). False for child processes.
   virtual bool detaches_on_stop() const { return false; }
+  // Launched but still waiting in a batch system's queue (shown as pending, not running).
+  virtual bool queued(const std::string& /*run_id*/) const { return false; }
   // Attempts that ended since the last call. Never blocks.
   virtual std::vector<AttemptExit> collect_exits() = 0;
   // Asks a running attempt to checkpoint and stop (SIGTERM for the trainer).

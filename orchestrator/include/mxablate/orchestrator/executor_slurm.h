@@ -70,6 +70,7 @@ class SlurmExecutor : public Executor {
   void kill(const std::string& run_id) override;
   bool recover(const results::OpenAttempt& attempt, std::chrono::milliseconds grace) override;
   bool detaches_on_stop() const override { return !cancel_seen_; }
+  bool queued(const std::string& run_id) const override;
 
   // Where warnings and lifecycle notes go (the progress display); default: nowhere.
   void set_notify(std::function<void(const std::string&)> notify) { notify_ = std::move(notify); }
@@ -94,6 +95,8 @@ class SlurmExecutor : public Executor {
   void poll(std::vector<AttemptExit>& exits);
   void tolerate(const SlurmError& e);  // transient: warn, until unreachable_limit; else throw
   void answered();
+  void send_stops();
+  bool ours(const SlurmTaskStatus& s) const;  // of this sweep's job name
   AttemptExit make_exit(const std::string& run_id, const SlurmTaskRef& ref,
                         const SlurmTaskStatus* status, const std::string& why) const;
   std::vector<SlurmTaskStatus> recovery_snapshot(const std::string& job_id);
@@ -111,6 +114,7 @@ class SlurmExecutor : public Executor {
   std::map<std::string, int> array_throttle_;   // live arrays: job id → %K it was given (0: none)
   std::vector<AttemptExit> ready_exits_;        // found outside a poll (during recovery)
   std::set<SlurmTaskRef> draining_orphans_;     // cancelled, not yet gone
+  std::set<std::string> to_stop_, to_kill_;     // tasks to scancel at the next collect_exits
   bool orphans_scanned_ = false;
 
   std::set<std::string> cancelled_jobs_;  // job ids named by any `mxablate cancel`

@@ -34,9 +34,12 @@ struct SlurmTaskStatus {
   std::string reason;            // "None", "JobArrayTaskLimit", "Priority", "Resources", …
   std::optional<int> wait_status;  // squeue's exit_code: a wait(2) status (768 = exit code 3)
   std::string nodes;             // where it runs or ran; empty while pending
+  std::string name;              // the job name: a job id Slurm reused for someone else's job
+                                 // (after its state was reset) is not ours
 };
 
-// The -O argument: ArrayJobID, ArrayTaskID, State, Reason, exit_code, NodeList, '|'-separated.
+// The -O argument: ArrayJobID, ArrayTaskID, State, Reason, exit_code, NodeList, Name,
+// '|'-separated (the name last: it is the one field that may itself hold a '|').
 std::string squeue_format();
 
 struct SqueueParse {
