@@ -92,8 +92,8 @@ std::optional<std::string> ConfigSchema::resolve(const std::string& name) const 
   return path;
 }
 
-std::string ConfigSchema::suggestion(const std::string& parent_path,
-                                     const std::string& name) const {
+std::string ConfigSchema::closest_key(const std::string& parent_path,
+                                      const std::string& name) const {
   const json* parent = parent_path.empty() ? &defaults_ : node_at(parent_path);
   std::string best;
   size_t best_distance = 3;  // only close matches are worth suggesting
@@ -109,6 +109,12 @@ std::string ConfigSchema::suggestion(const std::string& parent_path,
   if (parent_path.empty())
     for (const auto& [alias, target] : aliases())
       if (edit_distance(name, alias) < best_distance) best = alias;
+  return best;
+}
+
+std::string ConfigSchema::suggestion(const std::string& parent_path,
+                                     const std::string& name) const {
+  const std::string best = closest_key(parent_path, name);
   return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
 }
 

@@ -261,7 +261,8 @@ class Loader {
     const size_t dot = name.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
     const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
-    return schema_.suggestion(parent, leaf);
+    const std::string best = schema_.closest_key(parent, leaf);
+    return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", join_path(parent, best));
   }
 
   void read_grid(const YAML::Node& node, Location key_at, Recipe& r) {

@@ -52,6 +52,7 @@ bool is_non_finite_spelling(const std::string& s) {
 }  // namespace
 
 std::string join_path(const std::string& path, const std::string& key) {
+  if (key.empty()) return path;
   return path.empty() ? key : path + "." + key;
 }
 
@@ -90,15 +91,17 @@ json YamlConverter::convert_node(const YAML::Node& node, const std::string& path
   // A null value's mark points past it (at the next token); the key's position is better.
   const Location at = node.IsNull() ? fallback : location_of(node, fallback);
   const std::string name = join_path(label, path);
+  // Paths inside deep or alias-expanded values get long; the position says where anyway.
+  const std::string short_name = name.size() > 60 ? name.substr(0, 57) + "..." : name;
   if (++nodes_ > limits_.max_nodes)
     throw RecipeError(file_, at,
                       fmt::format("{}: the recipe expands to more than {} values (aliases "
                                   "included); refusing to go on",
-                                  name.empty() ? "recipe" : name, limits_.max_nodes));
+                                  name.empty() ? "recipe" : short_name, limits_.max_nodes));
   if (depth > limits_.max_depth)
     throw RecipeError(file_, at,
                       fmt::format("{}: nested more than {} levels deep",
-                                  name.empty() ? "recipe" : name, limits_.max_depth));
+                                  name.empty() ? "recipe" : short_name, limits_.max_depth));
   out.value_at[path] = at;
   switch (node.Type()) {
     case YAML::NodeType::Undefined:

@@ -132,7 +132,9 @@ std::unique_ptr<results::ResultsStore> open_store(const std::string& path) {
     std::string hint;
     if (e.code == 14 /*SQLITE_CANTOPEN*/ || e.code == 8 /*SQLITE_READONLY*/)
       hint = " — is the path's directory writable?";
-    else if (e.code == 13 /*SQLITE_FULL*/ || e.code == 10 /*SQLITE_IOERR*/)
+    else if (e.code == 13 /*SQLITE_FULL*/)
+      hint = " — free some space, then run the same command again";
+    else if (e.code == 10 /*SQLITE_IOERR*/)
       hint = " — is the disk full?";
     throw std::runtime_error(fmt::format("results database: {}{}", e.what(), hint));
   }

@@ -1,6 +1,10 @@
 #include "mxablate/results/store.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 
 #include "mxablate/results/schema.h"
 
@@ -11,23 +15,59 @@ double unix_now() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-ResultsStore::ResultsStore(const std::string& path)
-    : db_(path, Database::Mode::kReadWriteCreate) {
+namespace {
+
+void configure_writer(Database& db) {
   // WAL: readers (status, query) never block the sweep and the sweep never blocks them.
   // synchronous=NORMAL is durable across process crashes; the event logs are the source of
   // truth for anything a power loss could take.
   std::string mode;
   {
-    Statement wal(db_, "PRAGMA journal_mode = WAL");
+    Statement wal(db, "PRAGMA journal_mode = WAL");
     wal.step();
     mode = wal.get_text(0);
   }
   if (mode != "wal")
-    throw SqliteError(db_.path() + ": cannot switch the database to WAL mode (got " + mode +
+    throw SqliteError(db.path() + ": cannot switch the database to WAL mode (got " + mode +
                           "); is it on a filesystem without shared memory support?",
                       0);
-  db_.exec("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;", "configuring");
-  migrate(db_);
+  db.exec("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;", "configuring");
+}
+
+// A new database appears at `path` fully migrated or not at all: it is built under a temporary
+// name and hard-linked into place, so a reader started at the same moment (`mxablate status`
+// in a loop) never opens a half-created, schema-less file.
+const std::string& created_if_missing(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
+  const std::string tmp = path + ".creating-" + std::to_string(::getpid());
+  const auto cleanup = [&] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+      std::filesystem::remove(tmp + suffix, ec);
+  };
+  cleanup();
+  try {
+    Database db(tmp, Database::Mode::kReadWriteCreate);
+    configure_writer(db);
+    migrate(db);
+  } catch (const SqliteError& e) {
+    cleanup();
+    std::string what = e.what();  // name the file the user asked for, not the temporary one
+    for (size_t at; (at = what.find(tmp)) != std::string::npos;) what.replace(at, tmp.size(), path);
+    throw SqliteError(what, e.code);
+  }
+  if (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST && !std::filesystem::exists(path, ec))
+    std::filesystem::rename(tmp, path, ec);  // a filesystem without hard links
+  cleanup();
+  return path;
+}
+
+}  // namespace
+
+ResultsStore::ResultsStore(const std::string& path)
+    : db_(created_if_missing(path), Database::Mode::kReadWriteCreate) {
+  configure_writer(db_);
+  migrate(db_);  // an existing database from an older mxablate
 }
 
 int64_t ResultsStore::register_sweep(const SweepRecord& s) {

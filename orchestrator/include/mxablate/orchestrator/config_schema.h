@@ -30,7 +30,9 @@ class ConfigSchema {
   // alias ("seed" = train.seed). nullopt when it names nothing settable.
   std::optional<std::string> resolve(const std::string& name) const;
 
-  // A "did you mean" hint for an unknown name at `parent_path` ("" for the root), or "".
+  // The known key at `parent_path` ("" for the root) closest to `name`, or "" if none is close.
+  std::string closest_key(const std::string& parent_path, const std::string& name) const;
+  // " (did you mean 'lr'?)" for an unknown name at `parent_path`, or "".
   std::string suggestion(const std::string& parent_path, const std::string& name) const;
 
   const nlohmann::json& defaults() const { return defaults_; }

@@ -1,0 +1,212 @@
+// The `mxablate plan | run | status | query` commands as a user runs them: output, exit codes,
+// and one clear line for each setup error (missing trainer, unwritable runs directory,
+// database on a read-only or full filesystem).
+#include <sys/mount.h>
+
+#include <nlohmann/json.hpp>
+
+#include "catch.h"
+#include "test_util.h"
+
+using namespace mxablate::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliFixture {
+  TempDir dir;
+  fs::path recipe = dir.path() / "sweep.yaml";
+  CliFixture(const std::string& text = fake_recipe("cli", 12, 4, 5)) { write_file(recipe, text); }
+  std::vector<std::string> run_args(std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{kMxablate.string(), "run", recipe.string(), "--trainer",
+                               kFakeTrainer.string(), "--cpu", "2", "--poll-ms", "20"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  ProcessResult mx(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    args.insert(args.begin(), kMxablate.string());
+    return run_process(args, dir.path(), env);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("plan lists every run with its axes and the totals") {
+  CliFixture f;
+  const ProcessResult r = f.mx({"plan", f.recipe.string()});
+  REQUIRE(r.code() == 0);
+  CHECK(r.err.empty());
+  const auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 7);  // title, header, 4 runs, totals
+  CHECK(lines[0] == "sweep cli (" + f.recipe.string() + ")");
+  CHECK(lines[1].rfind("  #  run_id            arm  seed  model  fprop  dgrad  wgrad  quant  tokens", 0) == 0);
+  CHECK(contains(lines[5], " B "));
+  CHECK(contains(lines[5], "mxfp4"));
+  CHECK(lines[6] == "4 runs (2 arms × 2 grid combinations), 49.2k tokens");
+  const ProcessResult j = f.mx({"plan", f.recipe.string(), "--json"});
+  const auto runs = nlohmann::json::parse(j.out);
+  REQUIRE(runs.size() == 4);
+  CHECK(runs[3]["arm"] == "B");
+  CHECK(runs[3]["axes"]["seed"] == 2);
+  CHECK(runs[3]["config"]["precision"]["wgrad"] == "mxfp4");
+  CHECK(runs[3]["config"]["run_id"] == runs[3]["run_id"]);
+}
+
+TEST_CASE("run, then status and query read the results") {
+  CliFixture f;
+  const ProcessResult r = run_process(f.run_args({"--progress", "plain"}), f.dir.path());
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.out, "sweep cli: 4 runs in 2 slot(s)"));
+  CHECK(contains(r.out, "sweep cli: 0 converged, 4 budget_exhausted, 0 diverged, 0 failed"));
+  CHECK(contains(r.err, "launched A seed=1 ["));
+  CHECK(contains(r.err, "finished B seed=2 ["));
+
+  const ProcessResult s = f.mx({"status"});
+  REQUIRE(s.code() == 0);
+  const auto lines = lines_of(s.out);
+  REQUIRE(lines.size() == 6);
+  CHECK(lines[0].rfind("sweep cli: 4 runs, 4 budget_exhausted (recipe " + f.recipe.string(), 0) == 0);
+  CHECK(lines[1].rfind("  run_id            arm  seed  status            att  step  tokens", 0) == 0);
+  CHECK(contains(lines[2], "  A       1  budget_exhausted    1    12  12.3k/12.3k"));
+
+  ProcessResult q = f.mx({"query", "--csv", "SELECT arm, COUNT(*) AS runs, SUM(status = "
+                                            "'budget_exhausted') AS done FROM runs GROUP BY arm"});
+  REQUIRE(q.code() == 0);
+  CHECK(q.out == "arm,runs,done\nA,2,2\nB,2,2\n");
+  q = f.mx({"query", "--json", "SELECT e.step, val_loss FROM evals e JOIN runs r USING (run_id) "
+                               "WHERE r.arm = 'A' AND r.run_id = (SELECT MIN(run_id) FROM runs "
+                               "WHERE arm = 'A') ORDER BY e.step"});
+  REQUIRE(q.code() == 0);
+  const auto rows = nlohmann::json::parse(q.out);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0]["step"] == 4);
+  CHECK(rows[2]["step"] == 12);
+  CHECK(rows[2]["val_loss"].get<double>() < rows[0]["val_loss"].get<double>());
+  q = f.mx({"query", "SELECT COUNT(*) AS n FROM run_summary"});
+  CHECK(q.out == "n\n4\n(1 row)\n");
+  q = f.mx({"query", "DELETE FROM runs"});
+  CHECK(q.code() == 2);
+  CHECK(contains(q.err, "refusing a statement that would modify the database (DELETE FROM runs); "
+                        "`mxablate query` is read-only"));
+  q = f.mx({"query", "SELECT * FROM no_such_table"});
+  CHECK(q.code() == 2);
+  CHECK(q.err == "mxablate: query: no such table: no_such_table\n");
+  CHECK(f.mx({"status", "--sweep", "other"}).code() == 2);
+  CHECK(f.mx({"status", "--db", f.dir.file("none.db")}).err ==
+        "mxablate: " + f.dir.file("none.db") + ": no results database here (run a sweep first, or "
+        "pass --db)\n");
+}
+
+TEST_CASE("failed runs make `run` exit 1 and are retried by the next run") {
+  CliFixture f;
+  ProcessResult r = run_process(f.run_args(), f.dir.path(), {{"MXABLATE_FAKE_EXIT", "2@B/1"}});
+  CHECK(r.code() == 1);
+  CHECK(contains(r.err, "mxablate: 1 run(s) failed; see `mxablate status --db mxablate.db`"));
+  r = run_process(f.run_args(), f.dir.path());
+  CHECK(r.code() == 0);
+  CHECK(contains(r.err, "retrying B seed=1 ["));
+  CHECK(contains(f.mx({"status"}).out, "4 budget_exhausted"));
+}
+
+TEST_CASE("a missing trainer binary is one clear error (exit 2), before anything is created") {
+  CliFixture f;
+  ProcessResult r = run_process({kMxablate.string(), "run", f.recipe.string(), "--trainer",
+                                 f.dir.file("mxablate-train")},
+                                f.dir.path());
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: trainer binary " + f.dir.file("mxablate-train") +
+                     " (from --trainer) does not exist\n");
+  r = run_process({kMxablate.string(), "run", f.recipe.string()}, f.dir.path(),
+                  {{"MXABLATE_TRAINER", f.dir.path().string()}});
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: trainer binary " + f.dir.path().string() +
+                     " (from MXABLATE_TRAINER) is a directory\n");
+  CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
+  CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
+}
+
+TEST_CASE("an unwritable runs directory is one clear error, before the database is created") {
+  CliFixture f;
+  write_file(f.dir.path() / "plain-file", "x");
+  const ProcessResult r = run_process(
+      f.run_args({"--runs-dir", (f.dir.path() / "plain-file" / "runs").string()}), f.dir.path());
+  CHECK(r.code() == 1);
+  CHECK(r.err == "mxablate: cannot create the runs directory " +
+                     (f.dir.path() / "plain-file" / "runs" / "cli").string() +
+                     ": Not a directory\n");
+  CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
+}
+
+TEST_CASE("a database on a read-only path is one clear error") {
+  CliFixture f;
+  const ProcessResult r = run_process(f.run_args({"--db", "/proc/mxablate-test.db"}), f.dir.path());
+  CHECK(r.code() == 1);
+  CHECK_FALSE(r.signal);
+  REQUIRE(lines_of(r.err).size() == 1);
+  CHECK(r.err == "mxablate: results database: /proc/mxablate-test.db: unable to open database "
+                 "file (opening the results database) — is the path's directory writable?\n");
+}
+
+TEST_CASE("a database on a full disk is one clear error, not a crash") {
+  CliFixture f;
+  SECTION("the file-size limit (works anywhere): writes fail with EFBIG") {
+    const ProcessResult r = run_process(
+        {"/bin/sh", "-c", "ulimit -f 16 && exec \"$0\" \"$@\"", kMxablate.string(), "run",
+         f.recipe.string(), "--trainer", kFakeTrainer.string()},
+        f.dir.path());
+    CHECK_FALSE(r.signal);  // SIGXFSZ would have killed it
+    CHECK(r.code() == 1);
+    REQUIRE(lines_of(r.err).size() == 1);
+    CHECK(r.err.rfind("mxablate: results database: mxablate.db: ", 0) == 0);
+    CHECK(contains(r.err, "— is the disk full?"));
+  }
+  SECTION("a real full filesystem (tmpfs, when this test may mount one)") {
+    const fs::path mnt = f.dir.path() / "small";
+    fs::create_directories(mnt);
+    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+      WARN("cannot mount a tmpfs here (not root?): skipping the real-full-disk case");
+      return;
+    }
+    write_file(mnt / "filler", std::string(60 * 1024, 'x'));
+    const ProcessResult r = run_process(f.run_args({"--db", (mnt / "full.db").string()}),
+                                        f.dir.path());
+    ::umount(mnt.c_str());
+    CHECK_FALSE(r.signal);
+    CHECK(r.code() == 1);
+    REQUIRE(lines_of(r.err).size() == 1);
+    CHECK(contains(r.err, "database or disk is full"));
+    CHECK(contains(r.err, "— free some space, then run the same command again"));
+  }
+}
+
+TEST_CASE("bad options are exit 2 with one line") {
+  CliFixture f;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--gpus", "0,x"}, "--gpus: 'x' is not a GPU index (expected e.g. 0,1,2)"},
+      {{"--gpus", "0", "--cpu", "2"}, "--gpus and --cpu exclude each other"},
+      {{"--timeout", "soon"}, "--timeout/--grace: 'soon' is not a duration"},
+      {{"--max-attempts", "0"}, "--max-attempts: must be at least 1"},
+      {{"--progress", "fancy"}, "--progress: expected auto, terminal, plain or none, got 'fancy'"},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args{kMxablate.string(), "run", f.recipe.string(), "--trainer",
+                                  kFakeTrainer.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = run_process(args, f.dir.path());
+    INFO(r.err);
+    CHECK(r.code() == 2);
+    CHECK(lines_of(r.err).size() == 1);
+    CHECK(contains(r.err, message));
+  }
+  write_file(f.dir.path() / "data.yaml", fake_recipe("data", 12, 4, 5) +
+                                             "include:\n  - {arm: A, seed: 7, data.dataset: "
+                                             "/nonexistent/corpus}\n");
+  const ProcessResult r = run_process({kMxablate.string(), "run", f.dir.file("data.yaml"),
+                                       "--trainer", kFakeTrainer.string()},
+                                      f.dir.path());
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: " + f.dir.file("data.yaml") +
+                     ":15:37: data.dataset: no directory '/nonexistent/corpus' (a prepared data "
+                     "directory, or \"default\"; run: A seed=7 data.dataset=/nonexistent/corpus)\n");
+}

@@ -1,0 +1,183 @@
+// The local executor: slots and their environment, arguments, log files, exit codes and
+// signals, stopping and killing, and recovering an orphaned trainer left by a dead orchestrator.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catch.h"
+#include "mxablate/orchestrator/executor_local.h"
+#include "mxablate/results/store.h"
+#include "test_util.h"
+
+using namespace mxablate::orchestrator;
+using namespace mxablate::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A stand-in trainer that records how it was started, then does what $BEHAVIOUR says.
+fs::path write_script_trainer(const TempDir& dir) {
+  const fs::path p = dir.path() / "trainer.sh";
+  write_file(p, R"SH(#!/bin/sh
+# args: --run-dir DIR [--resume]
+dir="$2"
+behaviour=$(cat "$dir/behaviour")
+# Signal handling first: the test acts as soon as started.txt appears.
+case "$behaviour" in
+  sleep) trap 'echo got-term > "$dir/term.txt"; exit 4' TERM ;;
+  stubborn) trap '' TERM ;;
+esac
+{
+  echo "args=$*"
+  echo "cuda=${CUDA_VISIBLE_DEVICES-unset} hip=${HIP_VISIBLE_DEVICES-unset}"
+  echo "attempt=$MXABLATE_ATTEMPT slot=$MXABLATE_SLOT"
+  echo "pgid=$(cut -d' ' -f5 /proc/$$/stat) pid=$$"
+} > "$dir/started.tmp"
+mv "$dir/started.tmp" "$dir/started.txt"
+echo "to stdout"
+echo "to stderr" >&2
+case "$behaviour" in
+  exit*) exit "$(cat "$dir/code")" ;;
+  *) while :; do sleep 0.02; done ;;
+esac
+)SH");
+  ::chmod(p.c_str(), 0755);
+  return p;
+}
+
+fs::path run_dir(const TempDir& dir, const std::string& name, const std::string& behaviour,
+                 int code = 0) {
+  const fs::path d = dir.path() / name;
+  fs::create_directories(d);
+  write_file(d / "behaviour", behaviour);
+  write_file(d / "code", std::to_string(code));
+  return d;
+}
+
+std::vector<AttemptExit> wait_exits(LocalExecutor& ex, size_t n) {
+  std::vector<AttemptExit> all;
+  eventually([&] {
+    for (auto& e : ex.collect_exits()) all.push_back(e);
+    return all.size() >= n;
+  });
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("slots: N CPU slots, or K per GPU with the GPU in CUDA/HIP_VISIBLE_DEVICES") {
+  const auto cpu = cpu_slots(2);
+  REQUIRE(cpu.size() == 2);
+  CHECK(cpu[1].label == "cpu1");
+  CHECK(cpu[1].device == "cpu");
+  CHECK(cpu[1].env.empty());
+  const auto gpu = gpu_slots({0, 3}, 2);
+  REQUIRE(gpu.size() == 4);
+  // Interleaved, so that the first runs spread over all GPUs.
+  CHECK(gpu[0].label == "gpu0.0");
+  CHECK(gpu[1].label == "gpu3.0");
+  CHECK(gpu[2].label == "gpu0.1");
+  CHECK(gpu[1].device == "cuda:3");
+  CHECK(gpu[1].env.at("CUDA_VISIBLE_DEVICES") == "3");
+  CHECK(gpu[1].env.at("HIP_VISIBLE_DEVICES") == "3");
+  CHECK(gpu_slots({1}, 1)[0].label == "gpu1");
+}
+
+TEST_CASE("a launch passes the run directory, --resume, the slot's GPU and logs to files") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  LocalExecutor ex(gpu_slots({5}, 1));
+  const fs::path d = run_dir(dir, "r1", "exit", 0);
+  const Launched l = ex.launch({"r1", d, trainer, true, 2});
+  CHECK(l.slot == "gpu5");
+  CHECK(l.device == "cuda:5");
+  CHECK(l.executor_ref.rfind("pid:", 0) == 0);
+  CHECK(ex.running() == 1);
+  const auto exits = wait_exits(ex, 1);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].run_id == "r1");
+  CHECK(exits[0].exit_code == 0);
+  CHECK_FALSE(exits[0].signal);
+  CHECK(ex.running() == 0);
+  const std::string started = read_file(d / "started.txt");
+  CHECK(contains(started, "args=--run-dir " + d.string() + " --resume"));
+  CHECK(contains(started, "cuda=5 hip=5"));
+  CHECK(contains(started, "attempt=2 slot=gpu5"));
+  // Its own process group (Ctrl-C at the terminal reaches only the orchestrator).
+  int pgid = 0, pid = 0;
+  REQUIRE(std::sscanf(started.c_str() + started.find("pgid="), "pgid=%d pid=%d", &pgid, &pid) == 2);
+  CHECK(pgid == pid);
+  const std::string out = read_file(d / "stdout.log");
+  CHECK(contains(out, "=== mxablate: attempt 2 (resume) in slot gpu5 at "));
+  CHECK(contains(out, "to stdout\n"));
+  CHECK(contains(read_file(d / "stderr.log"), "to stderr\n"));
+  // A second attempt appends to the logs.
+  ex.launch({"r1", d, trainer, false, 3});
+  wait_exits(ex, 1);
+  const std::string out2 = read_file(d / "stdout.log");
+  CHECK(contains(out2, "attempt 2 (resume)"));
+  CHECK(contains(out2, "attempt 3 in slot gpu5"));
+}
+
+TEST_CASE("exit codes and signals are reported as such") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  LocalExecutor ex(cpu_slots(3));
+  ex.launch({"code3", run_dir(dir, "code3", "exit", 3), trainer, false, 1});
+  ex.launch({"term", run_dir(dir, "term", "sleep"), trainer, false, 1});
+  ex.launch({"kill", run_dir(dir, "kill", "stubborn"), trainer, false, 1});
+  CHECK(ex.running() == 3);
+  CHECK_THROWS_AS(ex.launch({"more", run_dir(dir, "more", "exit"), trainer, false, 1}),
+                  LaunchError);  // no free slot
+  REQUIRE(eventually([&] { return fs::exists(dir.path() / "kill" / "started.txt") &&
+                                  fs::exists(dir.path() / "term" / "started.txt"); }));
+  ex.request_stop("term");
+  ex.request_stop("kill");  // ignores SIGTERM
+  ex.kill("kill");
+  auto exits = wait_exits(ex, 3);
+  REQUIRE(exits.size() == 3);
+  std::map<std::string, AttemptExit> by_run;
+  for (auto& e : exits) by_run[e.run_id] = e;
+  CHECK(by_run["code3"].exit_code == 3);
+  CHECK(by_run["code3"].describe() == "exit code 3");
+  CHECK(by_run["term"].exit_code == 4);  // it trapped SIGTERM and exited 4, as the trainer does
+  CHECK(fs::exists(dir.path() / "term" / "term.txt"));
+  CHECK(by_run["kill"].signal == SIGKILL);
+  CHECK(by_run["kill"].describe() == "killed by signal 9 (SIGKILL)");
+}
+
+TEST_CASE("a trainer that cannot start is a LaunchError and frees its slot") {
+  TempDir dir;
+  LocalExecutor ex(cpu_slots(1));
+  const fs::path d = run_dir(dir, "r", "exit");
+  CHECK_THROWS_AS(ex.launch({"r", d, dir.path() / "no-such-trainer", false, 1}), LaunchError);
+  CHECK(ex.running() == 0);
+  CHECK_THROWS_AS(ex.launch({"r", dir.path() / "missing-dir", write_script_trainer(dir), false, 1}),
+                  LaunchError);  // the log files cannot be opened
+  CHECK(ex.running() == 0);
+}
+
+TEST_CASE("recover stops an orphaned trainer of the run and leaves other processes alone") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  const fs::path d = run_dir(dir, "orphan", "stubborn");
+  // Started outside any executor: as if the orchestrator that launched it had died.
+  Process orphan({trainer.string(), "--run-dir", d.string()}, dir.path());
+  REQUIRE(eventually([&] { return fs::exists(d / "started.txt"); }));
+  LocalExecutor ex(cpu_slots(1));
+  mxablate::results::OpenAttempt a;
+  a.run_id = "orphan";
+  a.executor = "local";
+  a.executor_ref = "pid:" + std::to_string(orphan.pid());
+  a.run_dir = d.string();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(300)));  // not adoptable: not our child
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  const ProcessResult r = orphan.wait(std::chrono::seconds(5));
+  CHECK(r.signal == SIGKILL);  // it ignored SIGTERM, so the grace period ended in SIGKILL
+
+  // A pid whose command line is not this run's (e.g. recycled) is left alone: our own.
+  a.executor_ref = "pid:" + std::to_string(::getpid());
+  CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(100)));
+  a.executor_ref = "garbage";
+  CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(100)));
+}

@@ -1,0 +1,155 @@
+// Loading recipes: the DESIGN §5 example reads as written; values keep their YAML types; the
+// positions of keys and values are recorded for errors found after merging.
+#include "catch.h"
+#include "mxablate/orchestrator/plan.h"
+#include "mxablate/orchestrator/recipe.h"
+#include "test_util.h"
+
+using namespace mxablate::orchestrator;
+using namespace mxablate::testing;
+
+TEST_CASE("the paper recipe loads with its arms in order, extends, grid and target") {
+  const Recipe r = load_recipe((kRecipesDir / "paper-arms-20m.yaml").string());
+  CHECK(r.name == "paper-arms-20m");
+  REQUIRE(r.arms.size() == 7);
+  const std::vector<std::string> names{"fp8", "F", "FD", "FDW", "FDW+SR", "FDW+RHT16", "FDW+H16"};
+  for (size_t i = 0; i < names.size(); ++i) CHECK(r.arms[i].name == names[i]);
+  CHECK(r.arms[4].extends == "FDW");
+  CHECK(r.arms[4].extends_at == Location{18, 24});
+  CHECK_FALSE(r.arms[0].extends);
+  REQUIRE(r.grid.size() == 1);
+  CHECK(r.grid[0].name == "seed");
+  CHECK(r.grid[0].path == "train.seed");
+  CHECK(r.grid[0].values.size() == 3);
+  CHECK(r.target.from_arm == "fp8");
+  CHECK(r.target.at_fraction == Approx(0.8));
+  CHECK_FALSE(r.target.val_loss);
+  CHECK(r.base.value["train"]["max_tokens"].is_number_float());
+  CHECK(r.base.value["train"]["max_tokens"].get<double>() == 100e6);
+  CHECK(r.base.value["train"]["global_batch_tokens"].is_number_integer());
+  CHECK(r.base.where("train.lr") == Location{9, 62});
+  CHECK(r.base.where_key("train") == Location{9, 3});
+}
+
+TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings") {
+  const Recipe r = load_recipe((kRecipesDir / "paper-arms-20m.yaml").string());
+  const Plan plan = expand_recipe(r);
+  REQUIRE(plan.runs.size() == 21);
+  CHECK(plan.total_tokens() == Approx(21 * 100e6));
+  const RunSpec& h16 = plan.runs[19];  // FDW+H16, seed 2
+  CHECK(h16.arm == "FDW+H16");
+  CHECK(h16.config.train.seed == 2);
+  CHECK(h16.config.precision.fprop == "mxfp4");
+  CHECK(h16.config.precision.wgrad == "mxfp4");
+  CHECK(h16.config.quant.hadamard.mode == "deterministic");
+  CHECK(h16.config.quant.hadamard.size == 16);
+  CHECK(h16.config.train.lr == Approx(1e-3));
+  CHECK(h16.config.train.max_tokens == Approx(100e6));
+  CHECK(h16.config.data.seq_len == 512);
+  CHECK(h16.config.sweep == "paper-arms-20m");
+  CHECK(h16.config.arm == "FDW+H16");
+  CHECK(h16.config.run_id == h16.run_id);
+  CHECK(h16.config_json["run_id"] == h16.run_id);
+  CHECK_FALSE(h16.config.target.val_loss);  // derived from an arm: unknown when runs start
+  const RunSpec& fp8 = plan.runs[0];
+  CHECK(fp8.config.precision.fprop == "fp8");
+  CHECK(fp8.config.quant.hadamard.mode == "none");
+  CHECK(plan.target["from_arm"] == "fp8");
+  // Where values came from, for errors raised later (a missing data directory at launch).
+  CHECK(h16.where("quant.hadamard.mode") == Location{20, 54});
+  CHECK(h16.where("train.seed") == Location{22, 13});  // the seed's value in the grid list
+  CHECK(h16.where("data.dataset") == Location{8, 19});
+}
+
+TEST_CASE("YAML scalars get their YAML 1.2 types; quoted ones stay strings") {
+  const Recipe r = parse_recipe(R"(name: t
+arms:
+  a: {train: {lr: 1e-3, max_tokens: 1000000, seed: 7}, mllog: true, model: smoke}
+  b: {data: {dataset: "123"}}
+)",
+                                "t.yaml");
+  const auto& a = r.arms[0].overrides.value;
+  CHECK(a["train"]["lr"].get<double>() == Approx(0.001));
+  CHECK(a["train"]["max_tokens"].is_number_integer());
+  CHECK(a["mllog"] == true);
+  CHECK(r.arms[1].overrides.value["data"]["dataset"] == "123");
+}
+
+TEST_CASE("grid axes take any config path; include and exclude adjust the product") {
+  const Recipe r = parse_recipe(R"(name: g
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms:
+  x: {}
+  y: {precision: {wgrad: mxfp4}}
+grid:
+  seed: [1, 2]
+  train.lr: [0.001, 0.002]
+  precision.fprop: [bf16, mxfp4]
+exclude:
+  - {arm: y, seed: 2}
+  - {precision.fprop: mxfp4, train.lr: 0.002}
+include:
+  - {arm: y, seed: 9, train.lr: 0.005}
+  - {arm: x, seed: 3, train.warmup_tokens: 4096}
+)",
+                                "g.yaml");
+  const Plan plan = expand_recipe(r);
+  // 2 arms × 8 combinations = 16; exclude y/seed 2 (4 runs), then fprop mxfp4 with lr 0.002
+  // (x: 2 seeds, y: seed 1 only) = 3 more → 9; include: y seed 9 lr .005 × 2 fprop = 2, x seed
+  // 3 × 2 lr × 2 fprop = 4 → 15.
+  CHECK(plan.runs.size() == 15);
+  for (const RunSpec& run : plan.runs) {
+    if (run.config.train.seed > 2) continue;  // included runs are not subject to exclude
+    CHECK_FALSE((run.arm == "y" && run.config.train.seed == 2));
+    CHECK_FALSE((run.config.precision.fprop == "mxfp4" && run.config.train.lr == Approx(0.002)));
+  }
+  const RunSpec& included = plan.runs[plan.runs.size() - 1];
+  CHECK(included.arm == "x");
+  CHECK(included.config.train.seed == 3);
+  CHECK(included.config.train.warmup_tokens == Approx(4096));
+  REQUIRE(included.axes.size() == 4);  // seed, train.lr, precision.fprop, train.warmup_tokens
+  CHECK(included.axes[3].axis == "train.warmup_tokens");
+  CHECK(plan.axis_names == std::vector<std::string>{"seed", "train.lr", "precision.fprop",
+                                                    "train.warmup_tokens"});
+  // Axis order: the first axis varies slowest.
+  CHECK(plan.runs[0].config.train.seed == 1);
+  CHECK(plan.runs[0].config.train.lr == Approx(0.001));
+  CHECK(plan.runs[0].config.precision.fprop == "bf16");
+  CHECK(plan.runs[1].config.precision.fprop == "mxfp4");
+}
+
+TEST_CASE("an arm's extends chain merges mapping by mapping; lists replace") {
+  const Recipe r = parse_recipe(R"(name: e
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms:
+  c: {extends: b, quant: {hadamard: {size: 32}}}
+  a: {precision: {fprop: mxfp4}, quant: {stochastic_rounding: [grad, weight]}}
+  b: {extends: a, precision: {dgrad: mxfp4}, quant: {stochastic_rounding: [activation],
+      hadamard: {mode: deterministic}}}
+)",
+                                "e.yaml");
+  const Plan plan = expand_recipe(r);
+  REQUIRE(plan.runs.size() == 3);
+  const auto& c = plan.runs[0].config;
+  CHECK(plan.runs[0].arm == "c");
+  CHECK(c.precision.fprop == "mxfp4");
+  CHECK(c.precision.dgrad == "mxfp4");
+  CHECK(c.precision.wgrad == "bf16");
+  CHECK(c.quant.stochastic_rounding == std::vector<std::string>{"activation"});
+  CHECK(c.quant.hadamard.mode == "deterministic");
+  CHECK(c.quant.hadamard.size == 32);
+  CHECK(c.quant.hadamard.gemms == std::vector<std::string>{"wgrad"});  // the default
+}
+
+TEST_CASE("a fixed target reaches every run's config") {
+  const Recipe r = parse_recipe(R"(name: t
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+target: {val_loss: 3.3, stop_at_target: true}
+arms: {a: {}}
+)",
+                                "t.yaml");
+  const Plan plan = expand_recipe(r);
+  CHECK(plan.runs[0].config.target.val_loss == Approx(3.3));
+  CHECK(plan.runs[0].config.target.stop_at_target);
+  CHECK(plan.target_val_loss == Approx(3.3));
+}

@@ -1,0 +1,278 @@
+// The sweep loop against real trainer processes (the fake trainer): every fault DESIGN §10 and
+// the issue list — crashes, retries, divergence, bad configs, hangs, stops, a full database,
+// a second orchestrator, an unwritable runs directory — with the results checked in SQLite.
+#include <mutex>
+#include <set>
+
+#include "catch.h"
+#include "mxablate/orchestrator/sweep_lock.h"
+#include "mxablate/results/sqlite_db.h"
+#include "sweep_fixture.h"
+
+using namespace mxablate;
+using namespace mxablate::orchestrator;
+using namespace mxablate::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every run: 20 steps, evaluations at steps 4, 8, 12, 16, 20, checkpoints every 5 steps.
+constexpr int kEvals = 5;
+constexpr int kSteps = 20;
+
+void check_complete_and_unduplicated(SweepFixture& f) {
+  for (const RunSpec& r : f.plan.runs) {
+    INFO(run_label(r));
+    const std::string where = " WHERE run_id = '" + r.run_id + "'";
+    CHECK(f.scalar("SELECT COUNT(*) FROM evals" + where) == kEvals);
+    CHECK(f.scalar("SELECT COUNT(DISTINCT step) FROM evals" + where) == kEvals);
+    CHECK(f.scalar("SELECT COUNT(*) FROM train_steps" + where) == kSteps);
+    CHECK(f.scalar("SELECT COUNT(DISTINCT step) FROM train_steps" + where) == kSteps);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a sweep runs every planned run in parallel slots; running it again runs nothing") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}});
+  SweepFixture f(fake_recipe("all-runs", kSteps, 4, 5, "[1, 2, 3]"));
+  f.slots = 3;
+  std::mutex m;
+  int running = 0, max_running = 0, launches = 0;
+  SweepHooks hooks;
+  hooks.launched = [&](const std::string&, auto) {
+    std::lock_guard lock(m);
+    ++launches;
+    max_running = std::max(max_running, ++running);
+  };
+  hooks.exit_seen = [&](const std::string&, auto) { --running; };
+  TestWaker waker;
+  const SweepResult r = f.run(waker, hooks);
+  CHECK(r.total == 6);
+  CHECK(r.budget_exhausted == 6);
+  CHECK(r.all_finished());
+  CHECK(launches == 6);
+  CHECK(max_running == 3);
+  check_complete_and_unduplicated(f);
+  CHECK(f.scalar("SELECT COUNT(*) FROM runs WHERE attempts = 1 AND status = 'budget_exhausted'") == 6);
+  CHECK(f.scalar("SELECT COUNT(*) FROM run_axes WHERE axis = 'seed'") == 6);
+  CHECK(f.scalar<std::string>("SELECT value FROM run_axes WHERE run_id = '" +
+                              f.run_of("B", 3).run_id + "'") == "3");
+  // Quantization telemetry every 5 steps for each MXFP4 GEMM: B only, 3 GEMMs × 4.
+  CHECK(f.scalar("SELECT COUNT(*) FROM quant_stats WHERE run_id = '" + f.run_of("B", 1).run_id +
+                 "'") == 12);
+  CHECK(f.scalar("SELECT COUNT(*) FROM quant_stats WHERE run_id = '" + f.run_of("A", 1).run_id +
+                 "'") == 0);
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE outcome = 'budget_exhausted' AND "
+                 "exit_code = 0 AND executor = 'local'") == 6);
+  const fs::path dir = run_directory(f.options.runs_dir, "all-runs", f.run_of("A", 2).run_id);
+  CHECK(fs::exists(dir / "config.json"));
+  CHECK(contract::read_run_config((dir / "config.json").string()).train.seed == 2);
+
+  launches = 0;
+  const SweepResult again = f.run(waker, hooks);
+  CHECK(again.budget_exhausted == 6);
+  CHECK(launches == 0);
+  CHECK(f.scalar("SELECT MAX(attempts) FROM runs") == 1);
+}
+
+TEST_CASE("a trainer SIGKILLed mid-run resumes from its checkpoint and ends as if never killed") {
+  SweepFixture reference(fake_recipe("resume", kSteps, 4, 5));
+  REQUIRE(reference.run().budget_exhausted == 4);
+
+  // Every run kills itself at step 13 (after the checkpoint at 10 and the eval at 12), leaving
+  // half an event line behind.
+  ScopedEnv env({{"MXABLATE_FAKE_CRASH_AT_STEP", "13"}, {"MXABLATE_FAKE_TORN_TAIL", "1"}});
+  SweepFixture crashed(fake_recipe("resume", kSteps, 4, 5));
+  const SweepResult r = crashed.run();
+  CHECK(r.budget_exhausted == 4);
+  check_complete_and_unduplicated(crashed);
+  CHECK(crashed.scalar("SELECT COUNT(*) FROM attempts WHERE attempt = 1 AND signal = 9 AND "
+                       "outcome = 'retry'") == 4);
+  CHECK(crashed.scalar("SELECT COUNT(*) FROM attempts WHERE attempt = 2 AND resumed = 1 AND "
+                       "outcome = 'budget_exhausted'") == 4);
+  CHECK(crashed.scalar("SELECT COUNT(*) FROM events WHERE kind = 'resume'") == 4);
+  // The evaluation curves are exactly those of the uninterrupted sweep (same run ids too).
+  const std::string curve = "SELECT run_id, step, tokens, val_loss FROM evals ORDER BY run_id, step";
+  CHECK(crashed.rows(curve) == reference.rows(curve));
+  CHECK(crashed.rows("SELECT run_id, best_val_loss, final_val_loss FROM runs ORDER BY run_id") ==
+        reference.rows("SELECT run_id, best_val_loss, final_val_loss FROM runs ORDER BY run_id"));
+}
+
+TEST_CASE("a crash before the first checkpoint restarts the run from scratch, nothing doubled") {
+  ScopedEnv env({{"MXABLATE_FAKE_CRASH_AT_STEP", "3@A/1"}});
+  SweepFixture f(fake_recipe("restart", kSteps, 2, 5));
+  CHECK(f.run().budget_exhausted == 4);
+  const RunSpec& a1 = f.run_of("A", 1);
+  CHECK(f.scalar("SELECT attempts FROM runs WHERE run_id = '" + a1.run_id + "'") == 2);
+  CHECK(f.scalar("SELECT resumed FROM attempts WHERE attempt = 2 AND run_id = '" + a1.run_id +
+                 "'") == 0);
+  const fs::path dir = run_directory(f.options.runs_dir, "restart", a1.run_id);
+  CHECK(fs::exists(dir / "events.jsonl.discarded-1"));  // the lost attempt's log, kept
+  CHECK(f.scalar("SELECT COUNT(*) FROM evals WHERE run_id = '" + a1.run_id + "'") == 10);
+  CHECK(f.scalar("SELECT COUNT(DISTINCT step) FROM evals WHERE run_id = '" + a1.run_id + "'") == 10);
+  CHECK(f.scalar("SELECT COUNT(*) FROM train_steps WHERE run_id = '" + a1.run_id + "'") == kSteps);
+}
+
+TEST_CASE("a run that crashes on every attempt fails after the limit; the others finish") {
+  ScopedEnv env({{"MXABLATE_FAKE_CRASH_AT_STEP", "6@A/1"}, {"MXABLATE_FAKE_CRASH_ALWAYS", "1@A/1"}});
+  SweepFixture f(fake_recipe("crashy", kSteps, 4, 5));
+  f.options.max_attempts = 3;
+  const SweepResult r = f.run();
+  CHECK(r.failed == 1);
+  CHECK(r.budget_exhausted == 3);
+  const std::string id = f.run_of("A", 1).run_id;
+  CHECK(f.scalar("SELECT attempts FROM runs WHERE run_id = '" + id + "'") == 3);
+  CHECK(f.scalar<std::string>("SELECT status FROM runs WHERE run_id = '" + id + "'") == "failed");
+  const std::string error = f.scalar<std::string>("SELECT error FROM runs WHERE run_id = '" + id + "'");
+  CHECK(error == "killed by signal 9 (SIGKILL) without a final status; gave up after 3 attempts");
+  // Its surviving timeline: steps up to the last checkpoint (5) only, each once.
+  CHECK(f.scalar("SELECT COUNT(*) FROM evals WHERE run_id = '" + id + "'") == 1);
+}
+
+TEST_CASE("a diverged run is a result, recorded with its divergence event, never retried") {
+  ScopedEnv env({{"MXABLATE_FAKE_DIVERGE_AT_STEP", "7@B"}});
+  SweepFixture f(fake_recipe("diverge", kSteps, 4, 5));
+  const SweepResult r = f.run();
+  CHECK(r.diverged == 2);
+  CHECK(r.budget_exhausted == 2);
+  CHECK(r.failed == 0);
+  CHECK(f.scalar("SELECT COUNT(*) FROM runs WHERE arm = 'B' AND status = 'diverged' AND "
+                 "attempts = 1") == 2);
+  CHECK(f.scalar("SELECT COUNT(*) FROM divergence_events WHERE reason = 'nonfinite_loss' AND "
+                 "severity = 'fatal' AND step = 7") == 2);
+  CHECK(f.scalar("SELECT COUNT(*) FROM train_steps WHERE loss IS NULL") == 2);
+}
+
+TEST_CASE("a trainer that exits at once (bad config) fails with its message; others are fine") {
+  ScopedEnv env({{"MXABLATE_FAKE_EXIT", "2@A/2"}});
+  SweepFixture f(fake_recipe("badconfig", kSteps, 4, 5));
+  const SweepResult r = f.run();
+  CHECK(r.failed == 1);
+  CHECK(r.budget_exhausted == 3);
+  const std::string id = f.run_of("A", 2).run_id;
+  CHECK(f.scalar("SELECT attempts FROM runs WHERE run_id = '" + id + "'") == 1);
+  CHECK(f.scalar<std::string>("SELECT error FROM runs WHERE run_id = '" + id + "'") ==
+        "the trainer rejected config.json (exit code 2): mxablate-fake-train: exiting with code "
+        "2 as MXABLATE_FAKE_EXIT asks");
+}
+
+TEST_CASE("a trainer reporting failure in run_end is not retried") {
+  ScopedEnv env({{"MXABLATE_FAKE_FAIL_AT_STEP", "9@B/1"}});
+  SweepFixture f(fake_recipe("fails", kSteps, 4, 5));
+  CHECK(f.run().failed == 1);
+  const std::string id = f.run_of("B", 1).run_id;
+  CHECK(f.scalar("SELECT attempts FROM runs WHERE run_id = '" + id + "'") == 1);
+  CHECK(f.scalar<std::string>("SELECT error FROM runs WHERE run_id = '" + id + "'") ==
+        "the trainer reported failure (exit code 1): mxablate-fake-train: simulated internal "
+        "error at step 9");
+}
+
+TEST_CASE("a hung trainer is stopped at the timeout, killed if it ignores SIGTERM") {
+  const bool ignores_term = GENERATE(false, true);
+  INFO("ignores SIGTERM: " << ignores_term);
+  std::map<std::string, std::string> vars{{"MXABLATE_FAKE_HANG_AT_STEP", "3@B/1"},
+                                          {"MXABLATE_FAKE_STEP_MS", "2"}};
+  if (ignores_term) vars["MXABLATE_FAKE_HANG_IGNORES_TERM"] = "1";
+  ScopedEnv env(vars);
+  SweepFixture f(fake_recipe("hang", kSteps, 4, 5));
+  f.options.timeout = std::chrono::milliseconds(1500);
+  f.options.grace = std::chrono::milliseconds(300);
+  const auto t0 = std::chrono::steady_clock::now();
+  const SweepResult r = f.run();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+  CHECK(r.failed == 1);
+  CHECK(r.budget_exhausted == 3);
+  const std::string id = f.run_of("B", 1).run_id;
+  const std::string error = f.scalar<std::string>("SELECT error FROM runs WHERE run_id = '" + id + "'");
+  CHECK(contains(error, "timed out after 2 s (the per-run limit; "));
+  CHECK(f.scalar("SELECT attempts FROM runs WHERE run_id = '" + id + "'") == 1);
+  if (ignores_term) {
+    CHECK(f.scalar("SELECT signal FROM attempts WHERE run_id = '" + id + "'") == SIGKILL);
+  } else {
+    CHECK(f.scalar("SELECT exit_code FROM attempts WHERE run_id = '" + id + "'") == 4);
+  }
+}
+
+TEST_CASE("a stop request checkpoints the running trainers; the next run resumes them") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "25"}});
+  SweepFixture f(fake_recipe("stop", kSteps, 4, 5));
+  std::atomic<int> events_seen{0};
+  SweepHooks hooks;
+  hooks.ingested = [&](size_t n, auto) { events_seen += static_cast<int>(n); };
+  TestWaker waker;
+  waker.stops = [&] { return events_seen > 12 ? 1 : 0; };  // a few steps into the first runs
+  const SweepResult r = f.run(waker, hooks);
+  CHECK(r.stop_signal == SIGINT);
+  CHECK(r.interrupted == 2);  // the two that were running
+  CHECK(r.unfinished == 2);   // never launched
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE outcome = 'interrupted' AND exit_code = 4") == 2);
+  CHECK(f.scalar("SELECT COUNT(*) FROM runs WHERE status = 'interrupted' AND error = "
+                 "'stopped on request after checkpointing'") == 2);
+  CHECK(f.scalar("SELECT COUNT(*) FROM events WHERE kind = 'run_end' AND "
+                 "json_extract(detail, '$.status') = 'interrupted'") == 2);
+
+  const SweepResult again = f.run();
+  CHECK(again.budget_exhausted == 4);
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE attempt = 2 AND resumed = 1") == 2);
+  check_complete_and_unduplicated(f);
+}
+
+TEST_CASE("a database that fills up mid-sweep stops the trainers; the same sweep then finishes") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "3"}});
+  SweepFixture f(fake_recipe("full", 200, 4, 5));
+  {
+    results::ResultsStore store(f.db_path());
+    // A full disk as SQLite sees it: this connection may not grow the file beyond a few pages.
+    results::Statement pages(store.db(), "PRAGMA page_count");
+    pages.step();
+    const int64_t now = pages.get_int(0);
+    pages.reset();
+    store.db().exec("PRAGMA max_page_count = " + std::to_string(now + 8));
+    TestWaker waker;
+    try {
+      f.run(waker, {}, &store);
+      FAIL("expected the sweep to fail");
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      CHECK(contains(what, "database or disk is full"));
+      CHECK(contains(what, "re-run the same command to continue"));
+    }
+  }
+  // No trainer of this sweep is left running.
+  for (const auto& p : fs::directory_iterator("/proc")) {
+    std::ifstream cmd(p.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmd)), {});
+    CHECK_FALSE(contains(args, (f.options.runs_dir / "full").string()));
+  }
+  const SweepResult r = f.run();  // a normal store: room again
+  CHECK(r.budget_exhausted == 4);
+  for (const RunSpec& run : f.plan.runs)
+    CHECK(f.scalar("SELECT COUNT(*) FROM evals WHERE run_id = '" + run.run_id + "'") == 50);
+  CHECK(f.scalar("SELECT COUNT(*) FROM train_steps") == 4 * 200);
+}
+
+TEST_CASE("a second orchestrator on the same sweep is refused") {
+  SweepFixture f(fake_recipe("locked", kSteps, 4, 5));
+  SweepLock held(f.options.runs_dir / "locked");
+  try {
+    f.run();
+    FAIL("expected a refusal");
+  } catch (const SweepLocked& e) {
+    CHECK(contains(e.what(), "another mxablate (pid " + std::to_string(::getpid()) + ")"));
+  }
+}
+
+TEST_CASE("an unwritable runs directory is one clear error before anything runs") {
+  SweepFixture f(fake_recipe("nowrite", kSteps, 4, 5));
+  write_file(f.dir.path() / "a-file", "x");
+  f.options.runs_dir = f.dir.path() / "a-file" / "runs";
+  try {
+    f.run();
+    FAIL("expected an error");
+  } catch (const std::runtime_error& e) {
+    CHECK(contains(e.what(), "cannot create the runs directory " +
+                                 (f.dir.path() / "a-file" / "runs" / "nowrite").string() +
+                                 ": Not a directory"));
+  }
+}
