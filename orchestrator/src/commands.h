@@ -15,5 +15,6 @@ void register_status_command(CLI::App& app);
 void register_query_command(CLI::App& app);
 void register_analysis_commands(CLI::App& app);
 void register_data_command(CLI::App& app);
+void register_cancel_command(CLI::App& app);
 
 }  // namespace mxablate::cli
