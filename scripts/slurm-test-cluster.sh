@@ -6,6 +6,9 @@
 #   scripts/slurm-test-cluster.sh stop DIR    stop exactly the daemons that `start DIR` started
 #   scripts/slurm-test-cluster.sh status DIR  exit 0 when the cluster answers and the node is up
 #
+# MXABLATE_SLURM_PORT_OFFSET=N moves the daemons' ports (two clusters at once); MXABLATE_SLURM_CPUS=N
+# declares N CPUs on the node (default: nproc).
+#
 # Exit code 3 means the cluster cannot run here (not root, Slurm or munge not installed, a daemon
 # would not start); the reason is the last line on stderr. Tests treat that as "skip".
 set -uo pipefail
@@ -65,7 +68,12 @@ case "$cmd" in
       [ -S "$munge_socket" ] || cannot "munged started but $munge_socket did not appear"
     fi
 
-    cpus=$(nproc)
+    # MXABLATE_SLURM_CPUS declares more CPUs than the machine has (config_overrides makes slurmd
+    # believe the configuration): tests with sleeping fake trainers can then observe Slurm's own
+    # throttling (%K) rather than the machine's two cores.
+    cpus=${MXABLATE_SLURM_CPUS:-$(nproc)}
+    overrides=""
+    [ "$cpus" -gt "$(nproc)" ] && overrides="SlurmdParameters=config_overrides"
     cat >"$conf" <<EOF
 ClusterName=mxablate-test
 SlurmctldHost=localhost
@@ -88,6 +96,7 @@ ReturnToService=2
 SchedulerParameters=sched_interval=1
 MessageTimeout=20
 KillWait=5
+$overrides
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid

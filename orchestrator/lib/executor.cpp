@@ -26,9 +26,23 @@ std::string signal_name(int sig) {
 }  // namespace
 
 std::string AttemptExit::describe() const {
-  if (signal) return fmt::format("killed by signal {} ({})", *signal, signal_name(*signal));
-  if (exit_code) return fmt::format("exit code {}", *exit_code);
-  return "ended without a known exit status";
+  std::string s = signal      ? fmt::format("killed by signal {} ({})", *signal, signal_name(*signal))
+                  : exit_code ? fmt::format("exit code {}", *exit_code)
+                              : std::string("ended without a known exit status");
+  if (!detail.empty()) s += "; " + detail;
+  return s;
+}
+
+std::vector<LaunchResult> Executor::launch_batch(const std::vector<LaunchRequest>& requests) {
+  std::vector<LaunchResult> results;
+  for (const LaunchRequest& r : requests) {
+    try {
+      results.push_back({launch(r), ""});
+    } catch (const LaunchError& e) {
+      results.push_back({std::nullopt, e.what()});
+    }
+  }
+  return results;
 }
 
 }  // namespace mxablate::orchestrator

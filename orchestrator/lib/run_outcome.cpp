@@ -40,7 +40,7 @@ Outcome decide_outcome(const AttemptObservation& o) {
       if (o.timed_out) return {false, st::kFailed, timeout};
       if (o.stop_requested)
         return {false, st::kInterrupted, "stopped on request after checkpointing"};
-      return retry_or_give_up(o, "stopped by a signal from outside mxablate");
+      return retry_or_give_up(o, fmt::format("stopped from outside mxablate ({})", ended));
     }
     return {false, st::kFailed, fmt::format("unknown run_end status \"{}\" ({})", s, ended)};
   }

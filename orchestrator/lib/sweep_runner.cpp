@@ -105,7 +105,9 @@ struct SweepRunner::Impl {
   std::map<std::string, int> attempts_used;
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
+  std::map<std::string, int64_t> prepared_seq, prepared_offset;  // between prepare and record
   bool stopping = false;
+  bool detached = false;  // stopped with attempts left running in the executor
   bool killed_all = false;
   Clock::time_point started = Clock::now();
 
@@ -227,7 +229,8 @@ struct SweepRunner::Impl {
     progress.message(fmt::format("failed {} [{}]: {}", label(run_id), run_id, reason));
   }
 
-  void launch(const std::string& run_id) {
+  // Gets the run directory ready for an attempt; nullopt when it cannot be (the run is failed).
+  std::optional<LaunchRequest> prepare_launch(const std::string& run_id) {
     const RunSpec& spec = *specs.at(run_id);
     results::RunState rs = store.run(run_id);
     const fs::path dir = dir_of(run_id);
@@ -250,21 +253,40 @@ struct SweepRunner::Impl {
       throw;
     } catch (const std::exception& e) {
       fail_before_launch(run_id, fmt::format("cannot prepare the run directory: {}", e.what()));
-      return;
+      return std::nullopt;
     }
-    LaunchRequest req{run_id, dir, opt.trainer, resume, rs.attempts + 1};
-    Launched l;
-    try {
-      l = executor.launch(req);
-    } catch (const LaunchError& e) {
-      fail_before_launch(run_id, e.what());
-      return;
+    prepared_seq[run_id] = rs.last_seq;
+    prepared_offset[run_id] = rs.ingest_offset;
+    return LaunchRequest{run_id, dir, opt.trainer, resume, rs.attempts + 1};
+  }
+
+  // Launches the runs of one loop iteration together (a batch system submits them as one job
+  // array) and records each attempt.
+  void launch(const std::vector<std::string>& run_ids) {
+    std::vector<LaunchRequest> requests;
+    for (const std::string& run_id : run_ids)
+      if (auto req = prepare_launch(run_id)) requests.push_back(std::move(*req));
+    if (requests.empty()) return;
+    const std::vector<LaunchResult> results = executor.launch_batch(requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (i < results.size() && results[i].launched)
+        record_launch(requests[i], *results[i].launched);
+      else
+        fail_before_launch(requests[i].run_id,
+                           i < results.size() ? results[i].error : "the executor did not launch it");
     }
+  }
+
+  void record_launch(const LaunchRequest& req, const Launched& l) {
+    const std::string& run_id = req.run_id;
+    const bool resume = req.resume;
+    const int64_t start_seq = prepared_seq.at(run_id);
+    const int64_t offset = prepared_offset.at(run_id);
     const auto now = Clock::now();
     const int attempt = store.begin_attempt(
-        run_id, {executor.name(), l.executor_ref, l.slot, l.host, l.device, resume, rs.last_seq});
+        run_id, {executor.name(), l.executor_ref, l.slot, l.host, l.device, resume, start_seq});
     ++attempts_used[run_id];
-    start_tracking(run_id, attempt, rs.last_seq, rs.ingest_offset).started = now;
+    start_tracking(run_id, attempt, start_seq, offset).started = now;
     if (hooks.launched) hooks.launched(run_id, now);
     progress.message(fmt::format("launched {} [{}] in {}{}", label(run_id), run_id, l.slot,
                                  resume ? fmt::format(", resuming (attempt {})", attempt)
@@ -357,6 +379,17 @@ struct SweepRunner::Impl {
 
   void handle_stop_requests() {
     const int n = waker.stop_requests();
+    if (n >= 1 && !stopping && executor.detaches_on_stop()) {
+      // A batch system's jobs do not need us to run: leave them queued and running (their
+      // attempts stay open) and let the next run re-attach to them.
+      stopping = true;
+      detached = true;
+      progress.message(fmt::format(
+          "stopping: no new launches; {} running attempt(s) stay in {} without mxablate — run "
+          "the same command again to re-attach",
+          active.size(), executor.name()));
+      return;
+    }
     if (n >= 1 && !stopping) {
       stopping = true;
       const auto now = Clock::now();
@@ -370,7 +403,7 @@ struct SweepRunner::Impl {
         if (!a.kill_at) a.kill_at = now + opt.grace;
       }
     }
-    if (n >= 2 && !killed_all) {
+    if (n >= 2 && !killed_all && !detached) {
       killed_all = true;
       for (auto& [run_id, a] : active) {
         a.killed = true;
@@ -410,23 +443,28 @@ struct SweepRunner::Impl {
       else if (v == st::kDiverged) ++s.diverged;
       else if (v == st::kFailed) ++s.failed;
       else if (v == st::kInterrupted) ++s.interrupted;
-      else if (v == st::kRunning) ++s.running;
+      else if (v == st::kRunning && !executor.queued(spec.run_id)) ++s.running;
       else ++s.pending;
     }
     const auto now = Clock::now();
     for (const auto& [run_id, a] : active) {
+      if (executor.queued(run_id)) continue;  // waiting in a batch queue: counted as pending
       RunProgress p = a.progress;
       p.elapsed_s = std::chrono::duration<double>(now - a.started).count();
       s.active.push_back(p);
     }
     s.elapsed_s = std::chrono::duration<double>(now - started).count();
-    s.stopping = stopping;
+    s.stopping = stopping && !detached;  // detached: nothing is waited for
     return s;
   }
 
   // The sweep itself failed (database, filesystem): stop the trainers so none runs
   // unsupervised, without touching the store; the next run recovers their attempts.
   void emergency_stop() {
+    if (executor.detaches_on_stop()) {
+      detached = true;  // the jobs run on without us; the next run re-attaches
+      return;
+    }
     for (auto& [run_id, a] : active) executor.request_stop(run_id);
     const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(opt.grace,
                                                                              std::chrono::seconds(30));
@@ -454,6 +492,7 @@ struct SweepRunner::Impl {
       else ++r.unfinished;
     }
     r.stop_signal = stopping ? waker.first_stop_signal() : 0;
+    r.left_running = detached ? active.size() : 0;
     return r;
   }
 
@@ -465,21 +504,29 @@ struct SweepRunner::Impl {
       while (true) {
         handle_stop_requests();
         for (const AttemptExit& e : executor.collect_exits()) finish(e);
-        if (!stopping)
-          while (executor.running() < executor.capacity() && !queue.empty()) {
-            const std::string run_id = queue.front();
+        if (!stopping) {
+          std::vector<std::string> batch;
+          while (executor.running() + batch.size() < executor.capacity() && !queue.empty()) {
+            batch.push_back(queue.front());
             queue.pop_front();
-            launch(run_id);
           }
+          if (!batch.empty()) launch(batch);
+        }
         for (auto& [run_id, a] : active) ingest(a);
         check_timeouts();
         progress.update(snapshot());
+        if (detached) break;
         if (active.empty() && (queue.empty() || stopping)) break;
         waker.wait_for(opt.poll);
       }
     } catch (const std::exception& e) {
       const size_t running = active.size();
       emergency_stop();
+      if (detached && running > 0)
+        throw std::runtime_error(fmt::format(
+            "{}; the {} {} job(s) keep running — fix the cause and re-run the same command to "
+            "re-attach to them",
+            e.what(), running, executor.name()));
       throw std::runtime_error(
           running == 0
               ? std::string(e.what())

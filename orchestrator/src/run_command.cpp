@@ -23,6 +23,7 @@
 #include "mxablate/results/sqlite_db.h"
 #include "mxablate/results/store.h"
 #include "recipe_input.h"
+#include "slurm_run.h"
 
 namespace mxablate::cli {
 namespace {
@@ -43,6 +44,9 @@ struct RunOptions {
   std::string grace = "60s";
   int poll_ms = 200;
   std::string progress = "auto";
+  std::string executor = "local";
+  SlurmRunOptions slurm;
+  const CLI::App* command = nullptr;
 };
 
 std::vector<int> parse_gpu_list(const std::string& text) {
@@ -148,9 +152,18 @@ void run_sweep(const RunOptions& o) {
   if (o.poll_ms < 1 || o.poll_ms > 60000) throw InputError("--poll-ms: must be in [1, 60000]");
   const ProgressMode mode = parse_progress(o.progress);
 
+  const bool on_slurm = o.executor == "slurm";
+  if (!on_slurm && o.executor != "local")
+    throw InputError("--executor: expected local or slurm, got '" + o.executor + "'");
+  if (!on_slurm && o.slurm.any_given(o.command))
+    throw InputError("--partition, --gpus-per-run, --time, --max-parallel, --sbatch-arg and "
+                     "--slurm-poll need --executor slurm");
+  if (on_slurm && (!o.gpus.empty() || o.cpu > 0 || o.per_gpu != 1 || timeout_ms > 0))
+    throw InputError("--gpus, --cpu, --per-gpu and --timeout are for the local executor; with "
+                     "--executor slurm use --gpus-per-run, --max-parallel and --time");
   const RecipeInput input = load_recipe_input(o.recipe);
   check_data_paths(input.recipe, input.plan);
-  std::vector<Slot> slots = choose_slots(o, input.plan);
+  std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
   fs::path trainer;
   try {
     trainer = find_trainer(o.trainer);
@@ -168,11 +181,23 @@ void run_sweep(const RunOptions& o) {
   }
   // Writes past a file-size limit must fail with an error we can report, not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
+  std::unique_ptr<SlurmExecutor> slurm =
+      on_slurm ? make_slurm_executor(o.slurm, input.plan.sweep, sweep_dir) : nullptr;
   auto store = open_store(o.db);
+  if (!on_slurm) refuse_local_run_over_slurm_jobs(*store, input.plan.sweep);
 
-  LocalExecutor executor(std::move(slots));
+  std::unique_ptr<Executor> executor =
+      on_slurm ? std::unique_ptr<Executor>(std::move(slurm))
+               : std::make_unique<LocalExecutor>(std::move(slots));
   SignalWatcher signals;
   auto progress = make_progress(mode, stderr);
+  auto* slurm_executor = dynamic_cast<SlurmExecutor*>(executor.get());
+  std::optional<CancelAwareWaker> cancel_aware;
+  if (slurm_executor) {
+    slurm_executor->set_notify([&progress](const std::string& line) { progress->message(line); });
+    cancel_aware.emplace(signals, *slurm_executor);
+  }
+  Waker& waker = cancel_aware ? static_cast<Waker&>(*cancel_aware) : signals;
   SweepOptions options;
   options.runs_dir = o.runs_dir;
   options.trainer = trainer;
@@ -180,11 +205,17 @@ void run_sweep(const RunOptions& o) {
   options.timeout = std::chrono::milliseconds(timeout_ms);
   options.grace = std::chrono::milliseconds(grace_ms);
   options.poll = std::chrono::milliseconds(o.poll_ms);
-  std::cout << fmt::format("sweep {}: {} runs in {} slot(s); results in {}, runs in {}\n",
-                           input.plan.sweep, input.plan.runs.size(), executor.capacity(), o.db,
-                           sweep_dir.string())
+  std::cout << fmt::format("sweep {}: {} runs {}; results in {}, runs in {}\n",
+                           input.plan.sweep, input.plan.runs.size(),
+                           on_slurm ? fmt::format("as Slurm job arrays{}",
+                                                  o.slurm.max_parallel > 0
+                                                      ? fmt::format(", at most {} at once",
+                                                                    o.slurm.max_parallel)
+                                                      : "")
+                                    : fmt::format("in {} slot(s)", executor->capacity()),
+                           o.db, sweep_dir.string())
             << std::flush;
-  SweepRunner runner(input.recipe, input.plan, *store, executor, signals, *progress, options);
+  SweepRunner runner(input.recipe, input.plan, *store, *executor, waker, *progress, options);
   SweepResult r;
   try {
     r = runner.run();
@@ -192,10 +223,19 @@ void run_sweep(const RunOptions& o) {
     throw std::runtime_error(fmt::format("results database: {}", e.what()));
   }
   std::cout << fmt::format("sweep {}: {} converged, {} budget_exhausted, {} diverged, {} failed, "
-                           "{} interrupted, {} not run\n",
+                           "{} interrupted, {} not run{}\n",
                            input.plan.sweep, r.converged, r.budget_exhausted, r.diverged, r.failed,
-                           r.interrupted, r.unfinished)
+                           r.interrupted, r.unfinished - r.left_running,
+                           r.left_running > 0
+                               ? fmt::format(", {} still running in {}", r.left_running,
+                                             executor->name())
+                               : "")
             << std::flush;
+  if (r.left_running > 0)
+    throw ExitStatus(128 + r.stop_signal, detached_message(r.left_running, input.plan.sweep));
+  if (slurm_executor && slurm_executor->cancel_requested())
+    throw ExitStatus(kExitFailure, fmt::format("the sweep was cancelled (mxablate cancel); run "
+                                               "the same command again to continue it"));
   if (r.stop_signal != 0)
     throw ExitStatus(128 + r.stop_signal,
                      fmt::format("stopped by {}; run the same command again to continue",
@@ -236,6 +276,12 @@ void register_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--progress", o->progress, "auto | terminal | plain | none")
       ->capture_default_str();
+  cmd->add_option("--executor", o->executor,
+                  "local: runs in slots on this machine; slurm: job arrays on a Slurm cluster "
+                  "(runs directory and trainer on a shared filesystem)")
+      ->capture_default_str();
+  add_slurm_run_options(cmd, o->slurm);
+  o->command = cmd;
   cmd->callback([o] { run_sweep(*o); });
 }
 

@@ -12,6 +12,7 @@
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
+#include "slurm_status.h"
 
 namespace mxablate::cli {
 namespace {
@@ -62,10 +63,12 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
   axis_names.bind(1, sweep_id);
   while (axis_names.step()) axes.push_back(axis_names.get_text(0));
 
+  const SlurmColumn slurm = slurm_column(db, sweep_id);
   std::vector<std::string> headers{"run_id", "arm"};
   headers.insert(headers.end(), axes.begin(), axes.end());
   for (const char* h : {"status", "att", "step", "tokens", "val_loss", "best", "wall", "note"})
     headers.push_back(h);
+  if (!slurm.by_run.empty()) headers.insert(headers.end() - 1, "slurm");
   TextTable table(headers);
   Statement runs(db,
                  "SELECT run_id, arm, status, attempts, step, tokens, max_tokens, final_val_loss, "
@@ -93,12 +96,17 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     row.push_back(opt_loss(runs, 7));
     row.push_back(opt_loss(runs, 8));
     row.push_back(runs.is_null(9) ? "-" : format_duration(runs.get_double(9)));
+    if (!slurm.by_run.empty()) {
+      const auto it = slurm.by_run.find(runs.get_text(0));
+      row.push_back(it == slurm.by_run.end() || it->second.empty() ? "-" : it->second);
+    }
     std::string note = runs.is_null(10) ? "" : runs.get_text(10);
     if (note.size() > 70) note = note.substr(0, 69) + "…";
     row.push_back(note);
     table.add_row(row);
   }
   std::cout << table.render(2);
+  if (!slurm.note.empty()) std::cout << "  " << slurm.note << "\n";
 }
 
 void show_status(const StatusOptions& o) {

@@ -41,7 +41,15 @@ struct AttemptExit {
   std::string run_id;
   std::optional<int> exit_code;  // the process exited
   std::optional<int> signal;     // the process was killed by a signal
-  std::string describe() const;  // "exit code 1", "killed by signal 9 (SIGKILL)"
+  std::string detail;            // what the executor saw besides, e.g. "Slurm state TIMEOUT"
+  // "exit code 1", "killed by signal 9 (SIGKILL)", "exit code 4; Slurm state TIMEOUT"
+  std::string describe() const;
+};
+
+// One request's result in launch_batch: launched, or why not (the text of a LaunchError).
+struct LaunchResult {
+  std::optional<Launched> launched;
+  std::string error;
 };
 
 class Executor {
@@ -52,6 +60,16 @@ class Executor {
   virtual size_t running() const = 0;
   // Starts an attempt in a free slot; requires running() < capacity(). Throws LaunchError.
   virtual Launched launch(const LaunchRequest& request) = 0;
+  // Starts several attempts at once (requires running() + requests.size() <= capacity()); one
+  // result per request, in order. A batch system submits them as one job array; the default
+  // launches them one by one.
+  virtual std::vector<LaunchResult> launch_batch(const std::vector<LaunchRequest>& requests);
+  // True when attempts live outside the orchestrator (a batch system's jobs): stopping the
+  // orchestrator (Ctrl-C, SIGTERM, an error of its own) then detaches from them instead of
+  // stopping them, and the next run re-attaches through recover(). False for child processes.
+  virtual bool detaches_on_stop() const { return false; }
+  // Launched but still waiting in a batch system's queue (shown as pending, not running).
+  virtual bool queued(const std::string& /*run_id*/) const { return false; }
   // Attempts that ended since the last call. Never blocks.
   virtual std::vector<AttemptExit> collect_exits() = 0;
   // Asks a running attempt to checkpoint and stop (SIGTERM for the trainer).

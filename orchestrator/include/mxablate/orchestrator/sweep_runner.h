@@ -33,6 +33,7 @@ struct SweepResult {
   size_t total = 0, converged = 0, budget_exhausted = 0, diverged = 0, failed = 0,
          interrupted = 0, unfinished = 0;
   int stop_signal = 0;  // SIGINT or SIGTERM when the sweep was stopped on request
+  size_t left_running = 0;  // attempts left running in a batch system when it stopped
   bool all_finished() const { return failed == 0 && interrupted == 0 && unfinished == 0; }
 };
 

@@ -1,0 +1,252 @@
+// The job-array script (slurm_array_script.h): its #SBATCH header, option validation, and — run
+// with bash as Slurm would run it, no Slurm needed — what a task does: which run directory, the
+// --resume flag, logs, the exit file, signal forwarding, and a run directory that is not there.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "catch.h"
+#include "mxablate/orchestrator/slurm_array_script.h"
+#include "slurm_test_support.h"
+
+using namespace mxablate::orchestrator;
+namespace fs = std::filesystem;
+using mxablate::slurm_test::read_text;
+using mxablate::slurm_test::ScratchDir;
+
+namespace {
+
+ArrayScript two_task_script(const fs::path& root, const fs::path& trainer) {
+  ArrayScript s;
+  s.sweep = "demo";
+  s.submission = 3;
+  s.job_name = slurm_job_name("demo", root / "runs" / "demo");
+  s.slurm_dir = root / "runs" / "demo" / "slurm";
+  s.trainer = trainer;
+  s.tasks = {{"aaaa1111", root / "runs" / "demo" / "aaaa1111", 1, false},
+             {"bbbb2222", root / "runs" / "demo" / "bbbb 2222's", 3, true}};
+  s.written_at = "2026-01-01 00:00:00";
+  for (const ArrayTask& t : s.tasks) {
+    fs::create_directories(t.run_dir);
+    std::ofstream(t.run_dir / "config.json") << "{}\n";
+  }
+  fs::create_directories(s.slurm_dir);
+  return s;
+}
+
+// A stand-in trainer: records its arguments and environment, then exits as told.
+fs::path write_fake_trainer(const fs::path& dir, const std::string& body) {
+  const fs::path p = dir / "trainer.sh";
+  std::ofstream(p) << "#!/bin/bash\n"
+                      "echo \"args: $*\" >>\"$2/calls.txt\"\n"
+                      "echo \"attempt=$MXABLATE_ATTEMPT slot=$MXABLATE_SLOT\" >>\"$2/calls.txt\"\n"
+                      "echo trainer-stdout\n"
+                      "echo trainer-stderr >&2\n"
+                   << body;
+  fs::permissions(p, fs::perms::owner_all);
+  return p;
+}
+
+// Runs the script like slurmstepd would for one task; returns the wait status.
+struct TaskProcess {
+  pid_t pid = -1;
+  TaskProcess(const fs::path& script, int task, const std::string& job) {
+    pid = ::fork();
+    if (pid == 0) {
+      ::setenv("SLURM_ARRAY_TASK_ID", std::to_string(task).c_str(), 1);
+      ::setenv("SLURM_ARRAY_JOB_ID", job.c_str(), 1);
+      ::execl("/bin/bash", "bash", script.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  int wait() {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("array specs carry the throttle only when it limits something") {
+  CHECK(array_spec(1, 0) == "0");
+  CHECK(array_spec(4, 0) == "0-3");
+  CHECK(array_spec(4, 2) == "0-3%2");
+  CHECK(array_spec(4, 4) == "0-3");
+  CHECK(array_spec(4, 9) == "0-3");
+  CHECK(array_spec(1, 1) == "0");
+}
+
+TEST_CASE("Slurm time limits are checked before anything is submitted") {
+  for (const char* ok : {"30", "30:00", "4:00:00", "1-00", "1-12:30", "2-12:30:00", "INFINITE",
+                         "UNLIMITED", "0:05"})
+    CHECK(is_slurm_time_limit(ok));
+  for (const char* bad : {"", "1h", "4:00:00:00", "-1", "1-", "ab", "1:2:3:4", "1:000", " 30"})
+    CHECK_FALSE(is_slurm_time_limit(bad));
+}
+
+TEST_CASE("submit options that cannot work are refused with one line naming the option") {
+  SlurmSubmitOptions o;
+  CHECK_NOTHROW(validate_slurm_submit_options(o));
+  o.time_limit = "2h";
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--time: '2h'"));
+  o = {};
+  o.sbatch_args = {"--account=abc", "--qos=high", "--exclusive"};
+  CHECK_NOTHROW(validate_slurm_submit_options(o));
+  for (const char* reserved : {"--array=0-3", "--output=x.log", "-Jname", "--job-name=x",
+                               "--requeue", "--export=NONE", "--chdir=/"}) {
+    o.sbatch_args = {reserved};
+    CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("mxablate sets"));
+  }
+  o.sbatch_args = {"account=abc"};
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("not one sbatch option"));
+  o.sbatch_args = {"--comment=a\nb"};
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("not one sbatch option"));
+  o = {};
+  o.partition = "gpu a100";
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--partition"));
+  o = {};
+  o.max_parallel = -1;
+  CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("--max-parallel"));
+}
+
+TEST_CASE("job names are per sweep directory and stable") {
+  const std::string a = slurm_job_name("demo", "/shared/runs/demo");
+  CHECK(a.rfind("mxablate-demo-", 0) == 0);
+  CHECK(a.size() == std::string("mxablate-demo-").size() + 8);
+  CHECK(slurm_job_name("demo", "/shared/runs/demo") == a);
+  CHECK(slurm_job_name("demo", "/shared/runs/./demo") == a);
+  CHECK(slurm_job_name("demo", "/other/runs/demo") != a);
+}
+
+TEST_CASE("the script's header holds every option as an #SBATCH line") {
+  ScratchDir dir("script-header");
+  ArrayScript s = two_task_script(dir.path, "/opt/mx/mxablate-train");
+  s.options.partition = "gpu";
+  s.options.time_limit = "4:00:00";
+  s.options.gpus_per_run = 2;
+  s.options.sbatch_args = {"--account=abc", "--exclusive", "--comment=two words"};
+  const std::string t = render_array_script(s, "0-1%1");
+  const std::string slurm_dir = s.slurm_dir.string();
+  CHECK(t.rfind("#!/bin/bash\n", 0) == 0);
+  CHECK_THAT(t, has_text("#SBATCH --job-name=" + s.job_name + "\n"));
+  CHECK_THAT(t, has_text("#SBATCH --array=0-1%1\n"));
+  CHECK_THAT(t, has_text("#SBATCH --output=" + slurm_dir + "/%A_%a.log\n"));
+  CHECK_THAT(t, has_text("#SBATCH --chdir=" + slurm_dir + "\n"));
+  CHECK_THAT(t, has_text("#SBATCH --no-requeue\n"));
+  CHECK_THAT(t, has_text("#SBATCH --partition=gpu\n"));
+  CHECK_THAT(t, has_text("#SBATCH --time=4:00:00\n"));
+  CHECK_THAT(t, has_text("#SBATCH --gres=gpu:2\n"));
+  CHECK_THAT(t, has_text("#SBATCH --account=abc\n"));
+  CHECK_THAT(t, has_text("#SBATCH --exclusive\n"));
+  CHECK_THAT(t, has_text("#SBATCH --comment=\"two words\"\n"));
+  CHECK_THAT(t, has_text("task 1: run bbbb2222, attempt 3, resumes from its checkpoint"));
+  // Slurm stops reading #SBATCH lines at the first command: all of them come before `set -u`.
+  CHECK(t.rfind("#SBATCH") < t.find("\nset -u\n"));
+  // No time limit, partition or GPUs unless asked for.
+  const std::string plain = render_array_script(two_task_script(dir.path, "/x"), "0-1");
+  CHECK(plain.find("--partition") == std::string::npos);
+  CHECK(plain.find("--time") == std::string::npos);
+  CHECK(plain.find("--gres") == std::string::npos);
+}
+
+TEST_CASE("a percent sign in the sweep directory survives Slurm's file-name patterns") {
+  ScratchDir dir("script-pct");
+  ArrayScript s = two_task_script(dir.path, "/x");
+  s.slurm_dir = "/shared/100%/demo/slurm";
+  CHECK_THAT(render_array_script(s, "0-1"),
+             has_text("#SBATCH --output=/shared/100%%/demo/slurm/%A_%a.log\n"));
+}
+
+TEST_CASE("a task runs the trainer for its own run directory and records its exit status") {
+  ScratchDir dir("script-run");
+  const fs::path trainer = write_fake_trainer(dir.path, "exit 3\n");
+  const ArrayScript s = two_task_script(dir.path, trainer);
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+
+  TaskProcess t1(script, 1, "77");
+  const int status = t1.wait();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  const fs::path run1 = s.tasks[1].run_dir;
+  const std::string calls = read_text(run1 / "calls.txt");
+  CHECK_THAT(calls, has_text("args: --run-dir " + run1.string() + " --resume\n"));
+  CHECK_THAT(calls, has_text("attempt=3 slot=77_1"));
+  CHECK(read_text(s.slurm_dir / "77_1.exit") == "3\n");
+  CHECK_FALSE(fs::exists(s.slurm_dir / "77_1.exit.tmp"));
+  const std::string out = read_text(run1 / "stdout.log");
+  CHECK(out.rfind("=== mxablate: attempt 3 (resume) as Slurm job 77_1 on ", 0) == 0);
+  CHECK_THAT(out, has_text("trainer-stdout\n"));
+  CHECK_THAT(read_text(run1 / "stderr.log"), has_text("trainer-stderr\n"));
+  CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));  // task 0 untouched
+
+  TaskProcess t0(script, 0, "77");
+  CHECK(WEXITSTATUS(t0.wait()) == 3);
+  CHECK_THAT(read_text(s.tasks[0].run_dir / "calls.txt"),
+             has_text("args: --run-dir " + s.tasks[0].run_dir.string() + "\n"));
+}
+
+TEST_CASE("SIGTERM to the task's shell alone reaches the trainer, whose exit status is kept") {
+  ScratchDir dir("script-term");
+  // Like mxablate-train: on SIGTERM it checkpoints (here: a short sleep) and exits 4.
+  const fs::path trainer = write_fake_trainer(
+      dir.path,
+      "trap 'echo got-term >>\"$2/calls.txt\"; sleep 0.3; exit 4' TERM\n"
+      "echo started >>\"$2/calls.txt\"\n"
+      "for i in $(seq 1 200); do sleep 0.05; done\nexit 0\n");
+  const ArrayScript s = two_task_script(dir.path, trainer);
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+  TaskProcess task(script, 0, "5");
+  const fs::path calls = s.tasks[0].run_dir / "calls.txt";
+  for (int i = 0; i < 200 && read_text(calls).find("started") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(task.pid, SIGTERM);  // only the shell, as --signal=B:TERM does
+  const int status = task.wait();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 4);
+  CHECK_THAT(read_text(calls), has_text("got-term"));
+  CHECK(read_text(s.slurm_dir / "5_0.exit") == "4\n");
+}
+
+TEST_CASE("a trainer killed by a signal is recorded as 128 + the signal") {
+  ScratchDir dir("script-kill");
+  const fs::path trainer = write_fake_trainer(dir.path, "kill -9 $$\n");
+  const ArrayScript s = two_task_script(dir.path, trainer);
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+  TaskProcess task(script, 0, "6");
+  CHECK(WEXITSTATUS(task.wait()) == 137);
+  CHECK(read_text(s.slurm_dir / "6_0.exit") == "137\n");
+}
+
+TEST_CASE("a run directory the node cannot see ends the task with exit code 66 and a reason") {
+  ScratchDir dir("script-noshare");
+  const fs::path trainer = write_fake_trainer(dir.path, "exit 0\n");
+  const ArrayScript s = two_task_script(dir.path, trainer);
+  fs::remove(s.tasks[0].run_dir / "config.json");
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+  const fs::path err = dir.path / "task.err";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("SLURM_ARRAY_TASK_ID", "0", 1);
+    ::setenv("SLURM_ARRAY_JOB_ID", "9", 1);
+    std::freopen(err.c_str(), "w", stderr);
+    ::execl("/bin/bash", "bash", script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WEXITSTATUS(status) == 66);
+  CHECK_THAT(read_text(err), has_text("is not visible on"));
+  CHECK_THAT(read_text(err), has_text("shared"));
+  CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));
+}
