@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "mxablate/contract/model_shapes.h"
+#include "mxablate/orchestrator/model_fit.h"
 #include "mxablate/orchestrator/run_id.h"
 
 namespace mxablate::orchestrator {
@@ -261,7 +261,7 @@ class Expander {
     spec.axes = axes;
     try {
       spec.config = contract::run_config_from_json(run.config);
-      contract::check_model_fit(spec.config);
+      check_model_fit(spec.config);
     } catch (const contract::ConfigError& e) {
       throw located(e.what(), run, arm, axes);
     }

@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "mxablate/contract/event_log.h"
-#include "mxablate/contract/model_shapes.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/model_presets.h"
 
 namespace {
 
@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   RunConfig config;
   try {
     config = read_run_config((dir / "config.json").string());
-    check_model_fit(config);
+    if (!mxablate::trainer::find_model_preset(config.model))
+      throw ConfigError("model: no preset \"" + config.model + "\"");
   } catch (const std::exception& e) {
     die(2, e.what());
   }
@@ -198,13 +199,13 @@ int main(int argc, char** argv) {
     log.append(event_kind::kResume,
                {{"step", step}, {"tokens", step * gbt}, {"discard_after_seq", ckpt->seq}}, true);
   }
-  const auto shape = find_model_shape(config.model);
+  const auto shape = mxablate::trainer::find_model_preset(config.model);
   log.append(event_kind::kRunStart,
              {{"step", step},
               {"tokens", step * gbt},
               {"attempt", attempt},
               {"device", "cpu (fake trainer)"},
-              {"params", shape ? shape->parameters(4096) : 0},
+              {"params", mxablate::trainer::parameter_count(*shape, 4096)},
               {"versions", {{"mxablate-fake-train", 1}}},
               {"resumed", ckpt.has_value()}},
              true);
