@@ -1,0 +1,125 @@
+// The real trainer through the real path (issue: "once the trainer exists, a real CPU sweep runs
+// through the same path"; DESIGN §10): `mxablate run` with mxablate-train on a small prepared
+// dataset, once undisturbed and once with a trainer SIGKILLed mid-run. The orchestrator must
+// retry the killed run from its last checkpoint, and the results must equal the undisturbed
+// sweep's exactly (the trainer resumes bit-exactly; nothing may be lost or doubled on the way).
+#include <signal.h>
+
+#include "catch.h"
+#include "mxablate/results/sqlite_db.h"
+#include "run_test_support.h"
+#include "test_util.h"
+
+using namespace mxablate;
+using namespace mxablate::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kTrainer = MXABLATE_TRAIN_EXE;
+
+std::string recipe(const std::string& dataset) {
+  // 24 steps of 512 tokens; evaluations and checkpoints every 4 steps.
+  return R"(name: real-cpu
+base:
+  model: smoke
+  data: {dataset: )" + dataset + R"(, seq_len: 64}
+  train: {global_batch_tokens: 512, max_tokens: 12288, lr: 3e-3, warmup_tokens: 2048}
+  eval: {every_tokens: 2048, tokens: 1024}
+  checkpoint: {every_steps: 4}
+  telemetry: {train_every_steps: 2, quant_every_steps: 8}
+  threads: 1
+arms:
+  bf16: {}
+  FDW+H16:
+    precision: {fprop: mxfp4, dgrad: mxfp4, wgrad: mxfp4}
+    quant: {hadamard: {mode: deterministic, size: 16, gemms: [wgrad]}}
+grid:
+  seed: [1]
+)";
+}
+
+struct RealSweep {
+  TempDir dir;
+  explicit RealSweep(const std::string& text) { write_file(dir.path() / "real.yaml", text); }
+  std::vector<std::string> args() const {
+    return {kMxablate.string(), "run", (dir.path() / "real.yaml").string(), "--trainer",
+            kTrainer.string(), "--cpu", "2", "--poll-ms", "20", "--progress", "plain"};
+  }
+  std::string db() const { return (dir.path() / "mxablate.db").string(); }
+  std::vector<std::vector<std::string>> rows(const std::string& sql) const {
+    results::Database d(db(), results::Database::Mode::kReadOnly);
+    results::Statement st(d, sql);
+    std::vector<std::vector<std::string>> out;
+    while (st.step()) {
+      std::vector<std::string> row;
+      for (int c = 0; c < st.column_count(); ++c) row.push_back(st.get_text(c));
+      out.push_back(row);
+    }
+    return out;
+  }
+  std::string one(const std::string& sql) const {
+    const auto r = rows(sql);
+    return r.empty() || r[0].empty() ? "" : r[0][0];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a real CPU sweep: a trainer SIGKILLed mid-run resumes and ends exactly as if never killed",
+          "[real-trainer]") {
+  const std::string text = recipe(mxablate::test::test_dataset());
+
+  RealSweep reference(text);
+  const ProcessResult ref = run_process(reference.args(), reference.dir.path());
+  INFO(ref.err);
+  REQUIRE(ref.code() == 0);
+  CHECK(reference.one("SELECT COUNT(*) FROM runs WHERE status = 'budget_exhausted' AND "
+                      "attempts = 1") == "2");
+  // The trainer evaluates before the first step and then every 4 steps: 7 per run.
+  CHECK(reference.one("SELECT COUNT(*) FROM evals") == "14");
+  CHECK(reference.one("SELECT COUNT(DISTINCT run_id || '/' || step) FROM evals") == "14");
+  CHECK(reference.one("SELECT COUNT(*) FROM quant_stats") != "0");  // MXFP4 telemetry arrived
+
+  RealSweep crashed(text);
+  Process p(crashed.args(), crashed.dir.path());
+  // Once the MXFP4 run has checkpointed at step 8 or later and is still running, kill it.
+  std::string pid;
+  const bool killed = eventually(
+      [&] {
+        if (!fs::exists(crashed.db())) return false;
+        try {
+          pid = crashed.one(
+              "SELECT substr(a.executor_ref, 5) FROM attempts a JOIN runs r USING (run_id) "
+              "WHERE r.arm = 'FDW+H16' AND a.ended_at IS NULL AND EXISTS (SELECT 1 FROM events e "
+              "WHERE e.run_id = r.run_id AND e.kind = 'checkpoint' AND e.step >= 8) AND r.step < 20");
+        } catch (const std::exception&) {
+          return false;
+        }
+        return !pid.empty() && ::kill(std::stoi(pid), SIGKILL) == 0;
+      },
+      std::chrono::seconds(120));
+  const ProcessResult r = p.wait(std::chrono::seconds(300));
+  INFO(r.err);
+  REQUIRE(killed);
+  CHECK(r.code() == 0);
+  CHECK(contains(r.err, "killed by signal 9 (SIGKILL) without a final status; retrying from its "
+                        "last checkpoint (attempt 2 of 3)"));
+  const std::string run = crashed.one("SELECT run_id FROM runs WHERE arm = 'FDW+H16'");
+  CHECK(crashed.rows("SELECT attempt, signal, outcome, resumed FROM attempts WHERE run_id = '" +
+                     run + "' ORDER BY attempt") ==
+        std::vector<std::vector<std::string>>{{"1", "9", "retry", "0"},
+                                              {"2", "", "budget_exhausted", "1"}});
+  // The same runs, the same evaluations to the last bit, each once.
+  const std::string curve =
+      "SELECT run_id, step, tokens, printf('%.17g', val_loss) FROM evals ORDER BY run_id, step";
+  CHECK(crashed.rows(curve) == reference.rows(curve));
+  CHECK(crashed.one("SELECT COUNT(*) FROM evals") == "14");
+  CHECK(crashed.one("SELECT COUNT(DISTINCT run_id || '/' || step) FROM evals") == "14");
+  CHECK(crashed.one("SELECT COUNT(*) FROM events WHERE kind = 'resume' AND run_id = '" + run +
+                    "'") == "1");
+  const std::string finals =
+      "SELECT run_id, status, printf('%.17g', final_val_loss), printf('%.17g', best_val_loss) "
+      "FROM runs ORDER BY run_id";
+  CHECK(crashed.rows(finals) == reference.rows(finals));
+}
