@@ -1,5 +1,6 @@
 #include "mxablate/orchestrator/plan.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <functional>

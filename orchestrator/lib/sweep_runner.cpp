@@ -1,5 +1,6 @@
 #include "mxablate/orchestrator/sweep_runner.h"
 
+#include <algorithm>
 #include <csignal>
 #include <deque>
 #include <fmt/format.h>

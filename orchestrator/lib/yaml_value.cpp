@@ -1,5 +1,6 @@
 #include "mxablate/orchestrator/yaml_value.h"
 
+#include <algorithm>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>

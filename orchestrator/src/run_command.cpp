@@ -2,6 +2,7 @@
 // already have their result, and runs the rest in slots (N CPU slots, or K per GPU), retrying
 // crashed runs from their checkpoints. Ctrl-C / SIGTERM stops it cleanly; running the same
 // command again continues the sweep.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>

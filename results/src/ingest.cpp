@@ -1,5 +1,6 @@
 #include "mxablate/results/ingest.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mxablate/contract/event_log.h"

@@ -19,6 +19,7 @@
 //   MXABLATE_FAKE_HANG_IGNORES_TERM=1  … and ignore SIGTERM while hanging
 //   MXABLATE_FAKE_DIVERGE_AT_STEP=S non-finite loss at step S → divergence, run_end diverged, 3
 //   MXABLATE_FAKE_FAIL_AT_STEP=S    run_end failed, exit 1 (an internal error it caught)
+#include <algorithm>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 // Faults around the orchestrator process itself: Ctrl-C / SIGTERM, SIGKILL mid-sweep, readers in
 // a loop while it writes, a second orchestrator on the same sweep.
+#include <fstream>
 #include <atomic>
 #include <set>
 #include <thread>

@@ -1,5 +1,6 @@
 // run_id: the same resolved runs from differently written recipes hash the same; any real change
 // of a value changes exactly the runs it affects.
+#include <algorithm>
 #include <map>
 
 #include "catch.h"

@@ -1,6 +1,7 @@
 // Runs a sweep in-process with the local executor and the fake trainer, for the fault tests.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <map>

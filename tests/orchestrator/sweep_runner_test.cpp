@@ -1,6 +1,9 @@
 // The sweep loop against real trainer processes (the fake trainer): every fault DESIGN §10 and
 // the issue list — crashes, retries, divergence, bad configs, hangs, stops, a full database,
 // a second orchestrator, an unwritable runs directory — with the results checked in SQLite.
+#include <atomic>
+#include <fstream>
+#include <algorithm>
 #include <mutex>
 #include <set>
 

@@ -1,6 +1,7 @@
 // Ingestion of event logs: idempotent on (run_id, seq), a torn last line waits for its end, a
 // resume event removes the lost timeline so evaluations appear exactly once, and the derived
 // values (final/best loss, tokens to target) always reflect the surviving timeline.
+#include <fstream>
 #include <cmath>
 #include <limits>
 

@@ -6,6 +6,8 @@
 // trainers running unsupervised: they receive SIGTERM and checkpoint.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>

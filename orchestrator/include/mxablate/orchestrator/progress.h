@@ -4,6 +4,7 @@
 // file, CI), plain timestamped lines for each launch and end plus a periodic summary.
 #pragma once
 
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <memory>

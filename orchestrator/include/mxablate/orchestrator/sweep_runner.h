@@ -6,6 +6,7 @@
 // are skipped, attempts an earlier (killed) orchestrator left open are recovered first.
 #pragma once
 
+#include <memory>
 #include <chrono>
 #include <filesystem>
 #include <functional>
