@@ -1,6 +1,8 @@
 #include "slurm_run.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "cli_errors.h"
@@ -66,6 +68,10 @@ std::unique_ptr<SlurmExecutor> make_slurm_executor(const SlurmRunOptions& o,
   }
   if (poll_ms < 100) throw InputError("--slurm-poll: must be at least 100ms");
   options.poll = std::chrono::milliseconds(poll_ms);
+  // A SLURM_CONF that names no file makes every Slurm command retry for a minute first.
+  if (const char* conf = std::getenv("SLURM_CONF"); conf && *conf && !std::filesystem::exists(conf))
+    throw std::runtime_error(fmt::format(
+        "--executor slurm: SLURM_CONF names {}, which does not exist", conf));
   for (const char* program : {"sbatch", "squeue", "scancel", "scontrol"})
     if (!find_program(program))
       throw std::runtime_error(fmt::format(
