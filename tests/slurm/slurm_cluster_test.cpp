@@ -250,7 +250,8 @@ TEST_CASE("a task scancelled mid-run resumes from its checkpoint in a new job", 
 
 TEST_CASE("stopping the orchestrator leaves the jobs running; re-running re-attaches to them",
           "[slurm]") {
-  Sweep s("reattach", fake_recipe("reattach", 60, {"bf16", "FDW"}, {1, 2}));
+  // 10 s runs: long enough that all four are still running through two restarts.
+  Sweep s("reattach", fake_recipe("reattach", 100, {"bf16", "FDW"}, {1, 2}));
   const std::map<std::string, std::string> env{{"MXABLATE_FAKE_STEP_MS", "100"}};
   const auto t0 = Clock::now();
   std::vector<std::string> ids;
