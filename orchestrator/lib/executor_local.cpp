@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -68,9 +70,13 @@ std::string local_host_name() {
   return buf;
 }
 
-std::vector<Slot> cpu_slots(int count) {
+std::vector<Slot> cpu_slots(int count, unsigned cores) {
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  std::map<std::string, std::string> env;
+  if (const char* set = std::getenv("OMP_NUM_THREADS"); !set || !*set)
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cores / static_cast<unsigned>(count)));
   std::vector<Slot> slots;
-  for (int i = 0; i < count; ++i) slots.push_back({fmt::format("cpu{}", i), "cpu", {}});
+  for (int i = 0; i < count; ++i) slots.push_back({fmt::format("cpu{}", i), "cpu", env});
   return slots;
 }
 

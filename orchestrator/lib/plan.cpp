@@ -88,6 +88,8 @@ std::string describe_axes(const std::string& arm, const std::vector<AxisValue>& 
   return s;
 }
 
+constexpr size_t kMaxRuns = 100000;
+
 class Expander {
  public:
   explicit Expander(const Recipe& r) : r_(r) {
@@ -97,6 +99,15 @@ class Expander {
 
   Plan expand() {
     check_arms_against_grid();
+    // A typo like `seed: [1, …, 1000]` on six axes must be an error, not hours of expansion.
+    double product = static_cast<double>(r_.arms.size());
+    for (const GridAxis& axis : r_.grid) product *= static_cast<double>(axis.values.size());
+    if (product > kMaxRuns)
+      throw RecipeError(r_.file, r_.grid.empty() ? Location{1, 1} : r_.grid.front().at,
+                        fmt::format("grid: {} arm{} × the grid make {:.0f} runs, more than {} "
+                                    "in one sweep; split the recipe",
+                                    r_.arms.size(), r_.arms.size() == 1 ? "" : "s", product,
+                                    kMaxRuns));
     Plan plan;
     plan.sweep = r_.name;
     plan.target = r_.target.as_json();

@@ -1,3 +1,4 @@
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fmt/format.h>
@@ -92,7 +93,7 @@ class Loader {
       const std::string key = it->first.Scalar();
       if (!seen.insert(key).second)
         throw error(key_at, fmt::format("{}: duplicate key", key));
-      const YAML::Node& value = it->second;
+      const YAML::Node value = it->second;  // a copy: it-> yields a temporary
       const Location value_at =
           value.IsNull() ? key_at : YamlConverter::location_of(value, key_at);
       if (key == "name") {
@@ -155,24 +156,58 @@ class Loader {
                                       kTopLevelKeys));
     if (const auto bad = first_bad_byte(text_))
       throw error(*bad, "recipe: not a text file (a NUL byte or invalid UTF-8 here)");
-    std::vector<YAML::Node> docs;
+    YAML::Node root;
     try {
-      docs = YAML::LoadAll(text_);
+      check_single_document();
+      root = YAML::Load(text_);
     } catch (const YAML::Exception& e) {
       const Location at = e.mark.is_null() ? Location{1, 1}
                                            : Location{e.mark.line + 1, e.mark.column + 1};
       throw error(at, fmt::format("invalid YAML: {}", e.msg));
+    } catch (const RecipeError&) {
+      throw;
     } catch (const std::exception& e) {
       throw error({1, 1}, fmt::format("invalid YAML: {}", e.what()));
     }
-    if (docs.empty() || docs[0].IsNull())
+    if (root.IsNull())
       throw error({1, 1}, fmt::format("recipe: the file holds no content; expected a mapping "
                                       "with keys {}",
                                       kTopLevelKeys));
-    if (docs.size() > 1)
-      throw error(YamlConverter::location_of(docs[1], {1, 1}),
-                  "recipe: a second YAML document; a recipe is exactly one document");
-    return docs[0];
+    return root;
+  }
+
+  // A recipe is one YAML document. Counted with the event parser, stopping at the second: a
+  // stray ',' outside any [..] or {..} makes yaml-cpp 0.7 report an endless series of empty
+  // documents (YAML::LoadAll never returns on ", a"), so documents are never loaded in a loop.
+  void check_single_document() {
+    struct Counter : YAML::EventHandler {
+      int documents = 0;
+      YAML::Mark second;
+      void OnDocumentStart(const YAML::Mark& mark) override {
+        if (++documents == 2) second = mark;
+      }
+      void OnDocumentEnd() override {}
+      void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+      void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+      void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    const std::string&) override {}
+      void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                           YAML::EmitterStyle::value) override {}
+      void OnSequenceEnd() override {}
+      void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                      YAML::EmitterStyle::value) override {}
+      void OnMapEnd() override {}
+    } counter;
+    std::istringstream in(text_);
+    YAML::Parser parser(in);
+    while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.documents < 2) return;
+    const Location at{counter.second.line + 1, counter.second.column + 1};
+    const size_t offset = static_cast<size_t>(std::max(0, counter.second.pos));
+    if (offset < text_.size() && text_[offset] == ',')
+      throw error(at, "invalid YAML: a ',' outside any [list] or {mapping}");
+    throw error(at, "recipe: a second YAML document; a recipe is exactly one document");
   }
 
   std::string scalar_string(const YAML::Node& n, const std::string& key, Location at) {
@@ -293,7 +328,7 @@ class Loader {
                                            "would be set twice",
                                            axis.name, other));
       paths.insert(axis.path);
-      const YAML::Node& values = it->second;
+      const YAML::Node values = it->second;  // a copy: it-> yields a temporary
       const std::string label = "grid." + axis.name;
       if (!values.IsSequence())
         throw error(values.IsNull() ? axis.at : YamlConverter::location_of(values, axis.at),

@@ -121,7 +121,7 @@ json YamlConverter::convert_node(const YAML::Node& node, const std::string& path
     case YAML::NodeType::Map: {
       json obj = json::object();
       for (auto it = node.begin(); it != node.end(); ++it) {
-        const YAML::Node& key = it->first;
+        const YAML::Node key = it->first;  // a copy: it-> yields a temporary
         const Location key_at = location_of(key, at);
         if (!key.IsScalar())
           throw RecipeError(file_, key_at,

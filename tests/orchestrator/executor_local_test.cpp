@@ -65,11 +65,16 @@ std::vector<AttemptExit> wait_exits(LocalExecutor& ex, size_t n) {
 }  // namespace
 
 TEST_CASE("slots: N CPU slots, or K per GPU with the GPU in CUDA/HIP_VISIBLE_DEVICES") {
-  const auto cpu = cpu_slots(2);
+  ::unsetenv("OMP_NUM_THREADS");
+  const auto cpu = cpu_slots(2, 8);
   REQUIRE(cpu.size() == 2);
   CHECK(cpu[1].label == "cpu1");
   CHECK(cpu[1].device == "cpu");
-  CHECK(cpu[1].env.empty());
+  CHECK(cpu[1].env.at("OMP_NUM_THREADS") == "4");  // 8 cores over 2 slots
+  CHECK(cpu_slots(3, 2)[0].env.at("OMP_NUM_THREADS") == "1");
+  ::setenv("OMP_NUM_THREADS", "3", 1);  // the user's choice wins
+  CHECK(cpu_slots(2, 8)[0].env.count("OMP_NUM_THREADS") == 0);
+  ::unsetenv("OMP_NUM_THREADS");
   const auto gpu = gpu_slots({0, 3}, 2);
   REQUIRE(gpu.size() == 4);
   // Interleaved, so that the first runs spread over all GPUs.

@@ -13,6 +13,15 @@ using mxablate::testing::TempDir;
 
 namespace {
 
+SweepRecord sweep_named(const std::string& name, const std::string& text = "name: s") {
+  SweepRecord s;
+  s.name = name;
+  s.recipe_path = "r.yaml";
+  s.recipe_text = text;
+  s.runs_dir = "runs";
+  return s;
+}
+
 std::set<std::string> objects(Database& db, const char* type) {
   Statement st(db, "SELECT name FROM sqlite_master WHERE type = ?1");
   st.bind(1, type);
@@ -91,8 +100,7 @@ TEST_CASE("a database from a newer mxablate is refused with a message saying so"
 TEST_CASE("run status is constrained to the known values") {
   TempDir dir;
   ResultsStore store(dir.file("a.db"));
-  SweepRecord s{"s", "r.yaml", "name: s", "runs"};
-  const int64_t id = store.register_sweep(s);
+  const int64_t id = store.register_sweep(sweep_named("s"));
   store.register_plan(id, {{"r1", "arm", 0, "{}", "runs/s/r1", 10, {}}});
   CHECK(store.run("r1").status == "pending");
   CHECK_THROWS_AS(store.set_status("r1", "almost-done"), SqliteError);
@@ -106,7 +114,7 @@ TEST_CASE("run status is constrained to the known values") {
 TEST_CASE("re-registering a plan keeps run state and drops runs no longer planned from the plan") {
   TempDir dir;
   ResultsStore store(dir.file("a.db"));
-  const int64_t id = store.register_sweep({"s", "r.yaml", "name: s", "runs"});
+  const int64_t id = store.register_sweep(sweep_named("s"));
   store.register_plan(id, {{"r1", "a", 0, "{}", "d1", 10, {{"seed", "1"}}},
                            {"r2", "a", 0, "{}", "d2", 10, {{"seed", "2"}}}});
   store.set_status("r1", status::kConverged);
@@ -120,5 +128,26 @@ TEST_CASE("re-registering a plan keeps run state and drops runs no longer planne
   CHECK(planned[1].status == "converged");
   CHECK_FALSE(store.run("r2").plan_index.has_value());
   // Registering the same sweep again returns the same id.
-  CHECK(store.register_sweep({"s", "r.yaml", "name: s # edited", "runs"}) == id);
+  CHECK(store.register_sweep(sweep_named("s", "name: s # edited")) == id);
+}
+
+TEST_CASE("a new database appears fully migrated or not at all") {
+  TempDir dir;
+  const std::string path = dir.file("new.db");
+  { ResultsStore store(path); }
+  // Built under a temporary name and linked into place: nothing of it is left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    CHECK(entry.path().filename().string().find(".creating-") == std::string::npos);
+  Database reader(path, Database::Mode::kReadOnly);
+  CHECK(schema_version(reader) == latest_schema_version());
+  // When creation fails (here: a directory that does not exist) no file appears, and the
+  // message names the file asked for.
+  const std::string bad = dir.file("missing-dir/x.db");
+  try {
+    ResultsStore store(bad);
+    FAIL("expected an error");
+  } catch (const SqliteError& e) {
+    CHECK(std::string(e.what()).rfind(bad + ": unable to open database file", 0) == 0);
+  }
+  CHECK_FALSE(std::filesystem::exists(bad));
 }

@@ -55,11 +55,13 @@ ElementResult round_element(const QuantSpec& spec, float global, const BlockPara
                             float x, float u) {
   ElementResult r;
   switch (spec.format) {
+    // A NaN leaves as the canonical quiet NaN: a rotation can make one (inf - inf), and the bits
+    // of a NaN made by arithmetic differ between CPUs and GPUs, which would break bit-exactness.
     case QuantFormat::kFP32:
-      r.value = x;
+      r.value = x == x ? x : quiet_nan();
       return r;
     case QuantFormat::kBF16:
-      r.value = bf16_bits_to_float(float_to_bf16_bits(x));
+      r.value = x == x ? bf16_bits_to_float(float_to_bf16_bits(x)) : quiet_nan();
       return r;
     case QuantFormat::kMXFP4: {
       if (block.nonfinite) {

@@ -65,7 +65,7 @@ MX_HD float nvfp4_dequant(uint32_t code, uint8_t scale_code, float global) {
 // ---- FP8 with per-tensor current scaling ----------------------------------------------------
 
 // Decode scale d = amax / max_finite: codes hold x / d, values are code * d.
-MX_HD float fp8_tensor_scale(float tensor_amax, const MinifloatFormat& f) {
+MX_HD float fp8_tensor_scale(float tensor_amax, MinifloatFormat f) {
   if (!is_finite_bits(tensor_amax)) return quiet_nan();
   if (tensor_amax == 0.0f) return 1.0f;
   const float d = tensor_amax / f.max_finite;

@@ -11,7 +11,8 @@
 namespace mxablate::kernels {
 
 // One OCP minifloat element format. `code` values are the magnitude bits; the sign is the bit
-// just above them (bit exp_bits + man_bits).
+// just above them (bit exp_bits + man_bits). Functions take it by value: nvcc cannot bind a
+// reference to a namespace-scope constexpr object (kE2M1 …) in device code, but copies it.
 struct MinifloatFormat {
   int exp_bits;
   int man_bits;
@@ -25,7 +26,7 @@ inline constexpr MinifloatFormat kE2M1{2, 1, 1, 6.0f, 0, false};
 inline constexpr MinifloatFormat kE4M3{4, 3, 7, 448.0f, 0x7F, false};
 inline constexpr MinifloatFormat kE5M2{5, 2, 15, 57344.0f, 0x7F, true};
 
-MX_HD int sign_shift(const MinifloatFormat& f) { return f.exp_bits + f.man_bits; }
+MX_HD int sign_shift(MinifloatFormat f) { return f.exp_bits + f.man_bits; }
 
 // 2^e as a float, exact for e in [-149, 127] (subnormal powers included).
 MX_HD float pow2f(int e) {
@@ -58,7 +59,7 @@ MX_HD int floor_log2(float x) { return significand_of(x).floor_log2; }
 // The caller has already clamped `a` to max_finite, so the result never overflows.
 // `stochastic_u` < 0 selects round-to-nearest-even; otherwise it is a uniform number in [0, 1)
 // and the magnitude rounds up with probability (a - lower) / gap.
-MX_HD uint32_t encode_magnitude(float a, const MinifloatFormat& f, float stochastic_u) {
+MX_HD uint32_t encode_magnitude(float a, MinifloatFormat f, float stochastic_u) {
   if (a == 0.0f) return 0;
   const int emin = 1 - f.bias;
   int ex = floor_log2(a);
@@ -80,7 +81,7 @@ MX_HD uint32_t encode_magnitude(float a, const MinifloatFormat& f, float stochas
 }
 
 // Magnitude of a magnitude code (no NaN/Inf handling; see decode_code).
-MX_HD float decode_magnitude(uint32_t code, const MinifloatFormat& f) {
+MX_HD float decode_magnitude(uint32_t code, MinifloatFormat f) {
   const uint32_t man_mask = (1u << f.man_bits) - 1u;
   const int e_field = static_cast<int>(code >> f.man_bits);
   const uint32_t m = code & man_mask;
@@ -90,7 +91,7 @@ MX_HD float decode_magnitude(uint32_t code, const MinifloatFormat& f) {
 }
 
 // Full decode of a signed code, with the format's NaN/Inf codes.
-MX_HD float decode_code(uint32_t code, const MinifloatFormat& f) {
+MX_HD float decode_code(uint32_t code, MinifloatFormat f) {
   const uint32_t mag_mask = (1u << sign_shift(f)) - 1u;
   const uint32_t mag = code & mag_mask;
   const bool negative = (code >> sign_shift(f)) & 1u;
@@ -114,7 +115,7 @@ struct ElementRounding {
 };
 
 // Rounds a finite scaled value to a signed code, saturating at ±max_finite.
-MX_HD ElementRounding round_to_code(float x, const MinifloatFormat& f, float stochastic_u) {
+MX_HD ElementRounding round_to_code(float x, MinifloatFormat f, float stochastic_u) {
   const uint32_t sign = float_bits(x) >> 31;
   float a = fabsf(x);
   const bool saturated = a > f.max_finite;

@@ -21,7 +21,9 @@ struct Slot {
   std::map<std::string, std::string> env;  // set for the child
 };
 
-std::vector<Slot> cpu_slots(int count);
+// CPU slots share the machine's cores: unless OMP_NUM_THREADS is already set, each slot's
+// trainer gets max(1, cores / count) threads, so N parallel runs do not oversubscribe the CPU.
+std::vector<Slot> cpu_slots(int count, unsigned cores = 0 /* 0: this machine's */);
 std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu);
 
 class LocalExecutor : public Executor {

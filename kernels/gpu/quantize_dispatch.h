@@ -1,0 +1,19 @@
+// The launchers of the fused kernels, one explicit instantiation per (input type, format) in its
+// own generated translation unit (instance.cu.in), so the heavy device code compiles in parallel.
+// Host-only declarations: the dispatcher (quantize_launch.cu) needs no kernel code.
+#pragma once
+
+#include "gpu_runtime.h"
+#include "kernel_params.h"
+
+namespace mxablate::kernels::gpu::detail {
+
+// Enqueues the quantization kernel for format F (the telemetry variant when `telemetry`).
+template <typename InT, QuantFormat F>
+void launch_format(const KernelParams& p, dim3 grid, bool telemetry, gpuStream_t stream);
+
+// Enqueues the per-tensor amax pass (NVFP4, FP8) that the format kernels read.
+template <typename InT>
+void launch_amax(const KernelParams& p, dim3 grid, gpuStream_t stream);
+
+}  // namespace mxablate::kernels::gpu::detail

@@ -1,0 +1,400 @@
+// The fused quantization kernels: one thread block per 128 x 128 tile, read from global memory
+// once, staged in shared memory, then quantized along rows and/or down columns, each thread
+// running segment_quant.h's pipeline on 32 elements and writing every requested output.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "gpu_runtime.h"
+#include "kernel_params.h"
+#include "mxablate/kernels/gpu/quantize_gpu.h"
+#include "segment_quant.h"
+#include "tile_layout.h"
+
+namespace mxablate::kernels::gpu::detail {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(Bf16Bits v) { return bf16_bits_to_float(v); }
+
+struct ShuffleExchange {
+  __device__ __forceinline__ void xor_floats(const float (&own)[kSegment], int mask,
+                                             float (&partner)[kSegment]) const {
+MXABLATE_UNROLL
+    for (int j = 0; j < kSegment; ++j) partner[j] = shfl_xor(own[j], mask, kSegmentsPerChunk);
+  }
+  __device__ __forceinline__ uint32_t xor_u32(uint32_t own, int mask) const {
+    return shfl_xor(own, mask, kSegmentsPerChunk);
+  }
+};
+
+// ---- Tile staging ---------------------------------------------------------------------------
+
+// Copies the tile at (r0, c0) into shared memory (zeros outside the tensor). The vector path
+// issues all of a thread's 16-byte loads before its first store, so many are in flight.
+template <typename InT>
+__device__ void load_tile(const KernelParams& p, int64_t r0, int64_t c0, InT* tile) {
+  const InT* __restrict__ x = static_cast<const InT*>(p.input);
+  const int64_t valid_rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
+  const int64_t valid_cols = p.cols - c0 < kTile ? p.cols - c0 : kTile;
+  if (p.vector_loads) {
+    constexpr int kVec = 16 / sizeof(InT);
+    constexpr int kVecsPerRow = kTile / kVec;
+    constexpr int kVecsPerThread = kTile * kVecsPerRow / kThreads;
+    constexpr int kBatch = 8;
+MXABLATE_UNROLL
+    for (int b = 0; b < kVecsPerThread; b += kBatch) {
+      uint4 buf[kBatch];
+MXABLATE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int v = threadIdx.x + (b + i) * kThreads;
+        const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
+        buf[i] = make_uint4(0, 0, 0, 0);
+        if (r < valid_rows && c < valid_cols)
+          buf[i] = *reinterpret_cast<const uint4*>(x + (r0 + r) * p.cols + c0 + c);
+      }
+MXABLATE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int v = threadIdx.x + (b + i) * kThreads;
+        const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
+        *reinterpret_cast<uint4*>(tile + tile_offset(r, c)) = buf[i];
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
+      const int r = e / kTile, c = e % kTile;
+      tile[tile_offset(r, c)] = (r < valid_rows && c < valid_cols) ? x[(r0 + r) * p.cols + c0 + c] : InT(0);
+    }
+  }
+}
+
+// The thread's segment as float32. Along a row the 32 elements are four (bf16) or eight (f32)
+// contiguous 16-byte vectors in shared memory; down a column they are read one by one.
+template <Axis kAxis, typename InT>
+__device__ void gather_segment(const InT* tile, const SegmentPlace& s, float (&v)[kSegment]) {
+  if constexpr (kAxis == Axis::kRows) {
+    constexpr int kVec = 16 / sizeof(InT);
+MXABLATE_UNROLL
+    for (int k = 0; k < kSegment / kVec; ++k) {
+      const uint4 q = *reinterpret_cast<const uint4*>(
+          tile + tile_offset(s.line_in_tile, s.part * kSegment + k * kVec));
+      const InT* e = reinterpret_cast<const InT*>(&q);
+MXABLATE_UNROLL
+      for (int i = 0; i < kVec; ++i) v[k * kVec + i] = to_float(e[i]);
+    }
+  } else {
+MXABLATE_UNROLL
+    for (int j = 0; j < kSegment; ++j)
+      v[j] = to_float(tile[tile_offset(s.part * kSegment + j, s.line_in_tile)]);
+  }
+}
+
+// ---- Block-wide reductions (for telemetry and counters; all threads must call) -------------
+
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / warpSize, lane = threadIdx.x % warpSize;
+  const int warps = blockDim.x / warpSize;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = T(0);
+  if (threadIdx.x == 0)
+    for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;  // valid in thread 0
+}
+
+__device__ inline float block_max(float v, float* scratch) {
+  for (int offset = warpSize / 2; offset > 0; offset >>= 1) v = fmaxf(v, shfl_xor(v, offset, warpSize));
+  const int warp = threadIdx.x / warpSize, lane = threadIdx.x % warpSize;
+  const int warps = blockDim.x / warpSize;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = 0.0f;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < warps; ++w) m = fmaxf(m, scratch[w]);
+  return m;  // valid in thread 0
+}
+
+inline constexpr int kMaxWarps = kThreads / 32;  // the most warps a block can have (32-lane warps)
+
+struct ReductionScratch {
+  double d[kMaxWarps];
+  unsigned long long u[kMaxWarps];
+  float f[kMaxWarps];
+};
+
+__device__ inline void flush_telemetry(const ThreadTelemetry& t, DeviceTelemetry* out, ReductionScratch& s) {
+  const unsigned long long elements = block_sum(t.elements, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->elements, elements);
+  const unsigned long long nonzero = block_sum(t.nonzero_inputs, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->nonzero_inputs, nonzero);
+  const unsigned long long saturated = block_sum(t.saturated, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->saturated, saturated);
+  const unsigned long long flushed = block_sum(t.flushed, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->flushed, flushed);
+  const unsigned long long nonfinite = block_sum(t.nonfinite_blocks, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->nonfinite_blocks, nonfinite);
+  const unsigned long long clamped = block_sum(t.dequant_clamped, s.u);
+  if (threadIdx.x == 0) atomicAdd(&out->dequant_clamped, clamped);
+  const double sq_err = block_sum(t.sum_sq_error, s.d);
+  if (threadIdx.x == 0) atomicAdd(&out->sum_sq_error, sq_err);
+  const double sq_in = block_sum(t.sum_sq_input, s.d);
+  if (threadIdx.x == 0) atomicAdd(&out->sum_sq_input, sq_in);
+  const double err = block_sum(t.sum_error, s.d);
+  if (threadIdx.x == 0) atomicAdd(&out->sum_error, err);
+}
+
+MX_HD void merge(ThreadTelemetry& into, const ThreadTelemetry& t) {
+  into.elements += t.elements;
+  into.nonzero_inputs += t.nonzero_inputs;
+  into.saturated += t.saturated;
+  into.flushed += t.flushed;
+  into.nonfinite_blocks += t.nonfinite_blocks;
+  into.dequant_clamped += t.dequant_clamped;
+  into.sum_sq_error += t.sum_sq_error;
+  into.sum_sq_input += t.sum_sq_input;
+  into.sum_error += t.sum_error;
+}
+
+// ---- Outputs ----------------------------------------------------------------------------
+
+// Line starts are 16-byte aligned for every output when the line length is a multiple of 32
+// (always so for MXFP4); then a full segment is written with 16-byte stores. Otherwise (formats
+// without 32-blocks on ragged lines) the `count` valid elements are written one by one.
+
+template <Axis kAxis>
+__device__ void write_dequant(const AxisParams& a, const KernelParams& p, const SegmentPlace& s,
+                              bool vector_stores, const float (&value)[kSegment]) {
+  if (a.out.dequant != nullptr) {
+    if (kAxis == Axis::kRows && vector_stores) {
+      float4* dst = reinterpret_cast<float4*>(a.out.dequant + s.line * p.cols + s.start);
+MXABLATE_UNROLL
+      for (int k = 0; k < kSegment / 4; ++k) {
+        float4 q;
+        q.x = clamp_to_finite(value[4 * k + 0], FLT_MAX).value;
+        q.y = clamp_to_finite(value[4 * k + 1], FLT_MAX).value;
+        q.z = clamp_to_finite(value[4 * k + 2], FLT_MAX).value;
+        q.w = clamp_to_finite(value[4 * k + 3], FLT_MAX).value;
+        dst[k] = q;
+      }
+    } else {
+MXABLATE_UNROLL
+      for (int j = 0; j < kSegment; ++j) {
+        if (j >= s.count) continue;
+        const int64_t i = kAxis == Axis::kRows ? s.line * p.cols + s.start + j : (s.start + j) * p.cols + s.line;
+        a.out.dequant[i] = clamp_to_finite(value[j], FLT_MAX).value;
+      }
+    }
+  }
+  if (a.out.dequant_bf16 != nullptr) {
+    if (kAxis == Axis::kRows && vector_stores) {
+      uint4* dst = reinterpret_cast<uint4*>(a.out.dequant_bf16 + s.line * p.cols + s.start);
+MXABLATE_UNROLL
+      for (int k = 0; k < kSegment / 8; ++k) {
+        uint32_t w[4];
+MXABLATE_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t lo = float_to_bf16_bits(clamp_to_finite(value[8 * k + 2 * i], kBF16MaxFinite).value);
+          const uint32_t hi = float_to_bf16_bits(clamp_to_finite(value[8 * k + 2 * i + 1], kBF16MaxFinite).value);
+          w[i] = lo | (hi << 16);
+        }
+        dst[k] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    } else {
+MXABLATE_UNROLL
+      for (int j = 0; j < kSegment; ++j) {
+        if (j >= s.count) continue;
+        const int64_t i = kAxis == Axis::kRows ? s.line * p.cols + s.start + j : (s.start + j) * p.cols + s.line;
+        a.out.dequant_bf16[i] = float_to_bf16_bits(clamp_to_finite(value[j], kBF16MaxFinite).value);
+      }
+    }
+  }
+}
+
+template <QuantFormat F>
+__device__ void write_codes(const AxisParams& a, int64_t length, const SegmentPlace& s,
+                            bool vector_stores, const SegmentResult& res) {
+  constexpr bool kFp4 = F == QuantFormat::kMXFP4 || F == QuantFormat::kNVFP4;
+  constexpr bool kFp8 = F == QuantFormat::kFP8E4M3 || F == QuantFormat::kFP8E5M2;
+  if (a.out.packed != nullptr) {
+    if constexpr (kFp4) {
+      uint8_t* dst = a.out.packed + s.line * (length / 2) + s.start / 2;
+      if (vector_stores) {
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(res.code_words[0], res.code_words[1], res.code_words[2], res.code_words[3]);
+      } else {
+MXABLATE_UNROLL
+        for (int b = 0; b < kSegment / 2; ++b)  // FP4 lines hold whole 16-blocks: count is even
+          if (2 * b < s.count) dst[b] = static_cast<uint8_t>(res.code_words[b >> 2] >> ((b & 3) * 8));
+      }
+    } else if constexpr (kFp8) {
+      uint8_t* dst = a.out.packed + s.line * length + s.start;
+      if (vector_stores) {
+        reinterpret_cast<uint4*>(dst)[0] =
+            make_uint4(res.code_words[0], res.code_words[1], res.code_words[2], res.code_words[3]);
+        reinterpret_cast<uint4*>(dst)[1] =
+            make_uint4(res.code_words[4], res.code_words[5], res.code_words[6], res.code_words[7]);
+      } else {
+MXABLATE_UNROLL
+        for (int j = 0; j < kSegment; ++j)
+          if (j < s.count) dst[j] = static_cast<uint8_t>(res.code_words[j >> 2] >> ((j & 3) * 8));
+      }
+    }
+  }
+  if (a.out.scales != nullptr) {
+    if constexpr (F == QuantFormat::kMXFP4) {
+      a.out.scales[s.line * (length / kMXBlockSize) + s.start / kMXBlockSize] = res.scale_codes[0];
+    } else if constexpr (F == QuantFormat::kNVFP4) {
+      uint8_t* dst = a.out.scales + s.line * (length / kNVBlockSize) + s.start / kNVBlockSize;
+      dst[0] = res.scale_codes[0];
+      if (s.count > kNVBlockSize) dst[1] = res.scale_codes[1];
+    }
+  }
+}
+
+// ---- Kernels --------------------------------------------------------------------------------
+
+template <QuantFormat F>
+__device__ float axis_global(const AxisParams& a) {
+  if constexpr (is_per_tensor(F)) {
+    return tensor_global<F>(bits_float(a.amax_slot[0]), a.amax_slot[1] != 0u);
+  }
+  return 1.0f;
+}
+
+// One pass over the staged tile along kAxis (the axis is a template parameter so that each
+// pass's addressing compiles to straight-line code).
+template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic>
+__device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const InT* tile,
+                              int64_t r0, int64_t c0, ThreadTelemetry& tel,
+                              unsigned long long& inexact_chunks) {
+  const int64_t length = kAxis == Axis::kRows ? p.cols : p.rows;
+  const int64_t lines = kAxis == Axis::kRows ? p.rows : p.cols;
+  SegmentContext ctx;
+  ctx.spec = a.spec;
+  ctx.key = a.key;
+  ctx.global = axis_global<F>(a);
+  ctx.index_stride = segment_index_stride(kAxis, p.cols);
+  ctx.bf16_written = a.out.dequant_bf16 != nullptr;
+  const bool want_fp8 = F == QuantFormat::kMXFP4 && a.out.fp8_codes != nullptr;
+  const bool vector_stores = length % kSegment == 0;
+  ShuffleExchange ex;
+MXABLATE_NO_UNROLL
+  for (int sweep = 0; sweep < kSweeps; ++sweep) {
+    const SegmentPlace s = place_segment(kAxis, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
+    float v[kSegment];
+    gather_segment<kAxis>(tile, s, v);
+    ctx.first_index = segment_first_index(kAxis, s, p.cols);
+    ctx.count = s.count;
+    SegmentResult res;
+    Fp8Segment fp8;
+    ThreadTelemetry seg_tel;
+    process_segment<F, kTelemetry, kStochastic>(v, s.part, ctx, segment_sign_word(a.signs, a.spec.hadamard_size, s.part),
+                                   ex, res, seg_tel, want_fp8, fp8);
+    if (!s.valid) continue;
+    if constexpr (kTelemetry) merge(tel, seg_tel);
+    write_dequant<kAxis>(a, p, s, vector_stores, v);
+    write_codes<F>(a, length, s, vector_stores, res);
+    if (want_fp8) {
+      uint4* dst = reinterpret_cast<uint4*>(a.out.fp8_codes + s.line * length + s.start);
+      dst[0] = make_uint4(fp8.words[0], fp8.words[1], fp8.words[2], fp8.words[3]);
+      dst[1] = make_uint4(fp8.words[4], fp8.words[5], fp8.words[6], fp8.words[7]);
+      if (s.part == 0) {
+        a.out.fp8_scales[(s.start / kFp8ChunkSize) * lines + s.line] = fp8.scale;
+        inexact_chunks += fp8.chunk_exact ? 0 : 1;
+      }
+    }
+  }
+}
+
+// One axis of a tile: the pass, then the block's share of the tensor scale, telemetry and
+// inexact-chunk counter.
+template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry>
+__device__ void finish_axis(const KernelParams& p, const AxisParams& a, const InT* tile, int64_t r0,
+                            int64_t c0, ReductionScratch& scratch) {
+  const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
+  ThreadTelemetry tel;
+  unsigned long long inexact = 0;
+  // The rounding mode selects one of two compiled passes, so the element loop of each holds a
+  // single rounding path and its 32 elements schedule freely.
+  if (a.spec.rounding == Rounding::kStochastic) {
+    quantize_pass<kAxis, InT, F, kTelemetry, true>(p, a, tile, r0, c0, tel, inexact);
+  } else {
+    quantize_pass<kAxis, InT, F, kTelemetry, false>(p, a, tile, r0, c0, tel, inexact);
+  }
+  if constexpr (is_per_tensor(F)) {
+    if (first_block && a.out.tensor_scale != nullptr) *a.out.tensor_scale = axis_global<F>(a);
+  }
+  if constexpr (kTelemetry) {
+    // The FP8 formats count a non-finite tensor once, as the CPU reference does.
+    constexpr bool kTensorBlock = F == QuantFormat::kFP8E4M3 || F == QuantFormat::kFP8E5M2;
+    if (kTensorBlock && first_block) {
+      const float g = axis_global<F>(a);
+      tel.nonfinite_blocks += g != g ? 1 : 0;
+    }
+    if (a.out.telemetry != nullptr) flush_telemetry(tel, a.out.telemetry, scratch);
+  }
+  if (a.out.fp8_inexact_chunks != nullptr) {
+    const unsigned long long n = block_sum(inexact, scratch.u);
+    if (threadIdx.x == 0 && n != 0) atomicAdd(a.out.fp8_inexact_chunks, n);
+  }
+}
+
+template <typename InT, QuantFormat F, bool kTelemetry>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ ReductionScratch scratch;
+  InT* tile = reinterpret_cast<InT*>(smem);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  load_tile<InT>(p, r0, c0, tile);
+  __syncthreads();
+  if (p.axes[0].enabled) finish_axis<Axis::kRows, InT, F, kTelemetry>(p, p.axes[0], tile, r0, c0, scratch);
+  if (p.axes[1].enabled) finish_axis<Axis::kCols, InT, F, kTelemetry>(p, p.axes[1], tile, r0, c0, scratch);
+}
+
+template <Axis kAxis, typename InT>
+__device__ void axis_amax(const KernelParams& p, const AxisParams& a, const InT* tile, int64_t r0,
+                          int64_t c0, ReductionScratch& scratch) {
+  ShuffleExchange ex;
+  Amax m{0.0f, false};
+MXABLATE_NO_UNROLL
+  for (int sweep = 0; sweep < kSweeps; ++sweep) {
+    const SegmentPlace s = place_segment(kAxis, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
+    float v[kSegment];
+    gather_segment<kAxis>(tile, s, v);
+    if (a.spec.hadamard != HadamardMode::kNone)
+      rotate_segment(v, s.part, a.spec, segment_sign_word(a.signs, a.spec.hadamard_size, s.part), ex);
+    if (!s.valid) continue;
+    const Amax sm = segment_amax(v, s.count);
+    m.amax = fmaxf(m.amax, sm.amax);
+    m.nonfinite = m.nonfinite || sm.nonfinite;
+  }
+  const float amax = block_max(m.amax, scratch.f);
+  const unsigned long long nonfinite = block_sum(m.nonfinite ? 1ull : 0ull, scratch.u);
+  if (threadIdx.x == 0) {
+    // Non-negative floats order like their bit patterns.
+    atomicMax(&a.amax_slot[0], float_bits(amax));
+    if (nonfinite != 0) atomicOr(&a.amax_slot[1], 1u);
+  }
+}
+
+// The per-tensor formats' first pass: the largest finite |value| of the (rotated) tensor along
+// each axis that needs it, and whether any value was NaN/Inf.
+template <typename InT>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ ReductionScratch scratch;
+  InT* tile = reinterpret_cast<InT*>(smem);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  load_tile<InT>(p, r0, c0, tile);
+  __syncthreads();
+  if (p.axes[0].enabled && p.axes[0].amax_slot) axis_amax<Axis::kRows>(p, p.axes[0], tile, r0, c0, scratch);
+  if (p.axes[1].enabled && p.axes[1].amax_slot) axis_amax<Axis::kCols>(p, p.axes[1], tile, r0, c0, scratch);
+}
+
+}  // namespace mxablate::kernels::gpu::detail

@@ -1,0 +1,69 @@
+// How the fused quantizer cuts a tensor into work: tiles of 128 x 128 elements, one per thread
+// block, staged in shared memory; inside a tile, segments of 32 elements along the quantization
+// axis, one per thread and sweep. Host/device so the tests can check the arithmetic.
+#pragma once
+
+#include "mxablate/kernels/portability.h"
+#include "mxablate/kernels/quant_spec.h"
+#include "segment_quant.h"
+
+namespace mxablate::kernels::gpu::detail {
+
+inline constexpr int kTile = 128;      // rows and columns of a tile; the longest Hadamard chunk
+inline constexpr int kThreads = 256;   // threads per block
+inline constexpr int kLinesPerSweep = kThreads / kSegmentsPerChunk;  // 64 lines, 4 threads each
+inline constexpr int kSweeps = kTile / kLinesPerSweep;               // 2 sweeps cover a tile
+
+// Shared-memory position of tile element (r, c). Rows are stored unpadded with the column index
+// XOR-swizzled in units of 8 elements: by the 32-row group, so that the four threads of a chunk
+// reading down a column hit four different bank groups, and by row parity, so that neighbouring
+// rows read along a row do too. Runs of 8 aligned columns stay contiguous (16-byte vectors).
+MX_HD int tile_offset(int r, int c) {
+  const int swizzle = (((r >> 5) & 3) << 3) ^ ((r & 1) << 4);
+  return r * kTile + (c ^ swizzle);
+}
+
+// The segment a thread owns in one sweep of a pass over the tile at (tile_r0, tile_c0).
+struct SegmentPlace {
+  int line_in_tile;  // 0..127
+  int part;          // 0..3: which 32 elements of the tile's 128 along the axis
+  int64_t line;      // line index in the tensor (a row for kRows, a column for kCols)
+  int64_t start;     // position along the line of the segment's first element
+  int count;         // elements inside the tensor: 32, fewer at the end of a line whose length
+                     // is not a multiple of 32 (formats without 32-blocks), 0 past the edges
+  bool valid;        // count > 0
+};
+
+MX_HD SegmentPlace place_segment(Axis axis, int thread, int sweep, int64_t tile_r0,
+                                 int64_t tile_c0, int64_t rows, int64_t cols) {
+  SegmentPlace s;
+  s.line_in_tile = sweep * kLinesPerSweep + thread / kSegmentsPerChunk;
+  s.part = thread % kSegmentsPerChunk;
+  if (axis == Axis::kRows) {
+    s.line = tile_r0 + s.line_in_tile;
+    s.start = tile_c0 + s.part * kSegment;
+    s.count = s.line < rows && s.start < cols ? static_cast<int>(cols - s.start < kSegment ? cols - s.start : kSegment) : 0;
+  } else {
+    s.line = tile_c0 + s.line_in_tile;
+    s.start = tile_r0 + s.part * kSegment;
+    s.count = s.line < cols && s.start < rows ? static_cast<int>(rows - s.start < kSegment ? rows - s.start : kSegment) : 0;
+  }
+  s.valid = s.count > 0;
+  return s;
+}
+
+// Tile-local row / column of element j of the segment.
+MX_HD int segment_tile_row(Axis axis, const SegmentPlace& s, int j) {
+  return axis == Axis::kRows ? s.line_in_tile : s.part * kSegment + j;
+}
+MX_HD int segment_tile_col(Axis axis, const SegmentPlace& s, int j) {
+  return axis == Axis::kRows ? s.part * kSegment + j : s.line_in_tile;
+}
+
+// Row-major logical index of the segment's first element, and the step between its elements.
+MX_HD int64_t segment_first_index(Axis axis, const SegmentPlace& s, int64_t cols) {
+  return axis == Axis::kRows ? s.line * cols + s.start : s.start * cols + s.line;
+}
+MX_HD int64_t segment_index_stride(Axis axis, int64_t cols) { return axis == Axis::kRows ? 1 : cols; }
+
+}  // namespace mxablate::kernels::gpu::detail

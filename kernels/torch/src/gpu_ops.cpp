@@ -1,0 +1,159 @@
+// CUDA tensors -> the raw GPU quantizer, on LibTorch's current stream.
+#include "gpu_ops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "mxablate/kernels/gpu/mx_to_fp8.h"
+#include "mxablate/kernels/gpu/quantize_gpu.h"
+#include "torch_compat.h"
+
+namespace mxablate::kernels::detail {
+namespace {
+
+gpu::InputType input_type_of(const at::Tensor& x) {
+  return x.scalar_type() == at::kFloat ? gpu::InputType::kFloat32 : gpu::InputType::kBFloat16;
+}
+
+// Device scratch for one call: the quantizer's workspace, and the telemetry and counter
+// accumulators, which must start at zero (so they are only allocated, zeroed, when asked for).
+struct Scratch {
+  at::Tensor workspace;
+  at::Tensor counters;  // [telemetry rows][telemetry cols][inexact rows][inexact cols]
+  gpu::DeviceTelemetry* telemetry(int axis) const {
+    return reinterpret_cast<gpu::DeviceTelemetry*>(static_cast<uint8_t*>(counters.data_ptr()) +
+                                                   axis * sizeof(gpu::DeviceTelemetry));
+  }
+  unsigned long long* inexact(int axis) const {
+    return reinterpret_cast<unsigned long long*>(static_cast<uint8_t*>(counters.data_ptr()) +
+                                                 2 * sizeof(gpu::DeviceTelemetry)) + axis;
+  }
+};
+
+Scratch make_scratch(const at::Tensor& like, bool need_counters) {
+  const at::TensorOptions bytes = like.options().dtype(at::kByte);
+  Scratch s;
+  s.workspace = at::empty({static_cast<int64_t>(gpu::workspace_bytes())}, bytes);
+  if (need_counters)
+    s.counters = at::zeros({static_cast<int64_t>(2 * sizeof(gpu::DeviceTelemetry) + 2 * sizeof(unsigned long long))}, bytes);
+  return s;
+}
+
+struct HostCounters {
+  gpu::DeviceTelemetry telemetry[2];
+  unsigned long long inexact[2];
+};
+
+HostCounters read_counters(const Scratch& s) {
+  const at::Tensor host = s.counters.cpu();  // synchronizes with the stream
+  HostCounters c;
+  static_assert(sizeof(HostCounters) == 2 * sizeof(gpu::DeviceTelemetry) + 2 * sizeof(unsigned long long));
+  std::memcpy(&c, host.data_ptr(), sizeof c);
+  return c;
+}
+
+// The output of fake quantization in the input's dtype, wired into `out`.
+at::Tensor dequant_output(const at::Tensor& x, gpu::AxisOutputs& out) {
+  at::Tensor result = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (x.scalar_type() == at::kFloat) {
+    out.dequant = result.data_ptr<float>();
+  } else {
+    out.dequant_bf16 = reinterpret_cast<uint16_t*>(result.data_ptr<at::BFloat16>());
+  }
+  return result;
+}
+
+gpu::QuantizeJob job_for(const at::Tensor& contiguous, const Scratch& s) {
+  gpu::QuantizeJob job;
+  job.input = contiguous.data_ptr();
+  job.input_type = input_type_of(contiguous);
+  job.rows = contiguous.size(0);
+  job.cols = contiguous.size(1);
+  job.workspace = s.workspace.data_ptr();
+  return job;
+}
+
+}  // namespace
+
+at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
+                             const RngKey& key, QuantTelemetry* telemetry) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  const Scratch scratch = make_scratch(in, telemetry != nullptr);
+  gpu::AxisJob axis_job{spec, key, {}};
+  at::Tensor result = dequant_output(in, axis_job.out);
+  if (telemetry) axis_job.out.telemetry = scratch.telemetry(0);
+  gpu::QuantizeJob job = job_for(in, scratch);
+  (axis == Axis::kRows ? job.along_rows : job.down_cols) = &axis_job;
+  gpu::quantize(job, compat::current_stream(in));
+  if (telemetry) *telemetry = gpu::to_quant_telemetry(read_counters(scratch).telemetry[0]);
+  return result;
+}
+
+BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& rows,
+                                const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
+                                QuantTelemetry* cols_telemetry) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
+  gpu::AxisJob rows_job{rows.spec, rows.key, {}}, cols_job{cols.spec, cols.key, {}};
+  BothAxes result{dequant_output(in, rows_job.out), dequant_output(in, cols_job.out)};
+  if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
+  if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
+  gpu::QuantizeJob job = job_for(in, scratch);
+  job.along_rows = &rows_job;
+  job.down_cols = &cols_job;
+  gpu::quantize(job, compat::current_stream(in));
+  if (rows_telemetry || cols_telemetry) {
+    const HostCounters c = read_counters(scratch);
+    if (rows_telemetry) *rows_telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
+    if (cols_telemetry) *cols_telemetry = gpu::to_quant_telemetry(c.telemetry[1]);
+  }
+  return result;
+}
+
+std::string hopper_fp8_unavailable_reason(const at::Device& device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (prop->major < 9)
+    return "the hopper-fp8 path needs compute capability 9.0 or later (FP8 tensor cores), " +
+           std::string(prop->name) + " has " + std::to_string(prop->major) + "." + std::to_string(prop->minor);
+  return {};
+}
+
+Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry, bool want_counts) {
+#if MXABLATE_TORCH_HAS_FP8
+  const c10::cuda::CUDAGuard guard(op.tensor.device());
+  const at::Tensor in = op.tensor.contiguous();
+  const int64_t lines = op.axis == Axis::kRows ? in.size(0) : in.size(1);
+  const int64_t length = op.axis == Axis::kRows ? in.size(1) : in.size(0);
+  const Scratch scratch = make_scratch(in, telemetry != nullptr || want_counts);
+  Fp8Operand result;
+  result.codes = at::empty({lines, length}, in.options().dtype(compat::kFloat8E4M3));
+  result.scales = at::empty_strided({lines, length / kFp8ChunkSize}, {1, lines}, in.options().dtype(at::kFloat));
+  gpu::AxisJob axis_job{op.spec, op.key, {}};
+  axis_job.out.fp8_codes = static_cast<uint8_t*>(result.codes.data_ptr());
+  axis_job.out.fp8_scales = result.scales.data_ptr<float>();
+  if (telemetry) axis_job.out.telemetry = scratch.telemetry(0);
+  if (want_counts) axis_job.out.fp8_inexact_chunks = scratch.inexact(0);
+  gpu::QuantizeJob job = job_for(in, scratch);
+  (op.axis == Axis::kRows ? job.along_rows : job.down_cols) = &axis_job;
+  gpu::quantize(job, compat::current_stream(in));
+  if (telemetry || want_counts) {
+    const HostCounters c = read_counters(scratch);
+    if (telemetry) *telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
+    result.chunks = lines * (length / kFp8ChunkSize);
+    result.inexact_chunks = static_cast<int64_t>(c.inexact[0]);
+  }
+  return result;
+#else
+  (void)op;
+  (void)telemetry;
+  (void)want_counts;
+  throw std::invalid_argument("FP8 tensors need LibTorch >= 2.1, this is " + std::string(compat::torch_version()));
+#endif
+}
+
+}  // namespace mxablate::kernels::detail

@@ -1,0 +1,104 @@
+// The fused kernel's per-thread pipeline, run on the host (kernel_model.h), against the CPU
+// reference: every output bit for bit, over every mode, both axes, tile-multiple and ragged
+// shapes, finite and non-finite inputs. Runs in CI without a GPU.
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "kernel_model.h"
+#include "reference.h"
+#include "segment_quant.h"
+#include "test_inputs.h"
+
+using namespace mxablate::kernels;
+using namespace mxablate::test;
+
+namespace {
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+void check_against_reference(const std::vector<float>& x, Shape shape, Axis axis, const QuantSpec& spec,
+                             const RngKey& key) {
+  const bool want_fp8 = spec.format == QuantFormat::kMXFP4 &&
+                        (axis == Axis::kRows ? shape.cols : shape.rows) % 128 == 0;
+  const Expected want = reference_quantize(x.data(), shape.rows, shape.cols, axis, spec, key, want_fp8);
+  const ModelOutput got = model_quantize(x.data(), shape.rows, shape.cols, axis, spec, key, want_fp8);
+  INFO(describe(spec, axis, shape.rows, shape.cols));
+  CHECK(first_difference(got.dequant, want.dequant) == -1);
+  CHECK(first_difference(got.dequant_bf16, want.dequant_bf16) == -1);
+  CHECK(first_difference(got.packed, want.packed) == -1);
+  CHECK(first_difference(got.scales, want.scales) == -1);
+  CHECK(std::memcmp(&got.tensor_scale, &want.tensor_scale, sizeof(float)) == 0);
+  std::string why;
+  const bool telemetry_same = telemetry_matches(got.telemetry, want.telemetry, &why);
+  INFO(why);
+  CHECK(telemetry_same);
+  if (want_fp8) {
+    CHECK(first_difference(got.fp8_codes, want.fp8_codes) == -1);
+    CHECK(first_difference(got.fp8_scales, want.fp8_scales) == -1);
+    CHECK(got.fp8_inexact_chunks == want.fp8_inexact_chunks);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the kernel pipeline reproduces the CPU reference for every mode", "[gpu-model]") {
+  const RngKey key{0x1234567890ABCDEFull, 17, 5, GemmKind::kWgrad, Operand::kA};
+  // A tile multiple and a ragged shape (partial tiles along both axes).
+  const std::vector<Shape> shapes{{128, 256}, {160, 96}, {64, 48}, {32, 100}};
+  for (Shape shape : shapes) {
+    for (Specials specials : {Specials::kFiniteOnly, Specials::kAll}) {
+      const std::vector<float> x = test_matrix(shape.rows, shape.cols, 7, specials);
+      for (const QuantSpec& spec : specs_to_sweep()) {
+        for (Axis axis : {Axis::kRows, Axis::kCols}) {
+          if (!check_shape(spec, shape.rows, shape.cols, axis).empty()) continue;
+          check_against_reference(x, shape, axis, spec, key);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("one Philox evaluation gives the stochastic-rounding numbers of four elements", "[gpu-model]") {
+  const RngKey key{42, 3, 9, GemmKind::kDgrad, Operand::kB};
+  for (uint64_t group : {0ull, 1ull, 12345ull, (1ull << 33) + 7}) {
+    float u[4];
+    gpu::detail::sr_uniforms4(key, group, u);
+    for (int k = 0; k < 4; ++k) {
+      CHECK(u[k] == sr_uniform(key, 4 * group + k));
+      CHECK(gpu::detail::sr_uniform_at(key, 4 * group + k) == sr_uniform(key, 4 * group + k));
+    }
+  }
+}
+
+TEST_CASE("the E4M3 re-expression of MXFP4 is exact within 14 binades and counts the rest", "[gpu-model]") {
+  // One line of two chunks. Chunk 0: blocks at exponents 0, -14, -3, 0 (exact). Chunk 1: a block
+  // 15 binades below the largest holding a 0.5 (inexact), and its dequantized values still match
+  // where representable.
+  const int64_t length = 256;
+  std::vector<uint8_t> packed(length / 2, 0), scales(length / 32, 0);
+  const uint8_t e[8] = {127, 113, 124, 127, 130, 115, 120, 125};
+  for (int b = 0; b < 8; ++b) scales[b] = e[b];
+  for (int64_t j = 0; j < length; ++j) {
+    const uint8_t code = static_cast<uint8_t>((j * 5 + 1) % 16);  // every code, both signs
+    packed[j / 2] |= static_cast<uint8_t>(j % 2 == 0 ? code : code << 4);
+  }
+  std::vector<uint8_t> codes(length);
+  std::vector<float> chunk_scales(2);
+  const int64_t inexact = mx_to_fp8_reference(packed.data(), scales.data(), 1, length, codes.data(),
+                                              chunk_scales.data());
+  CHECK(inexact == 1);
+  CHECK(chunk_scales[0] == std::ldexp(1.0f, 0 - 6));
+  CHECK(chunk_scales[1] == std::ldexp(1.0f, 3 - 6));
+  for (int64_t j = 0; j < 128; ++j) {
+    const uint32_t e2m1 = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
+    CHECK(decode_code(codes[j], kE4M3) * chunk_scales[0] == mx_dequant(e2m1, scales[j / 32]));
+  }
+  // A NaN block makes the whole chunk NaN.
+  scales[1] = kE8M0NaN;
+  mx_to_fp8_reference(packed.data(), scales.data(), 1, length, codes.data(), chunk_scales.data());
+  CHECK(std::isnan(chunk_scales[0]));
+  CHECK(codes[5] == kE4M3NaN);
+}

@@ -1,0 +1,45 @@
+// The composite-operator emulation (the benchmark's baseline) computes the same function as the
+// reference where it claims to: finite inputs, round-to-nearest, no rotation.
+#include <ATen/ATen.h>
+
+#include "catch.h"
+#include "mxablate/kernels/torch/composite_emulation.h"
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "test_tensors.h"
+
+using namespace mxablate::kernels;
+using mxablate::test::activation_like;
+using mxablate::test::same_bits;
+
+TEST_CASE("composite emulation equals fake_quantize for finite inputs and round-to-nearest", "[torch][composite]") {
+  const at::Tensor x = activation_like(64, 128, 17);
+  const std::vector<QuantSpec> specs{
+      {QuantFormat::kMXFP4, ScaleRule::kFloor}, {QuantFormat::kMXFP4, ScaleRule::kCeil},
+      {QuantFormat::kMXFP4, ScaleRule::kEven},  {QuantFormat::kNVFP4},
+      {QuantFormat::kFP8E4M3},                  {QuantFormat::kFP8E5M2},
+      {QuantFormat::kBF16}};
+  for (const QuantSpec& spec : specs) {
+    for (Axis axis : {Axis::kRows, Axis::kCols}) {
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        INFO(to_string(spec.format) << " " << to_string(spec.scale_rule) << " " << to_string(axis) << " " << dtype);
+        const at::Tensor xt = x.to(dtype);
+        CHECK(same_bits(composite_fake_quantize(xt, axis, spec, {}), fake_quantize(xt, axis, spec, {})));
+      }
+    }
+  }
+}
+
+TEST_CASE("composite emulation with rotation and SR stays close to the reference", "[torch][composite]") {
+  const at::Tensor x = activation_like(64, 128, 18);
+  const QuantSpec spec{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kFixedRandom, 32};
+  const RngKey key{3, 4, 5, GemmKind::kWgrad, Operand::kA};
+  const at::Tensor a = composite_fake_quantize(x, Axis::kCols, spec, key);
+  const at::Tensor b = fake_quantize(x, Axis::kCols, spec, key);
+  const QuantSpec rotate_only{QuantFormat::kFP32, ScaleRule::kFloor, Rounding::kNearest, HadamardMode::kFixedRandom, 32};
+  const at::Tensor rotated = fake_quantize(x, Axis::kCols, rotate_only, key);
+  // Both are stochastic roundings of the same rotated tensor: each within one grid step of it,
+  // so their relative distance is of the order of MXFP4's error (~0.1–0.2), far below 1.
+  const double rel = ((a - b).norm() / rotated.norm()).item<double>();
+  CHECK(rel < 0.35);
+  CHECK(((a - rotated).norm() / rotated.norm()).item<double>() < 0.3);
+}
