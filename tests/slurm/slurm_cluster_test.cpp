@@ -139,8 +139,9 @@ TimeLimitSweep& time_limit_sweep() {
 TEST_CASE("a sweep is one job array whose %K throttle Slurm enforces", "[slurm]") {
   Sweep s("arrays", fake_recipe("arrays", 30, {"bf16", "FDW"}, {1, 2}));
   const auto t0 = Clock::now();
-  Mxablate run(s.slurm_args({"--max-parallel", "2"}), {{"MXABLATE_FAKE_STEP_MS", "100"}},
-               s.dir.path / "mxablate.out");
+  Mxablate run(s.slurm_args({"--max-parallel", "2", "--sbatch-arg=--comment=mxablate-test",
+                             "--sbatch-arg", "--nice=10"}),
+               {{"MXABLATE_FAKE_STEP_MS", "100"}}, s.dir.path / "mxablate.out");
   std::future<QueueObservation> watcher = std::async(std::launch::async, [&] {
     return watch_queue(s.job_name(), [&] { return !run.running(); });
   });
@@ -170,6 +171,7 @@ TEST_CASE("a sweep is one job array whose %K throttle Slurm enforces", "[slurm]"
   const std::string script = read_file(files.script_path(1));
   CHECK_THAT(script, has_text("#SBATCH --array=0-3%2\n"));
   CHECK_THAT(script, has_text("#SBATCH --job-name=" + s.job_name() + "\n"));
+  CHECK_THAT(script, has_text("#SBATCH --comment=mxablate-test\n#SBATCH --nice=10\n"));
   CHECK(files.read_submissions().size() == 1);
 
   // Throttled by Slurm: never more than 2 running, and Slurm said why the others waited.
