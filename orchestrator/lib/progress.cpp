@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <fmt/format.h>
@@ -12,8 +13,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Cuts `s` to `width` terminal columns (UTF-8 code points, so "—" counts once).
 std::string clip(std::string s, size_t width) {
-  if (s.size() > width) s.resize(width);
+  size_t columns = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;  // continuation byte
+    if (++columns > width) {
+      s.resize(i);
+      break;
+    }
+  }
   return s;
 }
 
@@ -142,11 +151,13 @@ std::string render_summary_line(const SweepSnapshot& s) {
 
 std::vector<std::string> render_progress_block(const SweepSnapshot& s, size_t width) {
   std::vector<std::string> lines{clip(render_summary_line(s), width)};
+  // The run's label gets what the numbers leave of the line (they take 78 columns).
+  const size_t label_width = std::clamp<size_t>(width > 80 ? width - 80 : 0, 14, 40);
   for (const RunProgress& r : s.active) {
     const double pct = r.tokens && r.max_tokens > 0 ? 100.0 * *r.tokens / r.max_tokens : 0.0;
     std::string line = fmt::format(
-        "  {:<28} {:>4} step {:>7} {:>7}/{:<7} {:5.1f}%  loss {:>7}  val {:>7}  ETA {:>7}",
-        clip(r.label, 28), r.attempt > 1 ? fmt::format("#{}", r.attempt) : "",
+        "  {:<{}} {:>3} step {:>7} {:>6}/{:<6} {:5.1f}%  loss {:>7}  val {:>7}  ETA {:>6}",
+        clip(r.label, label_width), label_width, r.attempt > 1 ? fmt::format("#{}", r.attempt) : "",
         r.step ? std::to_string(*r.step) : "-", r.tokens ? format_count(*r.tokens) : "0",
         format_count(r.max_tokens), pct, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
         r.val_loss ? fmt::format("{:.4f}", *r.val_loss) : "-", format_duration(r.eta_s()));

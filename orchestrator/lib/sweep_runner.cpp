@@ -103,7 +103,6 @@ struct SweepRunner::Impl {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> status;
   std::map<std::string, int> attempts_used;
-  std::map<std::string, RunProgress> last_progress;
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
   std::map<std::string, int64_t> prepared_seq, prepared_offset;  // between prepare and record
@@ -362,7 +361,6 @@ struct SweepRunner::Impl {
                           out.reason},
                          new_status, out.reason.empty() ? std::nullopt : std::optional(out.reason));
     status[a.run_id] = new_status;
-    last_progress[a.run_id] = a.progress;
     const std::string run_id = a.run_id;
     const RunProgress p = a.progress;
     active.erase(it);

@@ -138,8 +138,7 @@ TEST_CASE("SIGKILL of the orchestrator: its trainers stop, and the same command 
 }
 
 TEST_CASE("status and query in a loop while a sweep writes never see 'database is locked'") {
-  SweepCli s("readers");
-  s.env["MXABLATE_FAKE_STEP_MS"] = "5";
+  SweepCli s("readers");  // about 1.5 s of writing, with 15 ms steps
   auto p = s.start();
   REQUIRE(eventually([&] { return fs::exists(s.db()); }));
   int loops = 0;

@@ -74,8 +74,11 @@ TEST_CASE("the progress block shows counts and each running run's step, tokens, 
   CHECK(lines[1].find("250k/1M") != std::string::npos);
   CHECK(lines[1].find("25.0%") != std::string::npos);
   CHECK(lines[1].find("loss  3.1416") != std::string::npos);
-  CHECK(lines[1].find("ETA   2m30s") != std::string::npos);
+  CHECK(lines[1].find("ETA  2m30s") != std::string::npos);
   CHECK(render_progress_block(s, 40)[1].size() == 40);  // clipped to the terminal
+  // Clipping counts columns, not bytes: the summary's "—" is one column.
+  const std::string summary = render_progress_block(s, 30)[0];
+  CHECK(summary == "sweep demo: 6 runs — 2 pending");
   p.tokens_per_s.reset();
   CHECK_FALSE(p.eta_s());
 }

@@ -40,7 +40,7 @@ class YamlConverter {
  public:
   struct Limits {
     int max_depth = 48;
-    int64_t max_nodes = 200000;
+    int64_t max_nodes = 20000;  // a large real recipe has a few thousand
   };
   explicit YamlConverter(std::string file) : file_(std::move(file)) {}
   YamlConverter(std::string file, Limits limits) : file_(std::move(file)), limits_(limits) {}

@@ -2,7 +2,8 @@
 // orchestrator ingests (DESIGN §2). One JSON object per line, each with a strictly increasing
 // `seq` (from 1), a `kind` and a wall-clock `time` (Unix seconds).
 //
-// Kinds and their fields (all numbers are JSON numbers):
+// Kinds and their fields (all numbers are JSON numbers; a non-finite value — a NaN loss, an
+// infinite gradient norm — is written as null):
 //   run_start      step, tokens, attempt, device, params, versions{...}, resumed(bool)
 //   train          step, tokens, loss, lr, grad_norm, tokens_per_s
 //   eval           step, tokens, val_loss

@@ -1,0 +1,67 @@
+// From the results store to the answers: a sweep's runs grouped into table rows (arm plus any
+// non-seed grid axes), the resolved target, each row's extra-token cost, and the report data.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/analysis/arm_table.h"
+#include "mxablate/analysis/report.h"
+
+namespace mxablate::results {
+class Database;
+}
+
+namespace mxablate::analysis {
+
+struct RunRecord {
+  std::string run_id;
+  std::string arm;
+  int arm_index = 0;
+  std::string group;  // the table row: arm, plus "[axis=value …]" for non-seed grid axes
+  uint64_t seed = 0;
+  nlohmann::json config;  // the resolved RunConfig
+  std::string status;
+  double max_tokens = 0;
+  double tokens_trained = 0;
+  std::optional<double> final_val_loss;
+  Curve evals;
+  std::vector<DivergenceMark> divergences;
+  std::vector<TelemetryPoint> telemetry;
+};
+
+struct SweepData {
+  std::string name;
+  nlohmann::json target_spec;                 // the recipe's target section
+  std::optional<double> stored_target;        // sweeps.target_val_loss
+  std::vector<std::string> groups;            // table rows in recipe order
+  std::vector<RunRecord> runs;
+};
+
+// Loads a sweep (the most recently updated one when `sweep` is empty). Throws
+// std::invalid_argument naming the sweep when it does not exist.
+SweepData load_sweep(results::Database& db, const std::string& sweep);
+
+struct ResolvedTarget {
+  std::optional<double> val_loss;
+  std::string description;  // for captions: "target val loss 4.213 (fp8 at 80 % of budget)"
+};
+
+// The target of DESIGN §6: a fixed `val_loss`, or `from_arm` + `at_fraction` resolved on the
+// baseline arm's curves.
+ResolvedTarget resolve_target(const SweepData& sweep);
+
+// The baseline row: `requested` when given (must be a row), else the target's from_arm, else the
+// first row. Throws std::invalid_argument for an unknown row.
+std::string baseline_group(const SweepData& sweep, const std::string& requested);
+
+std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& baseline,
+                                  const ResolvedTarget& target);
+
+ReportData report_data(const SweepData& sweep, const std::vector<ArmSummary>& table,
+                       const ResolvedTarget& target);
+
+}  // namespace mxablate::analysis

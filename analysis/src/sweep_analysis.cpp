@@ -1,0 +1,265 @@
+#include "mxablate/analysis/sweep_analysis.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "mxablate/results/sqlite_db.h"
+
+namespace mxablate::analysis {
+namespace {
+
+using nlohmann::json;
+using results::Database;
+using results::Statement;
+
+bool is_seed_axis(const std::string& axis) {
+  return axis.size() >= 4 && axis.compare(axis.size() - 4, 4, "seed") == 0;
+}
+
+std::string join(const json& list, const char* sep) {
+  std::string out;
+  if (!list.is_array()) return out;
+  for (const auto& v : list) {
+    if (!out.empty()) out += sep;
+    out += v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  return out;
+}
+
+template <typename T>
+T config_value(const json& config, const json::json_pointer& ptr, T fallback) {
+  return config.contains(ptr) ? config.at(ptr).get<T>() : fallback;
+}
+
+void load_curves(Database& db, RunRecord& run) {
+  Statement evals(db, "SELECT tokens, val_loss FROM evals WHERE run_id = ? ORDER BY tokens, seq");
+  evals.bind(1, run.run_id);
+  while (evals.step()) {
+    // A non-finite loss reaches JSON (and so the store) as null.
+    run.evals.push_back({evals.get_double(0), evals.get_opt_double(1).value_or(std::nan(""))});
+  }
+  Statement div(db,
+                "SELECT step, tokens, json_extract(detail, '$.reason'), "
+                "json_extract(detail, '$.severity'), json_extract(detail, '$.value') "
+                "FROM events WHERE run_id = ? AND kind = 'divergence' ORDER BY seq");
+  div.bind(1, run.run_id);
+  while (div.step()) {
+    run.divergences.push_back({run.group, run.seed, div.get_opt_int(0).value_or(0),
+                               div.get_opt_double(1).value_or(0),
+                               div.get_opt_text(2).value_or("unknown"),
+                               div.get_opt_text(3).value_or("warning"),
+                               div.get_opt_double(4).value_or(std::nan(""))});
+  }
+  // Telemetry averaged over layers at each sampled step.
+  Statement tel(db,
+                "SELECT tokens, gemm, operand, AVG(relative_error) FROM quant_stats "
+                "WHERE run_id = ? AND relative_error IS NOT NULL "
+                "GROUP BY tokens, gemm, operand ORDER BY tokens");
+  tel.bind(1, run.run_id);
+  while (tel.step()) {
+    run.telemetry.push_back({run.group, tel.get_opt_text(1).value_or("?"),
+                             tel.get_opt_text(2).value_or("?"), tel.get_double(0),
+                             tel.get_double(3)});
+  }
+}
+
+std::string pct_text(double fraction) { return fmt::format("{:g} %", 100 * fraction); }
+
+}  // namespace
+
+SweepData load_sweep(Database& db, const std::string& sweep) {
+  Statement find(db, sweep.empty()
+                         ? "SELECT sweep_id, name, target_json, target_val_loss FROM sweeps "
+                           "ORDER BY updated_at DESC LIMIT 1"
+                         : "SELECT sweep_id, name, target_json, target_val_loss FROM sweeps "
+                           "WHERE name = ?");
+  if (!sweep.empty()) find.bind(1, sweep);
+  if (!find.step())
+    throw std::invalid_argument(sweep.empty() ? db.path() + ": holds no sweep yet"
+                                              : db.path() + ": no sweep named '" + sweep + "'");
+  SweepData data;
+  const int64_t sweep_id = find.get_int(0);
+  data.name = find.get_text(1);
+  data.target_spec = json::parse(find.get_opt_text(2).value_or("{}"), nullptr, false);
+  if (data.target_spec.is_discarded()) data.target_spec = json::object();
+  data.stored_target = find.get_opt_double(3);
+
+  Statement runs(db,
+                 "SELECT run_id, arm, arm_index, config_json, status, max_tokens, tokens, "
+                 "final_val_loss FROM runs WHERE sweep_id = ? AND plan_index IS NOT NULL "
+                 "ORDER BY arm_index, plan_index");
+  runs.bind(1, sweep_id);
+  while (runs.step()) {
+    RunRecord r;
+    r.run_id = runs.get_text(0);
+    r.arm = runs.get_text(1);
+    r.arm_index = static_cast<int>(runs.get_int(2));
+    r.config = json::parse(runs.get_text(3), nullptr, false);
+    if (r.config.is_discarded()) r.config = json::object();
+    r.status = runs.get_text(4);
+    r.max_tokens = runs.get_opt_double(5).value_or(0);
+    r.tokens_trained = runs.get_opt_double(6).value_or(0);
+    r.final_val_loss = runs.get_opt_double(7);
+    r.seed = config_value<uint64_t>(r.config, json::json_pointer("/train/seed"), 0);
+    data.runs.push_back(std::move(r));
+  }
+  for (RunRecord& r : data.runs) {
+    Statement axes(db, "SELECT axis, value FROM run_axes WHERE run_id = ? ORDER BY position");
+    axes.bind(1, r.run_id);
+    std::string extra;
+    while (axes.step()) {
+      const std::string axis = axes.get_text(0);
+      if (is_seed_axis(axis)) continue;
+      extra += (extra.empty() ? "" : " ") + axis + "=" + axes.get_text(1);
+    }
+    r.group = extra.empty() ? r.arm : r.arm + " [" + extra + "]";
+    if (std::find(data.groups.begin(), data.groups.end(), r.group) == data.groups.end())
+      data.groups.push_back(r.group);
+    load_curves(db, r);
+  }
+  return data;
+}
+
+ResolvedTarget resolve_target(const SweepData& sweep) {
+  ResolvedTarget t;
+  if (sweep.stored_target) {
+    t.val_loss = sweep.stored_target;
+    t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
+    return t;
+  }
+  const json& spec = sweep.target_spec;
+  if (spec.contains("val_loss") && spec["val_loss"].is_number()) {
+    t.val_loss = spec["val_loss"].get<double>();
+    t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
+    return t;
+  }
+  if (!spec.contains("from_arm")) {
+    t.description = "no target: the recipe sets none";
+    return t;
+  }
+  const std::string arm = spec["from_arm"].get<std::string>();
+  const double fraction = spec.value("at_fraction", 0.8);
+  std::vector<Curve> curves;
+  double budget = 0;
+  for (const RunRecord& r : sweep.runs) {
+    if (r.arm != arm) continue;
+    curves.push_back(r.evals);
+    budget = std::max(budget, r.max_tokens);
+  }
+  t.val_loss = target_from_baseline(curves, budget, fraction);
+  if (t.val_loss) {
+    t.description = fmt::format("target val loss {:.4f}: median of arm {} at {} of its {:.3g}-token budget",
+                                *t.val_loss, arm, pct_text(fraction), budget);
+  } else {
+    t.description = fmt::format("target not resolved yet: arm {} has not reached {} of its budget",
+                                arm, pct_text(fraction));
+  }
+  return t;
+}
+
+std::string baseline_group(const SweepData& sweep, const std::string& requested) {
+  auto has = [&](const std::string& g) {
+    return std::find(sweep.groups.begin(), sweep.groups.end(), g) != sweep.groups.end();
+  };
+  if (!requested.empty()) {
+    if (!has(requested))
+      throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + requested + "'");
+    return requested;
+  }
+  if (sweep.target_spec.contains("from_arm")) {
+    const std::string arm = sweep.target_spec["from_arm"].get<std::string>();
+    if (has(arm)) return arm;
+  }
+  if (sweep.groups.empty()) throw std::invalid_argument("sweep '" + sweep.name + "' has no runs");
+  return sweep.groups.front();
+}
+
+std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& baseline,
+                                  const ResolvedTarget& target) {
+  std::map<std::string, std::vector<const RunRecord*>> by_group;
+  for (const RunRecord& r : sweep.runs) by_group[r.group].push_back(&r);
+  auto outcomes = [&](const std::vector<const RunRecord*>& runs) {
+    std::vector<RunOutcome> out;
+    for (const RunRecord* r : runs) {
+      RunOutcome o;
+      // A run that ended without reaching the target did not reach it within its budget, even
+      // if it stopped early by diverging: censor it at the budget. A run still going is
+      // censored at what it has trained so far.
+      const bool ended = r->status == "diverged" || r->status == "budget_exhausted" ||
+                         r->status == "converged";
+      o.tokens_trained = ended ? std::max(r->tokens_trained, r->max_tokens) : r->tokens_trained;
+      if (target.val_loss) o.tokens_to_target = tokens_to_target(r->evals, *target.val_loss);
+      out.push_back(o);
+    }
+    return out;
+  };
+  const std::vector<RunOutcome> base = outcomes(by_group[baseline]);
+
+  std::vector<ArmSummary> rows;
+  for (const std::string& group : sweep.groups) {
+    const auto& runs = by_group[group];
+    const json& c = runs.front()->config;
+    ArmSummary a;
+    a.arm = group;
+    a.fprop = config_value<std::string>(c, json::json_pointer("/precision/fprop"), "?");
+    a.dgrad = config_value<std::string>(c, json::json_pointer("/precision/dgrad"), "?");
+    a.wgrad = config_value<std::string>(c, json::json_pointer("/precision/wgrad"), "?");
+    if (c.contains(json::json_pointer("/quant/stochastic_rounding")))
+      a.stochastic_rounding = join(c.at(json::json_pointer("/quant/stochastic_rounding")), ",");
+    a.hadamard_mode = config_value<std::string>(c, json::json_pointer("/quant/hadamard/mode"), "none");
+    a.hadamard_size = config_value<int>(c, json::json_pointer("/quant/hadamard/size"), 16);
+    if (c.contains(json::json_pointer("/quant/hadamard/gemms")))
+      a.hadamard_gemms = join(c.at(json::json_pointer("/quant/hadamard/gemms")), ",");
+    a.is_baseline = group == baseline;
+    const std::vector<RunOutcome> arm = outcomes(runs);
+    a.cost = extra_token_cost(arm, base);
+    a.seeds = static_cast<int>(runs.size());
+    std::vector<double> finals;
+    double first_divergence_tokens = INFINITY;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const RunRecord& r = *runs[i];
+      if (r.final_val_loss && std::isfinite(*r.final_val_loss)) finals.push_back(*r.final_val_loss);
+      if (arm[i].tokens_to_target) {
+        ++a.converged;
+      } else if (r.status == "diverged") {
+        ++a.diverged;
+      } else if (r.status == "converged" || r.status == "budget_exhausted") {
+        ++a.not_reached;
+      }
+      for (const DivergenceMark& d : r.divergences) {
+        const bool counts = r.status == "diverged" ? d.severity == "fatal" : false;
+        if (counts && d.tokens < first_divergence_tokens) {
+          first_divergence_tokens = d.tokens;
+          a.first_divergence_reason = d.reason;
+        }
+      }
+      if (r.status == "diverged" && a.first_divergence_reason.empty())
+        a.first_divergence_reason = "diverged";
+    }
+    if (!finals.empty()) a.final_val_loss = median(finals);
+    rows.push_back(a);
+  }
+  return rows;
+}
+
+ReportData report_data(const SweepData& sweep, const std::vector<ArmSummary>& table,
+                       const ResolvedTarget& target) {
+  ReportData d;
+  d.sweep = sweep.name;
+  d.caption = target.description;
+  d.target = target.val_loss;
+  d.arms = sweep.groups;
+  d.table = table;
+  for (const RunRecord& r : sweep.runs) {
+    d.runs.push_back({r.group, r.seed, r.evals});
+    d.divergences.insert(d.divergences.end(), r.divergences.begin(), r.divergences.end());
+    d.telemetry.insert(d.telemetry.end(), r.telemetry.begin(), r.telemetry.end());
+  }
+  return d;
+}
+
+}  // namespace mxablate::analysis

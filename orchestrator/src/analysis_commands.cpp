@@ -1,0 +1,99 @@
+// `mxablate table` and `mxablate report`: the answers a user came for, regenerated from the
+// results store (read-only, so they never disturb a running sweep).
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+
+#include "cli_errors.h"
+#include "commands.h"
+#include "mxablate/analysis/sweep_analysis.h"
+#include "mxablate/results/sqlite_db.h"
+
+namespace mxablate::cli {
+namespace {
+
+struct AnalysisOptions {
+  std::string db = "mxablate.db";
+  std::string sweep;
+  std::string baseline;
+  std::string format = "md";
+  std::string out = "report";
+};
+
+struct LoadedSweep {
+  analysis::SweepData data;
+  analysis::ResolvedTarget target;
+  std::vector<analysis::ArmSummary> table;
+};
+
+LoadedSweep load(const AnalysisOptions& o) {
+  if (!std::filesystem::exists(o.db)) throw InputError(o.db + ": no such results database");
+  results::Database db(o.db, results::Database::Mode::kReadOnly);
+  LoadedSweep s;
+  try {
+    s.data = analysis::load_sweep(db, o.sweep);
+    s.target = analysis::resolve_target(s.data);
+    const std::string baseline = analysis::baseline_group(s.data, o.baseline);
+    s.table = analysis::summarize(s.data, baseline, s.target);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  return s;
+}
+
+void run_table(const AnalysisOptions& o) {
+  analysis::TableFormat format;
+  if (o.format == "md" || o.format == "markdown") {
+    format = analysis::TableFormat::kMarkdown;
+  } else if (o.format == "latex") {
+    format = analysis::TableFormat::kLatex;
+  } else if (o.format == "csv") {
+    format = analysis::TableFormat::kCsv;
+  } else {
+    throw InputError("--format: '" + o.format + "' is not one of: md, latex, csv");
+  }
+  const LoadedSweep s = load(o);
+  std::cout << analysis::render_table(s.table, format,
+                                      "Sweep " + s.data.name + ": " + s.target.description);
+}
+
+void run_report(const AnalysisOptions& o) {
+  const LoadedSweep s = load(o);
+  const auto result =
+      analysis::write_report(analysis::report_data(s.data, s.table, s.target), o.out);
+  if (!result.warning.empty()) std::cerr << "mxablate report: " << result.warning << "\n";
+  std::cout << "wrote " << result.html_path << " (" << result.plots << " plots)\n";
+}
+
+void add_common(CLI::App* cmd, AnalysisOptions& o) {
+  cmd->add_option("--db", o.db, "results database")->capture_default_str();
+  cmd->add_option("--sweep", o.sweep, "sweep name (default: the most recently updated)");
+  cmd->add_option("--baseline", o.baseline,
+                  "arm the extra-token cost is measured against (default: the target's from_arm, "
+                  "else the first arm)");
+}
+
+}  // namespace
+
+void register_analysis_commands(CLI::App& app) {
+  auto table = std::make_shared<AnalysisOptions>();
+  CLI::App* t = app.add_subcommand(
+      "table", "Print the per-arm table: extra tokens to target (median over seeds, bootstrap "
+               "95% CI), final loss, divergences, and the paper's figure");
+  add_common(t, *table);
+  t->add_option("--format", table->format, "md | latex | csv")->capture_default_str();
+  t->callback([table] { run_table(*table); });
+
+  auto report = std::make_shared<AnalysisOptions>();
+  CLI::App* r = app.add_subcommand(
+      "report", "Write one self-contained HTML page: loss curves per arm, late-stage zoom, "
+                "divergence events, quantization telemetry, and the table");
+  add_common(r, *report);
+  r->add_option("--out", report->out, "output directory (index.html goes there)")
+      ->capture_default_str();
+  r->callback([report] { run_report(*report); });
+}
+
+}  // namespace mxablate::cli

@@ -1,0 +1,85 @@
+// `mxablate data prepare|verify`: turn text into a prepared data directory (tokenizer, token
+// shards, manifest) for `mxablate-train`, and check one. The work lives in trainer/data.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli_errors.h"
+#include "commands.h"
+#include "mxablate/data/manifest.h"
+#ifdef MXABLATE_HAVE_DATA_PREPARE
+#include "mxablate/data/data_prepare.h"
+#endif
+
+namespace mxablate::cli {
+
+void register_data_command(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Prepare and check token data for training");
+  data->require_subcommand(1);
+
+#ifdef MXABLATE_HAVE_DATA_PREPARE
+  auto options = std::make_shared<data::DataPrepareOptions>();
+  CLI::App* prepare = data->add_subcommand(
+      "prepare",
+      "Tokenize text into memory-mapped token shards (train/validation) with a manifest. "
+      "Inputs: plain text (documents separated by blank lines) and C4-style *.json[l][.gz] "
+      "(one JSON object with \"text\" per line); directories are searched recursively.");
+  prepare->add_option("--input,-i", options->inputs, "Input files or directories")->required();
+  prepare->add_option("--out,-o", options->out_dir, "Output data directory")->required();
+  prepare->add_option("--tokenizer", options->tokenizer_model,
+                      "Use this SentencePiece model instead of training a BPE tokenizer");
+  prepare->add_option("--vocab-size", options->vocab_size, "Vocabulary of the trained tokenizer")
+      ->capture_default_str();
+  prepare->add_option("--character-coverage", options->character_coverage,
+                      "SentencePiece character coverage")->capture_default_str();
+  prepare->add_flag("--byte-fallback", options->byte_fallback,
+                    "Encode unknown characters as UTF-8 bytes instead of <unk>");
+  prepare->add_option("--tokenizer-sentences", options->tokenizer_max_sentences,
+                      "Sentences sampled to train the tokenizer")->capture_default_str();
+  prepare->add_option("--tokenizer-seed", options->tokenizer_seed)->capture_default_str();
+  prepare->add_option("--val-fraction", options->val_fraction,
+                      "Fraction of documents held out for validation")->capture_default_str();
+  prepare->add_option("--split-seed", options->split_seed)->capture_default_str();
+  prepare->add_option("--shard-tokens", options->shard_tokens, "Tokens per shard file at most")
+      ->capture_default_str();
+  prepare->add_option("--threads", options->threads, "Encoding threads (0: all cores)");
+  prepare->add_flag("--force", options->force, "Replace an existing output directory");
+  prepare->callback([options] {
+    try {
+      data::prepare_data(*options, std::cout);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+  });
+#else
+  CLI::App* prepare = data->add_subcommand("prepare", "(unavailable: built without SentencePiece)");
+  prepare->allow_extras();
+  prepare->callback([] {
+    throw InputError("data prepare: this build has no SentencePiece (install libsentencepiece-dev "
+                     "and rebuild)");
+  });
+#endif
+
+  auto dir = std::make_shared<std::string>();
+  CLI::App* verify = data->add_subcommand(
+      "verify", "Check a prepared data directory: shard lengths and SHA-256 checksums");
+  verify->add_option("dir", *dir, "Prepared data directory")->required();
+  verify->callback([dir] {
+    data::TokenDataset ds;
+    try {
+      ds = data::open_dataset(*dir);
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+    const std::string problem = data::verify_dataset(*dir);
+    if (!problem.empty()) throw InputError(problem);
+    const auto& m = ds.manifest;
+    std::cout << *dir << ": ok: vocabulary " << m.tokenizer.vocab_size << ", " << m.train.tokens
+              << " train tokens in " << m.train.shards.size() << " shards, "
+              << m.validation.tokens << " validation tokens, " << m.sources.size()
+              << " sources\n";
+  });
+}
+
+}  // namespace mxablate::cli

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Trainer checks for the GPU machine (the lead runs this there; nothing here runs in CPU CI).
+#
+#   1. Uses build-gpu/bin/mxablate-train from scripts/gpu-check.sh, or builds just that target
+#      the same way (CUDA kernels on, carried packages from .carry/).
+#   2. CPU vs CUDA: llama-20m from the same initial weights on the same batches, in BF16 and in
+#      full MXFP4 (Fprop, Dgrad, Wgrad); the train losses of steps 1-3 must agree within
+#        step 1 (before any update):  |dloss| <= 0.005 (BF16), 0.01 (MXFP4)
+#        steps 2-3:                   |dloss| <= 0.02  (BF16), 0.03 (MXFP4)
+#      Why not bit-exact: on CUDA the GEMM outputs are BF16 (cuBLAS) and attention is the fused
+#      kernel; on the CPU outputs stay FP32 and attention is spelled out. The quantizers are
+#      bit-exact between devices, but their inputs already differ by those roundings.
+#   3. Throughput: tokens/s of llama-20m and llama-125m in BF16 and full MXFP4 (median of the
+#      sampled train events, and run_end's figure including evaluation).
+#   4. Convergence: llama-20m for STEPS steps (default 200, ~1.8 epochs of the default corpus)
+#      in BF16 and full MXFP4: validation loss must fall by > 2 nats, no fatal divergence.
+#
+# Usage: scripts/gpu-train-check.sh [DATA_DIR]
+#   DATA_DIR: a prepared data directory (default data/default: carry it to the GPU machine).
+#   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, as gpu-check.sh), MXABLATE_CHECK_STEPS (200),
+#        MXABLATE_CHECK_OUT (run directories; default /tmp/mxablate-gpu-train-check).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DATA=$(realpath "${1:-data/default}")
+BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
+STEPS=${MXABLATE_CHECK_STEPS:-200}
+OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-train-check}
+PY=python3
+[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+
+[ -f "$DATA/manifest.json" ] || { echo "gpu-train-check: $DATA is not a prepared data directory" >&2; exit 2; }
+nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-train-check: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
+
+# Reuse scripts/gpu-check.sh's build (same directory) when it exists; otherwise configure the
+# same way (its carried packages in .carry/ included) and build only mxablate-train.
+if [ ! -x "$BUILD_DIR/bin/mxablate-train" ]; then
+  echo "gpu-train-check: building mxablate-train in $BUILD_DIR"
+  PREFIX=$PWD/.carry/prefix
+  if compgen -G ".carry/debs/*.deb" >/dev/null; then
+    mkdir -p "$PREFIX"
+    for deb in .carry/debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
+    sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc 2>/dev/null
+    cp -n /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/" 2>/dev/null
+  fi
+  MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
+  export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
+  export TORCH_CUDA_ARCH_LIST=9.0
+  TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  GENERATOR=()
+  command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+  CONFIGURE=(cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
+    -DMXABLATE_CUDA=ON -DMXABLATE_CUDA_ARCHITECTURES=90
+    "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$PREFIX/usr;$MULTIARCH/cmake" "-DSQLite3_INCLUDE_DIR=$PREFIX/usr/include")
+  [ -f /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 ] && CONFIGURE+=("-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
+  mkdir -p "$(dirname "$OUT")"
+  "${CONFIGURE[@]}" >"$OUT.configure.log" 2>&1 || { tail -30 "$OUT.configure.log" >&2; exit 1; }
+  cmake --build "$BUILD_DIR" --target mxablate-train -j "$(nproc)" >"$OUT.build.log" 2>&1 ||
+    { tail -40 "$OUT.build.log" >&2; exit 1; }
+fi
+TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
+mkdir -p "$OUT"
+
+# config NAME DEVICE MODEL PRECISION SEQ GLOBAL MICRO STEPS EVAL_EVERY_STEPS EVAL_TOKENS THREADS
+config() {
+  $PY - "$@" "$DATA" <<'PYEOF'
+import json, sys
+name, device, model, prec, seq, glob, micro, steps, every, evtok, threads, data = sys.argv[1:]
+seq, glob, micro, steps, every, evtok, threads = map(int, (seq, glob, micro, steps, every, evtok, threads))
+p = {"fprop": prec, "dgrad": prec, "wgrad": prec}
+c = {"run_id": name, "arm": prec, "model": model, "device": device, "threads": threads,
+     "data": {"dataset": data, "seq_len": seq},
+     "train": {"global_batch_tokens": glob, "micro_batch_tokens": micro, "max_tokens": glob * steps,
+               "lr": 1e-3, "warmup_tokens": glob * max(1, steps // 10), "seed": 1},
+     "eval": {"every_tokens": glob * every, "tokens": evtok},
+     "precision": p,
+     "checkpoint": {"every_steps": 0},
+     "telemetry": {"train_every_steps": 1 if steps <= 50 else 10, "quant_every_steps": 0}}
+print(json.dumps(c, indent=1))
+PYEOF
+}
+
+# run NAME CONFIG-ARGS…: writes the config, runs, returns the exit code
+run() {
+  local name=$1; shift
+  local dir=$OUT/$name
+  rm -rf "$dir" && mkdir -p "$dir"
+  config "$name" "$@" >"$dir/config.json"
+  local t0=$SECONDS rc=0
+  "$TRAIN" --run-dir "$dir" >"$dir/output.txt" 2>&1 || rc=$?
+  echo "  $name: exit $rc in $((SECONDS - t0)) s ($(tail -1 "$dir/output.txt"))"
+  return $rc
+}
+
+failures=0
+echo "== 2. CPU vs CUDA, first steps (llama-20m, 4096 tokens per step)"
+for prec in bf16 mxfp4; do
+  run "first-cpu-$prec" cpu llama-20m $prec 256 4096 4096 3 1000 2048 "$(nproc)" || failures=$((failures + 1))
+  run "first-cuda-$prec" cuda llama-20m $prec 256 4096 4096 3 1000 2048 0 || failures=$((failures + 1))
+  $PY - "$OUT/first-cpu-$prec" "$OUT/first-cuda-$prec" "$prec" <<'PYEOF' || failures=$((failures + 1))
+import json, sys
+cpu, cuda, prec = sys.argv[1:]
+def losses(d):
+    ev = [json.loads(l) for l in open(d + "/events.jsonl") if l.endswith("\n")]
+    return {e["step"]: e["loss"] for e in ev if e["kind"] == "train"}
+a, b = losses(cpu), losses(cuda)
+tol1, tol = (0.005, 0.02) if prec == "bf16" else (0.01, 0.03)
+ok = True
+for s in (1, 2, 3):
+    d = abs(a[s] - b[s]); lim = tol1 if s == 1 else tol
+    ok &= d <= lim
+    print(f"    {prec} step {s}: cpu {a[s]:.5f} cuda {b[s]:.5f} |d| {d:.5f} (limit {lim}) {'ok' if d <= lim else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
+echo "== 3. Throughput (tokens/s; median of sampled train events | run_end incl. evaluation)"
+for model in llama-20m llama-125m; do
+  for prec in bf16 mxfp4; do
+    run "speed-$model-$prec" cuda $model $prec 512 65536 16384 30 1000 16384 0 || failures=$((failures + 1))
+    $PY - "$OUT/speed-$model-$prec" <<'PYEOF'
+import json, sys, statistics
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl") if l.endswith("\n")]
+tps = [e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 3]
+end = [e for e in ev if e["kind"] == "run_end"][-1]
+print(f"    {sys.argv[1].rsplit('/', 1)[1]}: {statistics.median(tps):,.0f} tokens/s | {end['tokens_per_s']:,.0f} | "
+      f"peak GPU {end['peak_gpu_bytes'] / 2**30:.1f} GiB")
+PYEOF
+  done
+done
+
+echo "== 4. Convergence (llama-20m, $STEPS steps of 32768 tokens)"
+for prec in bf16 mxfp4; do
+  run "converge-$prec" cuda llama-20m $prec 512 32768 32768 "$STEPS" 50 65536 0 || failures=$((failures + 1))
+  $PY - "$OUT/converge-$prec" <<'PYEOF' || failures=$((failures + 1))
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl") if l.endswith("\n")]
+evals = [(e["step"], e["val_loss"]) for e in ev if e["kind"] == "eval"]
+div = [e for e in ev if e["kind"] == "divergence"]
+end = [e for e in ev if e["kind"] == "run_end"][-1]
+print("    " + sys.argv[1].rsplit('/', 1)[1] + ": " + ", ".join(f"{s}:{v:.3f}" for s, v in evals) +
+      f" | divergence events {len(div)} | {end['status']} | {end['tokens_per_s']:,.0f} tokens/s")
+ok = end["status"] == "budget_exhausted" and evals[-1][1] < evals[0][1] - 2.0
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
+echo "gpu-train-check: $failures failure(s); run directories in $OUT"
+[ "$failures" -eq 0 ]

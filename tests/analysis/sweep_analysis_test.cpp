@@ -1,0 +1,128 @@
+// From a hand-made results database to the table: target resolution from the baseline arm,
+// tokens to target, lower bounds for runs that never got there, divergence counts.
+#include <cmath>
+#include <filesystem>
+
+#include "catch.h"
+#include "mxablate/analysis/sweep_analysis.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/results/ingest.h"
+#include "mxablate/results/store.h"
+#include "process_util.h"
+
+using namespace mxablate;
+using nlohmann::json;
+
+namespace {
+
+// Evaluations every 1000 tokens to 10000: loss = start - 0.5 per 1000 tokens.
+std::vector<json> linear_evals(double start, int last_k, int64_t& seq) {
+  std::vector<json> events;
+  for (int k = 1; k <= last_k; ++k)
+    events.push_back({{"seq", ++seq}, {"kind", "eval"}, {"step", 10 * k}, {"tokens", 1000 * k},
+                      {"val_loss", start - 0.5 * k}, {"time", 0.0}});
+  return events;
+}
+
+struct Arm {
+  const char* name;
+  const char* precision;
+  bool sr;
+};
+
+void build_database(const std::string& path) {
+  results::ResultsStore store(path);
+  results::SweepRecord sweep{"golden", "golden.yaml", "name: golden", "runs"};
+  sweep.target = {{"from_arm", "fp8"}, {"at_fraction", 0.8}};
+  const int64_t sweep_id = store.register_sweep(sweep);
+  std::vector<results::PlannedRun> plan;
+  const Arm arms[] = {{"fp8", "fp8", false}, {"FDW", "mxfp4", false}, {"FDW+SR", "mxfp4", true}};
+  for (int a = 0; a < 3; ++a) {
+    for (int seed = 1; seed <= 2; ++seed) {
+      contract::RunConfig c;
+      c.arm = arms[a].name;
+      c.train.seed = static_cast<uint64_t>(seed);
+      c.train.max_tokens = 10000;
+      c.precision = {arms[a].precision, arms[a].precision, arms[a].precision};
+      if (arms[a].sr) c.quant.stochastic_rounding = {"grad"};
+      const std::string id = std::string(arms[a].name) + "-" + std::to_string(seed);
+      plan.push_back({id, arms[a].name, a, contract::to_json(c).dump(), "runs/" + id, 10000,
+                      {{"seed", std::to_string(seed)}}});
+    }
+  }
+  store.register_plan(sweep_id, plan);
+
+  auto ingest = [&](const std::string& id, std::vector<json> events, const std::string& status) {
+    results::ingest_events(store.db(), id, events, 1);
+    store.set_status(id, status);
+  };
+  int64_t seq = 0;
+  // Baseline: 10 - 0.5k and 10.2 - 0.5k; at 8000 tokens (80 %) 6.0 and 6.2: target 6.1,
+  // reached at 7800 and 8200 tokens (median 8000).
+  ingest("fp8-1", linear_evals(10.0, 10, seq = 0), "budget_exhausted");
+  ingest("fp8-2", linear_evals(10.2, 10, seq = 0), "budget_exhausted");
+  // FDW reaches 6.1 at 8600 (+7.5 %) and 9000 (+12.5 %): median +10 %.
+  ingest("FDW-1", linear_evals(10.4, 10, seq = 0), "budget_exhausted");
+  ingest("FDW-2", linear_evals(10.6, 10, seq = 0), "budget_exhausted");
+  // FDW+SR: seed 1 diverges at 3000 tokens (censored at its 10000-token budget: >= +25 %),
+  // seed 2 reaches the target at 9800 (+22.5 %): median >= +23.75 %.
+  auto diverging = linear_evals(11.0, 2, seq = 0);
+  diverging.push_back({{"seq", ++seq}, {"kind", "divergence"}, {"step", 30}, {"tokens", 3000},
+                       {"reason", "nonfinite_loss"}, {"value", nullptr}, {"severity", "fatal"},
+                       {"time", 0.0}});
+  ingest("FDW+SR-1", diverging, "diverged");
+  ingest("FDW+SR-2", linear_evals(11.0, 10, seq = 0), "budget_exhausted");
+}
+
+}  // namespace
+
+TEST_CASE("table from a hand-made database") {
+  test::TempDir dir("mxablate_sweep_analysis");
+  const std::string path = dir / "golden.db";
+  build_database(path);
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+  REQUIRE(sweep.groups == std::vector<std::string>{"fp8", "FDW", "FDW+SR"});
+
+  const analysis::ResolvedTarget target = analysis::resolve_target(sweep);
+  REQUIRE(target.val_loss.has_value());
+  CHECK(*target.val_loss == Approx(6.1));
+  CHECK(target.description ==
+        "target val loss 6.1000: median of arm fp8 at 80 % of its 1e+04-token budget");
+
+  const std::string baseline = analysis::baseline_group(sweep, "");
+  CHECK(baseline == "fp8");
+  const auto rows = analysis::summarize(sweep, baseline, target);
+  REQUIRE(rows.size() == 3);
+  CHECK(*rows[1].cost.median_pct == Approx(10.0));
+  CHECK_FALSE(rows[1].cost.lower_bound);
+  CHECK(*rows[2].cost.median_pct == Approx(23.75));
+  CHECK(rows[2].cost.lower_bound);
+  CHECK(rows[2].diverged == 1);
+  CHECK(rows[2].converged == 1);
+  CHECK(rows[2].first_divergence_reason == "nonfinite_loss");
+  CHECK(*rows[2].final_val_loss == Approx(8.0));  // median of 10.0 (last before NaN) and 6.0
+
+  // Golden Markdown, derived by hand. With two runs per arm, each extreme of the resampled
+  // medians has probability 1/16 > 2.5 %, so the 95 % interval spans them: FDW
+  // [8600/8200 - 1, 9000/7800 - 1] = [+4.9, +15.4], FDW+SR [9800/8200 - 1, 10000/7800 - 1].
+  const std::string md = analysis::render_table(rows, analysis::TableFormat::kMarkdown, "golden");
+  const std::string expected_rows =
+      "| fp8 | fp8 | fp8 | fp8 | - | baseline | 5.1000 | 2 | 2 | 0 | 0 | baseline (FP8) |\n"
+      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +10.0 % [+4.9, +15.4] | 5.5000 | 2 | 2 | 0 | 0 | +26-27 % |\n"
+      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +23.8 % [+19.5, +28.2] | 8.0000 | 2 | 1 | "
+      "1 (nonfinite_loss) | 0 | did not converge |\n";
+  CHECK(md.substr(md.size() - expected_rows.size()) == expected_rows);
+
+  const std::string csv = analysis::render_table(rows, analysis::TableFormat::kCsv, "");
+  CHECK(csv.find("\nFDW,mxfp4,mxfp4,mxfp4,-,false,10,") != std::string::npos);
+  CHECK(csv.find("\nFDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,23.75,") != std::string::npos);
+  const std::string tex = analysis::render_table(rows, analysis::TableFormat::kLatex, "golden");
+  CHECK(tex.find("FDW+SR & mxfp4 & mxfp4 & mxfp4 & SR(grad) & $\\geq$ +23.8 \\%") != std::string::npos);
+
+  // An explicit baseline, and an unknown one.
+  CHECK(analysis::baseline_group(sweep, "FDW") == "FDW");
+  CHECK_THROWS_WITH(analysis::baseline_group(sweep, "bf16"),
+                    "--baseline: sweep 'golden' has no arm 'bf16'");
+  CHECK_THROWS_WITH(analysis::load_sweep(db, "nope"), path + ": no sweep named 'nope'");
+}

@@ -1,0 +1,199 @@
+// `data prepare`: plain text and C4-style .jsonl.gz in, tokenizer + shards + manifest out, with
+// counts and checksums that agree with the files; deterministic; a given tokenizer reproduces the
+// same shards; bad inputs are named.
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "catch.h"
+#include "mxablate/data/data_prepare.h"
+#include "mxablate/data/sha256.h"
+#include "mxablate/data/text_documents.h"
+#include "test_support.h"
+#include "test_text.h"
+
+using namespace mxablate::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// C4's layout: one JSON object per line with "text" (and other fields), gzip-compressed.
+void write_jsonl_gz(const fs::path& path, int documents, uint64_t seed) {
+  gzFile f = gzopen(path.string().c_str(), "wb");
+  REQUIRE(f != nullptr);
+  std::istringstream paragraphs(mxablate::test::make_test_corpus(documents, seed));
+  std::string line, doc;
+  const auto flush = [&] {
+    if (doc.empty()) return;
+    const std::string json =
+        nlohmann::json{{"text", doc}, {"timestamp", "2019-04-25T12:57:54Z"}, {"url", "https://example.org"}}
+            .dump() + "\n";
+    gzwrite(f, json.data(), static_cast<unsigned>(json.size()));
+    doc.clear();
+  };
+  while (std::getline(paragraphs, line)) {
+    if (line.empty()) {
+      flush();
+    } else {
+      doc += (doc.empty() ? "" : "\n") + line;
+    }
+  }
+  flush();
+  gzclose(f);
+}
+
+struct Inputs {
+  fs::path dir, text, jsonl;
+};
+
+Inputs make_inputs(const std::string& name) {
+  Inputs in;
+  in.dir = fresh_dir(name);
+  fs::create_directories(in.dir / "src");
+  in.text = in.dir / "src" / "book.txt";
+  mxablate::test::write_test_corpus(in.text.string(), 300, 11);
+  in.jsonl = in.dir / "src" / "c4-train.00000-of-01024.json.gz";
+  write_jsonl_gz(in.jsonl, 200, 12);
+  return in;
+}
+
+DataPrepareOptions options(const Inputs& in, const std::string& out) {
+  DataPrepareOptions o;
+  o.inputs = {(in.dir / "src").string()};
+  o.out_dir = (in.dir / out).string();
+  o.vocab_size = 160;
+  o.val_fraction = 0.1;
+  o.threads = 2;
+  return o;
+}
+
+std::vector<int32_t> all_tokens(const TokenStream& s) {
+  std::vector<int32_t> v(static_cast<size_t>(s.size()));
+  s.read(0, v);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("Documents: blank-line paragraphs in text, the text field in JSON lines", "[data][prepare]") {
+  const Inputs in = make_inputs("mxablate_prepare_docs");
+  DocumentReader text(in.text.string());
+  std::string doc;
+  int count = 0;
+  while (text.next(doc)) {
+    ++count;
+    CHECK(doc.find('\n') == std::string::npos);  // wrapped lines joined into one paragraph
+    CHECK(doc.rfind("The ", 0) == 0);
+  }
+  CHECK(count == 300);
+  DocumentReader json(in.jsonl.string());
+  count = 0;
+  while (json.next(doc)) ++count;
+  CHECK(count == 200);
+  CHECK(split_for_tokenizer_training(std::string(50, 'a') + " " + std::string(50, 'b'), 60) ==
+        std::vector<std::string>{std::string(50, 'a'), std::string(50, 'b')});
+}
+
+TEST_CASE("data prepare writes a tokenizer, shards and a consistent manifest", "[data][prepare]") {
+  const Inputs in = make_inputs("mxablate_prepare_main");
+  std::ostringstream log;
+  const Manifest m = prepare_data(options(in, "prepared"), log);
+  const std::string out = (in.dir / "prepared").string();
+  CHECK(log.str().find("data prepare:") != std::string::npos);
+  CHECK_FALSE(fs::exists(out + ".partial"));
+
+  CHECK(m.tokenizer.trained_here);
+  CHECK(m.tokenizer.vocab_size == 160);
+  CHECK(m.tokenizer.eos_id == 2);
+  CHECK(m.tokenizer.sha256 == sha256_file(out + "/tokenizer.model"));
+  REQUIRE(m.sources.size() == 2);  // sorted: book.txt, then the .json.gz
+  CHECK(m.sources[0].path == in.text.string());
+  CHECK(m.sources[0].documents == 300);
+  CHECK(m.sources[0].sha256 == sha256_file(in.text.string()));
+  CHECK(m.sources[0].bytes == static_cast<int64_t>(fs::file_size(in.text)));
+  CHECK(m.sources[1].documents == 200);
+  CHECK(m.train.documents + m.validation.documents == 500);
+  CHECK(m.validation.documents == Approx(50).margin(20));  // 10 % of the documents
+
+  // The manifest on disk says the same, and the shards hold what it says.
+  const TokenDataset ds = open_dataset(out);
+  CHECK(ds.manifest.train.tokens == m.train.tokens);
+  CHECK(ds.train.size() == m.train.tokens);
+  CHECK(ds.validation.size() == m.validation.tokens);
+  CHECK(verify_dataset(out) == "");
+  // Every document ends with EOS, so the splits hold exactly one EOS per document.
+  const auto train = all_tokens(ds.train);
+  CHECK(std::count(train.begin(), train.end(), 2) == m.train.documents);
+  CHECK(train.back() == 2);
+  CHECK(*std::max_element(train.begin(), train.end()) < 160);
+  // ~2 characters per token or better on this text.
+  CHECK(m.train.tokens + m.validation.tokens < (m.sources[0].bytes + 200 * 300) / 2);
+
+  // A corrupted shard is caught by verify.
+  {
+    std::fstream f(out + "/" + m.train.shards[0].file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x01');
+  }
+  CHECK_THAT(verify_dataset(out), has_text("checksum does not match"));
+}
+
+TEST_CASE("data prepare is deterministic, and a given tokenizer reproduces the shards", "[data][prepare]") {
+  const Inputs in = make_inputs("mxablate_prepare_repeat");
+  std::ostringstream log;
+  const Manifest a = prepare_data(options(in, "a"), log);
+  const Manifest b = prepare_data(options(in, "b"), log);
+  // The model file embeds the path it was trained at, so compare its vocabulary (pieces and
+  // scores) and what it produced.
+  std::ifstream va(in.dir / "a" / "tokenizer.vocab"), vb(in.dir / "b" / "tokenizer.vocab");
+  std::stringstream sa, sb;
+  sa << va.rdbuf();
+  sb << vb.rdbuf();
+  CHECK(sa.str().size() > 1000);
+  CHECK(sa.str() == sb.str());
+  CHECK(a.train.shards[0].sha256 == b.train.shards[0].sha256);
+  CHECK(a.validation.shards[0].sha256 == b.validation.shards[0].sha256);
+
+  DataPrepareOptions given = options(in, "given");
+  given.tokenizer_model = (in.dir / "a" / "tokenizer.model").string();
+  given.vocab_size = 999;  // ignored with a given model
+  given.shard_tokens = 1024;  // and cut into many shards
+  const Manifest g = prepare_data(given, log);
+  CHECK_FALSE(g.tokenizer.trained_here);
+  CHECK(g.tokenizer.given_path == given.tokenizer_model);
+  CHECK(g.tokenizer.vocab_size == 160);
+  CHECK(g.train.tokens == a.train.tokens);
+  CHECK(g.train.shards.size() == static_cast<size_t>((a.train.tokens + 1023) / 1024));
+  CHECK(all_tokens(open_dataset((in.dir / "given").string()).train) ==
+        all_tokens(open_dataset((in.dir / "a").string()).train));
+}
+
+TEST_CASE("data prepare names bad inputs", "[data][prepare]") {
+  const Inputs in = make_inputs("mxablate_prepare_errors");
+  std::ostringstream log;
+  DataPrepareOptions o = options(in, "out");
+  o.inputs = {(in.dir / "missing.txt").string()};
+  CHECK_THROWS_WITH(prepare_data(o, log), has_text("missing.txt: no such file"));
+
+  const fs::path bad = in.dir / "bad.jsonl";
+  std::ofstream(bad) << "{\"text\": \"fine\"}\n{\"body\": \"no text field\"}\n";
+  o.inputs = {bad.string()};
+  CHECK_THROWS_WITH(prepare_data(o, log), has_text("bad.jsonl:2: no string field \"text\""));
+
+  o = options(in, "out");
+  prepare_data(o, log);
+  CHECK_THROWS_WITH(prepare_data(o, log), has_text("already exists"));
+  o.force = true;
+  CHECK_NOTHROW(prepare_data(o, log));
+  o.val_fraction = 1.5;
+  CHECK_THROWS_AS(prepare_data(o, log), std::invalid_argument);
+}

@@ -1,0 +1,236 @@
+// MXLinear: each of the three GEMMs must be exactly "quantize both operands along that GEMM's
+// reduction dimension with the kernels, then multiply" — checked one GEMM at a time with
+// M, N, K all different, so an operand quantized along the wrong axis (or with the wrong key)
+// cannot pass. BF16 everywhere must equal torch's linear to BF16 rounding, and a deterministic
+// Hadamard rotation without quantization must leave every GEMM unchanged to rounding.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "catch.h"
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/trainer/mx_linear.h"
+
+using namespace mxablate;
+using namespace mxablate::trainer;
+using kernels::Axis;
+using kernels::GemmKind;
+using kernels::Operand;
+using kernels::QuantFormat;
+using kernels::QuantSpec;
+
+namespace {
+
+constexpr int64_t kM = 96, kK = 64, kN = 160;  // tokens, in features, out features
+
+// Values spanning several binades per block so that block scales and axes matter.
+at::Tensor spread(int64_t rows, int64_t cols, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn({rows, cols}, gen) * at::exp(at::randn({rows, cols}, gen));
+}
+
+struct Case {
+  at::Tensor x, w, g;  // g: the upstream gradient dY
+};
+
+Case make_case(uint64_t seed) { return {spread(kM, kK, seed), spread(kN, kK, seed + 1), spread(kM, kN, seed + 2)}; }
+
+struct Result {
+  at::Tensor y, dx, dw;
+};
+
+Result run(const Case& c, const LinearPlan& plan, uint32_t step = 5, uint64_t seed = 77) {
+  auto session = std::make_shared<QuantSession>();
+  session->seed = seed;
+  session->step = step;
+  auto state = std::make_shared<const LinearState>(LinearState{3, plan, session});
+  at::Tensor x = c.x.clone().requires_grad_(true);
+  at::Tensor w = c.w.clone().requires_grad_(true);
+  at::Tensor y = mx_linear(x, w, state);
+  y.backward(c.g);
+  return {y.detach(), x.grad(), w.grad()};
+}
+
+kernels::RngKey key(GemmKind g, Operand o, uint32_t step = 5, uint64_t seed = 77) {
+  return {seed, step, 3, g, o};
+}
+
+at::Tensor bf16(const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); }
+
+at::Tensor fq(const at::Tensor& t, Axis axis, const QuantSpec& spec, GemmKind g, Operand o) {
+  return kernels::fake_quantize(t.contiguous(), axis, spec, key(g, o));
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+LinearPlan bf16_except(GemmKind g, const QuantSpec& a, const QuantSpec& b) {
+  LinearPlan plan = plain_bf16_plan();
+  plan.gemm[static_cast<size_t>(g)].operand = {a, b};
+  return plan;
+}
+
+const QuantSpec kMx{QuantFormat::kMXFP4};
+
+}  // namespace
+
+TEST_CASE("MXLinear in BF16 equals torch linear", "[trainer][mx_linear]") {
+  const Case c = make_case(1);
+  const Result r = run(c, plain_bf16_plan());
+  // Exactly the BF16-operand products with FP32 accumulation.
+  CHECK(at::allclose(r.y, at::linear(bf16(c.x), bf16(c.w)), 1e-5, 1e-6));
+  CHECK(at::allclose(r.dx, at::mm(bf16(c.g), bf16(c.w)), 1e-5, 1e-6));
+  CHECK(at::allclose(r.dw, at::mm(bf16(c.g).t(), bf16(c.x)), 1e-5, 1e-6));
+  // And torch::linear's own float32 forward and gradients, to BF16 rounding.
+  at::Tensor x = c.x.clone().requires_grad_(true);
+  at::Tensor w = c.w.clone().requires_grad_(true);
+  at::Tensor y = at::linear(x, w);
+  y.backward(c.g);
+  CHECK(rel_err(r.y, y.detach()) < 6e-3);
+  CHECK(rel_err(r.dx, x.grad()) < 6e-3);
+  CHECK(rel_err(r.dw, w.grad()) < 6e-3);
+  CHECK(rel_err(r.y, y.detach()) > 0);  // the operands really were rounded
+}
+
+TEST_CASE("MXFP4 Fprop quantizes X and W along K", "[trainer][mx_linear]") {
+  const Case c = make_case(2);
+  const Result r = run(c, bf16_except(GemmKind::kFprop, kMx, kMx));
+  const at::Tensor expected = at::mm(fq(c.x, Axis::kRows, kMx, GemmKind::kFprop, Operand::kA),
+                                     fq(c.w, Axis::kRows, kMx, GemmKind::kFprop, Operand::kB).t());
+  CHECK(at::equal(r.y, expected));
+  // Quantizing W down its columns (along N) instead would be a different product.
+  const at::Tensor wrong = at::mm(fq(c.x, Axis::kRows, kMx, GemmKind::kFprop, Operand::kA),
+                                  fq(c.w, Axis::kCols, kMx, GemmKind::kFprop, Operand::kB).t());
+  CHECK(rel_err(wrong, expected) > 1e-3);
+  // The other two GEMMs stayed BF16.
+  CHECK(at::allclose(r.dx, at::mm(bf16(c.g), bf16(c.w)), 1e-5, 1e-6));
+  CHECK(at::allclose(r.dw, at::mm(bf16(c.g).t(), bf16(c.x)), 1e-5, 1e-6));
+}
+
+TEST_CASE("MXFP4 Dgrad quantizes dY along N and W down its columns", "[trainer][mx_linear]") {
+  const Case c = make_case(3);
+  const Result r = run(c, bf16_except(GemmKind::kDgrad, kMx, kMx));
+  const at::Tensor expected = at::mm(fq(c.g, Axis::kRows, kMx, GemmKind::kDgrad, Operand::kA),
+                                     fq(c.w, Axis::kCols, kMx, GemmKind::kDgrad, Operand::kB));
+  CHECK(at::equal(r.dx, expected));
+  const at::Tensor w_along_k = at::mm(fq(c.g, Axis::kRows, kMx, GemmKind::kDgrad, Operand::kA),
+                                      fq(c.w, Axis::kRows, kMx, GemmKind::kDgrad, Operand::kB));
+  CHECK(rel_err(w_along_k, expected) > 1e-3);
+  CHECK(at::allclose(r.y, at::linear(bf16(c.x), bf16(c.w)), 1e-5, 1e-6));
+  CHECK(at::allclose(r.dw, at::mm(bf16(c.g).t(), bf16(c.x)), 1e-5, 1e-6));
+}
+
+TEST_CASE("MXFP4 Wgrad quantizes dY and X along the tokens", "[trainer][mx_linear]") {
+  const Case c = make_case(4);
+  const Result r = run(c, bf16_except(GemmKind::kWgrad, kMx, kMx));
+  const at::Tensor expected = at::mm(fq(c.g, Axis::kCols, kMx, GemmKind::kWgrad, Operand::kA).t(),
+                                     fq(c.x, Axis::kCols, kMx, GemmKind::kWgrad, Operand::kB));
+  CHECK(at::equal(r.dw, expected));
+  const at::Tensor along_features = at::mm(fq(c.g, Axis::kRows, kMx, GemmKind::kWgrad, Operand::kA).t(),
+                                           fq(c.x, Axis::kRows, kMx, GemmKind::kWgrad, Operand::kB));
+  CHECK(rel_err(along_features, expected) > 1e-3);
+  CHECK(at::allclose(r.y, at::linear(bf16(c.x), bf16(c.w)), 1e-5, 1e-6));
+  CHECK(at::allclose(r.dx, at::mm(bf16(c.g), bf16(c.w)), 1e-5, 1e-6));
+}
+
+TEST_CASE("A full MXFP4 plan with SR on gradients and random Hadamard on Wgrad", "[trainer][mx_linear]") {
+  contract::RunConfig config;
+  config.precision = {"mxfp4", "mxfp4", "mxfp4"};
+  config.quant.stochastic_rounding = {"grad"};
+  config.quant.hadamard = {"per-step-random", 32, {"wgrad"}};
+  const LinearPlan plan = make_linear_plan(config, false);
+  const Case c = make_case(5);
+  const Result r = run(c, plan, /*step=*/9);
+  const auto spec = [&](GemmKind g, Operand o) { return plan[g].operand[static_cast<size_t>(o)]; };
+  const auto q = [&](const at::Tensor& t, Axis axis, GemmKind g, Operand o) {
+    return kernels::fake_quantize(t.contiguous(), axis, spec(g, o), key(g, o, 9));
+  };
+  CHECK(at::equal(r.y, at::mm(q(c.x, Axis::kRows, GemmKind::kFprop, Operand::kA),
+                              q(c.w, Axis::kRows, GemmKind::kFprop, Operand::kB).t())));
+  CHECK(at::equal(r.dx, at::mm(q(c.g, Axis::kRows, GemmKind::kDgrad, Operand::kA),
+                               q(c.w, Axis::kCols, GemmKind::kDgrad, Operand::kB))));
+  CHECK(at::equal(r.dw, at::mm(q(c.g, Axis::kCols, GemmKind::kWgrad, Operand::kA).t(),
+                               q(c.x, Axis::kCols, GemmKind::kWgrad, Operand::kB))));
+  // Reproducible for the same (seed, step); the SR stream and rotation change with the step.
+  const Result again = run(c, plan, 9);
+  CHECK(at::equal(again.dw, r.dw));
+  const Result next_step = run(c, plan, 10);
+  CHECK(at::equal(next_step.y, r.y));  // Fprop is deterministic (no SR, no rotation)
+  CHECK_FALSE(at::equal(next_step.dw, r.dw));
+  CHECK_FALSE(at::equal(next_step.dx, r.dx));
+  // Still an estimate of the true gradient.
+  CHECK(rel_err(r.dw, at::mm(c.g.t(), c.x)) < 0.35);
+}
+
+TEST_CASE("A deterministic Hadamard rotation without quantization leaves every GEMM unchanged",
+          "[trainer][mx_linear]") {
+  const Case c = make_case(6);
+  const at::Tensor y_ref = at::mm(c.x, c.w.t());
+  const at::Tensor dx_ref = at::mm(c.g, c.w);
+  const at::Tensor dw_ref = at::mm(c.g.t(), c.x);
+  for (int size : {16, 32}) {  // sizes dividing M = 96, K = 64 and N = 160
+    // FP32 "quantization" (identity) with the rotation: cancels to float32 rounding.
+    LinearPlan fp32;
+    for (auto& g : fp32.gemm) {
+      g.rotated = true;
+      g.operand[0] = g.operand[1] =
+          QuantSpec{QuantFormat::kFP32, kernels::ScaleRule::kFloor, kernels::Rounding::kNearest,
+                    kernels::HadamardMode::kDeterministic, size};
+    }
+    const Result r = run(c, fp32);
+    CHECK(rel_err(r.y, y_ref) < 1e-6);
+    CHECK(rel_err(r.dx, dx_ref) < 1e-6);
+    CHECK(rel_err(r.dw, dw_ref) < 1e-6);
+    // BF16 with the rotation (the config's "bf16" precision and hadamard on all GEMMs): BF16
+    // rounding of rotated operands, as close to the exact product as plain BF16 is.
+    contract::RunConfig config;
+    config.quant.hadamard = {"deterministic", size, {"fprop", "dgrad", "wgrad"}};
+    const Result rb = run(c, make_linear_plan(config, false));
+    CHECK(rel_err(rb.y, y_ref) < 6e-3);
+    CHECK(rel_err(rb.dx, dx_ref) < 6e-3);
+    CHECK(rel_err(rb.dw, dw_ref) < 6e-3);
+    CHECK_FALSE(at::equal(rb.y, run(c, plain_bf16_plan()).y));  // the rotation was applied
+  }
+}
+
+TEST_CASE("MXLinear collects telemetry only for low-precision operands, only when asked",
+          "[trainer][mx_linear]") {
+  const Case c = make_case(7);
+  contract::RunConfig config;
+  config.precision = {"mxfp4", "fp8", "bf16"};
+  auto session = std::make_shared<QuantSession>();
+  auto state = std::make_shared<const LinearState>(LinearState{2, make_linear_plan(config, false), session});
+  const auto pass = [&] {
+    at::Tensor x = c.x.clone().requires_grad_(true);
+    at::Tensor w = c.w.clone().requires_grad_(true);
+    mx_linear(x, w, state).backward(c.g);
+  };
+  pass();
+  CHECK(session->take_records().empty());
+  session->collect_telemetry = true;
+  pass();
+  const auto records = session->take_records();
+  REQUIRE(records.size() == 4);  // Fprop X, W (MXFP4) and Dgrad dY, W (FP8); Wgrad is BF16
+  int fprop = 0, dgrad = 0;
+  for (const auto& rec : records) {
+    CHECK(rec.layer == 2);
+    CHECK(rec.gemm != GemmKind::kWgrad);
+    (rec.gemm == GemmKind::kFprop ? fprop : dgrad) += 1;
+    CHECK(rec.telemetry.relative_error() > 0);
+    CHECK(rec.telemetry.relative_error() < (rec.gemm == GemmKind::kFprop ? 0.3 : 0.1));
+  }
+  CHECK(fprop == 2);
+  CHECK(dgrad == 2);
+}
+
+TEST_CASE("MXLinear under NoGradGuard computes only the forward", "[trainer][mx_linear]") {
+  const Case c = make_case(8);
+  auto state = std::make_shared<const LinearState>(
+      LinearState{0, bf16_except(GemmKind::kFprop, kMx, kMx), std::make_shared<QuantSession>()});
+  state->session->collect_telemetry = true;
+  at::Tensor w = c.w.clone().requires_grad_(true);
+  torch::NoGradGuard no_grad;
+  const at::Tensor y = mx_linear(c.x, w, state);
+  CHECK_FALSE(y.requires_grad());
+  CHECK(state->session->take_records().size() == 2);
+}

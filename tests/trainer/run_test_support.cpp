@@ -1,0 +1,106 @@
+#include "run_test_support.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "mxablate/contract/event_log.h"
+#include "mxablate/data/data_prepare.h"
+#include "test_text.h"
+
+namespace mxablate::test {
+namespace fs = std::filesystem;
+
+namespace {
+// Everything a test process writes lives under one per-process directory, removed at exit.
+struct ScratchRoot {
+  fs::path path = fs::temp_directory_path() / ("mxablate_train_test_" + std::to_string(::getpid()));
+  ~ScratchRoot() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+const fs::path& scratch() {
+  static ScratchRoot root;
+  return root.path;
+}
+}  // namespace
+
+const std::string& test_dataset() {
+  static const std::string dir = [] {
+    const fs::path root = scratch() / "data";
+    fs::remove_all(root);
+    fs::create_directories(root / "text");
+    write_test_corpus((root / "text" / "stories.txt").string(), 2500, 2024);
+    data::DataPrepareOptions o;
+    o.inputs = {(root / "text").string()};
+    o.out_dir = (root / "prepared").string();
+    o.vocab_size = 256;
+    o.val_fraction = 0.04;
+    o.threads = 2;
+    std::ostringstream log;
+    data::prepare_data(o, log);
+    return o.out_dir;
+  }();
+  return dir;
+}
+
+contract::RunConfig smoke_config() {
+  contract::RunConfig c;
+  c.model = "smoke";
+  c.data.dataset = test_dataset();
+  c.data.seq_len = 64;
+  c.train.global_batch_tokens = 1024;
+  c.train.max_tokens = 1024 * 40;
+  c.train.lr = 3e-3;
+  c.train.warmup_tokens = 1024 * 5;
+  c.eval.every_tokens = 1024 * 10;
+  c.eval.tokens = 2048;
+  c.checkpoint.every_steps = 10;
+  c.telemetry.train_every_steps = 5;
+  c.telemetry.quant_every_steps = 10;
+  c.threads = 1;
+  return c;
+}
+
+std::string fresh_run_dir(const std::string& name) {
+  const fs::path dir = scratch() / "runs" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+TrainResult run_train(const std::string& run_dir, const contract::RunConfig* config,
+                      const std::string& extra_args) {
+  if (config) contract::write_run_config(run_dir + "/config.json", *config);
+  const std::string out = run_dir + "/train-output.txt";
+  const std::string cmd = std::string("'") + MXABLATE_TRAIN_EXE + "' --run-dir '" + run_dir + "' " +
+                          extra_args + " > '" + out + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  TrainResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+std::vector<nlohmann::json> effective_events(const std::string& run_dir) {
+  return contract::read_effective_events(run_dir + "/events.jsonl");
+}
+
+std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& events,
+                                           const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : events)
+    if (e["kind"] == kind) out.push_back(e);
+  return out;
+}
+
+}  // namespace mxablate::test

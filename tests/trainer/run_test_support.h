@@ -1,0 +1,36 @@
+// Helpers for the tests that run `mxablate-train` as a process: a prepared dataset made from
+// text the test writes, run directories with a config, and reading back the events.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/contract/run_config.h"
+
+namespace mxablate::test {
+
+// A prepared data directory (256-token BPE on generated English-like text), built once per
+// test process under the system temp directory.
+const std::string& test_dataset();
+
+// A smoke-model config on test_dataset() that trains in seconds.
+contract::RunConfig smoke_config();
+
+struct TrainResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Writes RUN_DIR/config.json (unless config is null) and runs mxablate-train there.
+TrainResult run_train(const std::string& run_dir, const contract::RunConfig* config,
+                      const std::string& extra_args = "");
+std::string fresh_run_dir(const std::string& name);
+
+std::vector<nlohmann::json> effective_events(const std::string& run_dir);
+std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& events,
+                                           const std::string& kind);
+
+}  // namespace mxablate::test

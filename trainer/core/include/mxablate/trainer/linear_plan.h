@@ -1,0 +1,56 @@
+// How each of a linear layer's three GEMMs treats its two operands (DESIGN §1, §3): the
+// translation of the run config's precision/quant sections into kernel QuantSpecs.
+//
+//   GEMM   operand A (axis)      operand B (axis)     SR class of A / B
+//   Fprop  X  along K (rows)     W  along K (rows)    activation / weight
+//   Dgrad  dY along N (rows)     W  along N (cols)    grad / weight
+//   Wgrad  dY along M (cols)     X  along M (cols)    grad / activation
+//
+// Precision per GEMM: bf16 (operands rounded to BF16), fp8 (per-tensor current scaling: E4M3
+// for X and W, E5M2 for dY), mxfp4, nvfp4. A Hadamard rotation, when its GEMM is listed, rotates
+// both operands (at any precision, so with bf16 it only changes rounding). A layer kept in BF16
+// (LM head, bf16_first/last_blocks) uses plain BF16 for all three GEMMs and no rotation.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "mxablate/contract/run_config.h"
+#include "mxablate/kernels/quant_spec.h"
+
+namespace mxablate::trainer {
+
+enum class GemmPrecision : uint8_t { kBF16, kFP8, kMXFP4, kNVFP4 };
+
+struct GemmPlan {
+  GemmPrecision precision = GemmPrecision::kBF16;
+  bool rotated = false;  // a Hadamard rotation applies to both operands
+  std::array<kernels::QuantSpec, 2> operand;  // A, B
+};
+
+struct LinearPlan {
+  std::array<GemmPlan, 3> gemm;  // indexed by kernels::GemmKind
+  const GemmPlan& operator[](kernels::GemmKind g) const { return gemm[static_cast<size_t>(g)]; }
+};
+
+// The axis along which a GEMM's operand is quantized, per the table above.
+kernels::Axis operand_axis(kernels::GemmKind gemm, kernels::Operand operand);
+const char* operand_name(kernels::GemmKind gemm, kernels::Operand operand);  // "x", "w", "dy"
+const char* gemm_name(kernels::GemmKind gemm);                             // "fprop", …
+
+// True when the operand is plain BF16 rounding (no rotation): cheaper paths may skip the kernel.
+bool is_plain_bf16(const kernels::QuantSpec& spec);
+// True when quantizing the operand is worth telemetry (FP8 and the 4-bit formats).
+bool is_low_precision(const kernels::QuantSpec& spec);
+
+GemmPrecision parse_gemm_precision(const std::string& name);  // throws ConfigError
+LinearPlan make_linear_plan(const contract::RunConfig& config, bool keep_bf16);
+LinearPlan plain_bf16_plan();
+
+// Checks that every quantized operand of a linear (in -> out) with `tokens` rows per
+// micro-batch can be blocked and rotated as planned. "" when fine, else one sentence.
+std::string check_linear_shapes(const LinearPlan& plan, int64_t in_features, int64_t out_features,
+                                int64_t tokens);
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,49 @@
+// Named model shapes (DESIGN §4): Llama 3.1 architecture (RMSNorm, RoPE, SwiGLU, grouped-query
+// attention, no biases, untied embeddings) from a CPU-smoke size to the paper's 8B shape.
+// The vocabulary comes from the prepared data, except for shape checks of a preset that names
+// its own (llama-8b: Llama 3's 128256).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mxablate::trainer {
+
+struct ModelShape {
+  std::string name;
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t ffn_hidden = 0;
+  int64_t vocab_size = 0;     // the preset's own vocabulary (0: none; always taken from the data)
+  double rope_theta = 10000;
+  double norm_eps = 1e-5;
+  bool shape_check_only = false;  // too large to train here; instantiated for shape checks
+  std::string note;
+
+  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim(); }
+};
+
+const std::vector<ModelShape>& model_presets();
+std::optional<ModelShape> find_model_preset(std::string_view name);
+std::string model_preset_names();  // "smoke, llama-5m, …"
+
+// One transformer linear (an MXLinear) or the LM head, in model order. Its position in
+// linear_layers() is the `layer` of its RNG keys and telemetry.
+struct LinearShape {
+  std::string name;  // e.g. "blocks.0.attn.q", "lm_head"
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  int block = -1;  // transformer block index; -1 for the LM head
+};
+std::vector<LinearShape> linear_layers(const ModelShape& shape, int64_t vocab_size);
+
+int64_t parameter_count(const ModelShape& shape, int64_t vocab_size);
+int64_t embedding_parameter_count(const ModelShape& shape, int64_t vocab_size);  // embed + head
+
+}  // namespace mxablate::trainer

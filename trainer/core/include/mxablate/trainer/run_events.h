@@ -1,0 +1,63 @@
+// The trainer's side of RUN_DIR/events.jsonl (contract/event_log.h): one function per event
+// kind, so the fields and the durability of each kind are decided in one place. Evaluations,
+// checkpoints, divergences, resumes and run_end are durable (flushed and fsynced); sampled train
+// and quant_stats events are not (a crash may lose those since the last durable one).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/contract/event_log.h"
+#include "mxablate/kernels/quantize.h"
+#include "mxablate/trainer/divergence.h"
+
+namespace mxablate::trainer {
+
+struct Progress {
+  int64_t step = 0;
+  int64_t tokens = 0;
+};
+
+class RunEvents {
+ public:
+  explicit RunEvents(const std::string& events_path) : writer_(events_path) {}
+
+  int64_t last_seq() const { return writer_.last_seq(); }
+
+  // `details` carries run_start's fields besides step/tokens (attempt, device, params, versions…).
+  int64_t run_start(Progress p, nlohmann::json details);
+  int64_t resume(Progress p, int64_t discard_after_seq, const std::string& checkpoint);
+  int64_t train(Progress p, double loss, double lr, double grad_norm, double tokens_per_s);
+  int64_t eval(Progress p, double val_loss);
+  int64_t quant_stats(Progress p, int layer, const std::string& layer_name, const char* gemm,
+                      const char* operand, const kernels::QuantTelemetry& t);
+  int64_t divergence(Progress p, const DivergenceFinding& f);
+  int64_t checkpoint(Progress p, const std::string& path);
+  int64_t target_reached(Progress p, double val_loss, double target);
+  struct End {
+    std::string status;
+    double wall_s = 0;
+    double tokens_per_s = 0;
+    int64_t peak_rss_bytes = 0;
+    int64_t peak_gpu_bytes = 0;
+    std::string reason;  // empty: omitted
+  };
+  int64_t run_end(Progress p, const End& end);
+
+ private:
+  contract::EventWriter writer_;
+};
+
+// The events of the surviving timeline (resume discards applied), for resume decisions.
+struct LogSummary {
+  int64_t run_starts = 0;
+  std::optional<nlohmann::json> run_end;  // the last run_end, if the timeline ended
+  // seq of the checkpoint event announcing `path` at `step`, if it was written.
+  std::optional<int64_t> checkpoint_seq(const std::string& path, int64_t step) const;
+  std::vector<nlohmann::json> checkpoints;
+};
+LogSummary summarize_log(const std::string& events_path);
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,119 @@
+#include "mxablate/trainer/run_events.h"
+
+#include <cmath>
+
+namespace mxablate::trainer {
+namespace {
+
+using nlohmann::json;
+namespace kind = contract::event_kind;
+
+json base(Progress p) { return {{"step", p.step}, {"tokens", p.tokens}}; }
+
+// JSON has no NaN or infinity: a non-finite value is written as null (what nlohmann::json and
+// most JSON writers do); the divergence event's reason says which kind it was.
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+int64_t RunEvents::run_start(Progress p, json details) {
+  json f = base(p);
+  for (auto& item : details.items()) f[item.key()] = item.value();
+  return writer_.append(kind::kRunStart, std::move(f), true);
+}
+
+int64_t RunEvents::resume(Progress p, int64_t discard_after_seq, const std::string& checkpoint) {
+  json f = base(p);
+  f["discard_after_seq"] = discard_after_seq;
+  f["checkpoint"] = checkpoint;
+  return writer_.append(kind::kResume, std::move(f), true);
+}
+
+int64_t RunEvents::train(Progress p, double loss, double lr, double grad_norm, double tokens_per_s) {
+  json f = base(p);
+  f["loss"] = number(loss);
+  f["lr"] = lr;
+  f["grad_norm"] = number(grad_norm);
+  f["tokens_per_s"] = tokens_per_s;
+  return writer_.append(kind::kTrain, std::move(f));
+}
+
+int64_t RunEvents::eval(Progress p, double val_loss) {
+  json f = base(p);
+  f["val_loss"] = number(val_loss);
+  return writer_.append(kind::kEval, std::move(f), true);
+}
+
+int64_t RunEvents::quant_stats(Progress p, int layer, const std::string& layer_name, const char* gemm,
+                               const char* operand, const kernels::QuantTelemetry& t) {
+  json f = base(p);
+  f["layer"] = layer;
+  f["layer_name"] = layer_name;
+  f["gemm"] = gemm;
+  f["operand"] = operand;
+  f["relative_error"] = number(t.relative_error());
+  f["fraction_saturated"] = number(t.fraction_saturated());
+  f["fraction_flushed"] = number(t.fraction_flushed());
+  f["mean_error"] = number(t.mean_error());
+  f["elements"] = t.elements;
+  f["nonfinite_blocks"] = t.nonfinite_blocks;
+  return writer_.append(kind::kQuantStats, std::move(f));
+}
+
+int64_t RunEvents::divergence(Progress p, const DivergenceFinding& d) {
+  json f = base(p);
+  f["reason"] = d.reason;
+  f["value"] = number(d.value);
+  f["reference"] = number(d.reference);
+  f["severity"] = d.fatal ? "fatal" : "warning";
+  return writer_.append(kind::kDivergence, std::move(f), true);
+}
+
+int64_t RunEvents::checkpoint(Progress p, const std::string& path) {
+  json f = base(p);
+  f["path"] = path;
+  return writer_.append(kind::kCheckpoint, std::move(f), true);
+}
+
+int64_t RunEvents::target_reached(Progress p, double val_loss, double target) {
+  json f = base(p);
+  f["val_loss"] = number(val_loss);
+  f["target"] = target;
+  return writer_.append(kind::kTargetReached, std::move(f), true);
+}
+
+int64_t RunEvents::run_end(Progress p, const End& e) {
+  json f = base(p);
+  f["status"] = e.status;
+  f["wall_s"] = e.wall_s;
+  f["tokens_per_s"] = e.tokens_per_s;
+  f["peak_rss_bytes"] = e.peak_rss_bytes;
+  f["peak_gpu_bytes"] = e.peak_gpu_bytes;
+  if (!e.reason.empty()) f["reason"] = e.reason;
+  return writer_.append(kind::kRunEnd, std::move(f), true);
+}
+
+std::optional<int64_t> LogSummary::checkpoint_seq(const std::string& path, int64_t step) const {
+  std::optional<int64_t> seq;
+  for (const auto& ev : checkpoints)
+    if (ev.value("path", "") == path && ev.value("step", int64_t{-1}) == step) seq = ev["seq"].get<int64_t>();
+  return seq;
+}
+
+LogSummary summarize_log(const std::string& events_path) {
+  LogSummary s;
+  for (auto& ev : contract::read_effective_events(events_path)) {
+    const std::string k = ev["kind"].get<std::string>();
+    if (k == kind::kRunStart) {
+      ++s.run_starts;
+      s.run_end.reset();
+    } else if (k == kind::kRunEnd) {
+      s.run_end = ev;
+    } else if (k == kind::kCheckpoint) {
+      s.checkpoints.push_back(ev);
+    }
+  }
+  return s;
+}
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,37 @@
+// `mxablate data prepare`: text in, a prepared data directory out (tokenizer, token shards for a
+// train and a validation split, manifest.json). DESIGN §4.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "mxablate/data/manifest.h"
+
+namespace mxablate::data {
+
+struct DataPrepareOptions {
+  std::vector<std::string> inputs;  // files and/or directories (see text_documents.h)
+  std::string out_dir;
+  std::string tokenizer_model;      // a SentencePiece model to use; empty: train a BPE one
+  int64_t vocab_size = 4096;        // for a trained tokenizer
+  double character_coverage = 0.9999;
+  bool byte_fallback = false;       // unknown characters become UTF-8 byte tokens, not <unk>
+  int64_t tokenizer_max_sentences = 2000000;  // sampled for training (bounds memory on big data)
+  uint64_t tokenizer_seed = 1;
+  double val_fraction = 0.03;       // of the documents, chosen by a keyed hash of their index
+  uint64_t split_seed = 1;
+  int64_t shard_tokens = int64_t{1} << 27;  // tokens per shard file at most
+  int threads = 0;                  // 0: all cores
+  bool force = false;               // replace an existing out_dir
+};
+
+// Validates the options (std::invalid_argument naming the option), then runs. Writes into
+// OUT_DIR.partial and renames it to OUT_DIR only when complete. Progress lines go to `log`.
+Manifest prepare_data(const DataPrepareOptions& options, std::ostream& log);
+
+// Which split a document goes to: a pure function of (split_seed, document index).
+bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction);
+
+}  // namespace mxablate::data

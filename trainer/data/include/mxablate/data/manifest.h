@@ -1,0 +1,79 @@
+// DATA_DIR/manifest.json: what a prepared data directory holds (tokenizer, vocabulary, token
+// counts, shards, and checksums of the sources it was made from), and the dataset the trainer
+// opens from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/data/token_shards.h"
+
+namespace mxablate::data {
+
+inline constexpr int kManifestVersion = 1;
+inline constexpr const char* kManifestFile = "manifest.json";
+
+struct ShardInfo {
+  std::string file;  // relative to the data directory
+  int64_t tokens = 0;
+  std::string sha256;
+};
+
+struct SplitInfo {
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  std::vector<ShardInfo> shards;
+};
+
+struct SourceInfo {
+  std::string path;  // as given on the command line (or found under a given directory)
+  int64_t bytes = 0;
+  std::string sha256;
+  int64_t documents = 0;
+};
+
+struct TokenizerInfo {
+  std::string file;                // relative to the data directory (a copy of the model)
+  std::string type = "sentencepiece";
+  std::string model_type;          // bpe | unigram | … (as the model says)
+  bool trained_here = false;       // false: a given model was used
+  std::string given_path;          // where a given model came from
+  std::string sha256;
+  int64_t vocab_size = 0;
+  int64_t unk_id = -1, bos_id = -1, eos_id = -1;
+};
+
+struct Manifest {
+  int version = kManifestVersion;
+  TokenizerInfo tokenizer;
+  int bytes_per_token = 2;
+  SplitInfo train;
+  SplitInfo validation;
+  std::vector<SourceInfo> sources;
+  nlohmann::json options = nlohmann::json::object();  // the prepare options, for provenance
+};
+
+nlohmann::json to_json(const Manifest& m);
+Manifest manifest_from_json(const nlohmann::json& j);  // throws std::runtime_error naming the key
+
+Manifest read_manifest(const std::string& data_dir);  // errors name DATA_DIR/manifest.json
+void write_manifest(const std::string& data_dir, const Manifest& m);
+
+// A prepared data directory opened for reading: both splits memory-mapped.
+struct TokenDataset {
+  std::string dir;
+  Manifest manifest;
+  TokenStream train;
+  TokenStream validation;
+};
+
+// Opens DATA_DIR and checks that every shard's length matches the manifest (checksums are not
+// recomputed: verify_dataset does that).
+TokenDataset open_dataset(const std::string& data_dir);
+// Recomputes every shard's SHA-256; returns "" when all match, otherwise the first mismatch.
+std::string verify_dataset(const std::string& data_dir);
+
+}  // namespace mxablate::data

@@ -1,0 +1,303 @@
+#include "mxablate/data/data_prepare.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <thread>
+
+#include "mxablate/data/sequence_sampler.h"
+#include "mxablate/data/sha256.h"
+#include "mxablate/data/text_documents.h"
+#include "mxablate/data/token_shards.h"
+
+namespace mxablate::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxTrainingSentenceBytes = 4000;  // SentencePiece skips longer ones (4192)
+constexpr size_t kEncodeBatchDocuments = 2048;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void validate(const DataPrepareOptions& o) {
+  if (o.inputs.empty()) throw std::invalid_argument("--input: at least one file or directory");
+  if (o.out_dir.empty()) throw std::invalid_argument("--out: required");
+  if (o.tokenizer_model.empty() && (o.vocab_size < 16 || o.vocab_size > (int64_t{1} << 31)))
+    throw std::invalid_argument("--vocab-size: must be in [16, 2^31], got " +
+                                std::to_string(o.vocab_size));
+  if (!(o.val_fraction > 0 && o.val_fraction < 1))
+    throw std::invalid_argument("--val-fraction: must be in (0, 1), got " +
+                                std::to_string(o.val_fraction));
+  if (o.shard_tokens < 1024)
+    throw std::invalid_argument("--shard-tokens: must be >= 1024, got " +
+                                std::to_string(o.shard_tokens));
+  if (!(o.character_coverage > 0 && o.character_coverage <= 1))
+    throw std::invalid_argument("--character-coverage: must be in (0, 1]");
+  if (o.tokenizer_max_sentences < 1)
+    throw std::invalid_argument("--tokenizer-sentences: must be >= 1");
+  if (!o.tokenizer_model.empty() && !fs::is_regular_file(o.tokenizer_model))
+    throw std::invalid_argument("--tokenizer: " + o.tokenizer_model + ": no such file");
+}
+
+// Feeds the documents of every input to the SentencePiece trainer, in pieces it accepts.
+class DocumentSentences : public sentencepiece::SentenceIterator {
+ public:
+  explicit DocumentSentences(const std::vector<std::string>& files) : files_(files) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return pending_[index_]; }
+  sentencepiece::util::Status status() const override { return status_; }
+
+ private:
+  void advance() {
+    if (!pending_.empty() && ++index_ < pending_.size()) return;
+    pending_.clear();
+    index_ = 0;
+    try {
+      std::string doc;
+      while (pending_.empty()) {
+        if (!reader_) {
+          if (file_ == files_.size()) {
+            done_ = true;
+            return;
+          }
+          reader_ = std::make_unique<DocumentReader>(files_[file_++]);
+        }
+        if (!reader_->next(doc)) {
+          reader_.reset();
+          continue;
+        }
+        pending_ = split_for_tokenizer_training(doc, kMaxTrainingSentenceBytes);
+      }
+    } catch (const std::exception& e) {
+      status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, e.what());
+      done_ = true;
+    }
+  }
+
+  const std::vector<std::string>& files_;
+  size_t file_ = 0;
+  std::unique_ptr<DocumentReader> reader_;
+  std::vector<std::string> pending_;
+  size_t index_ = 0;
+  bool done_ = false;
+  sentencepiece::util::Status status_;
+};
+
+void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>& files,
+                     const std::string& model_prefix, int threads) {
+  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(o.tokenizer_seed));
+  DocumentSentences sentences(files);
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_prefix", model_prefix},
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"character_coverage", std::to_string(o.character_coverage)},
+      {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"input_sentence_size", std::to_string(o.tokenizer_max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"split_digits", "true"},
+      {"num_threads", std::to_string(threads)},
+      {"minloglevel", "2"},
+  };
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences);
+  if (!status.ok())
+    throw std::runtime_error("training the SentencePiece tokenizer failed: " + status.ToString());
+}
+
+// Writes one split's tokens into numbered shards of at most shard_tokens each.
+class SplitWriter {
+ public:
+  SplitWriter(std::string dir, std::string name, int64_t vocab_size, int64_t shard_tokens)
+      : dir_(std::move(dir)), name_(std::move(name)), vocab_size_(vocab_size),
+        shard_tokens_(shard_tokens) {}
+
+  void append_document(const std::vector<int>& ids) {
+    ++info_.documents;
+    size_t pos = 0;
+    while (pos < ids.size()) {
+      if (!writer_ || writer_->tokens() == shard_tokens_) open_next();
+      const size_t take = std::min(ids.size() - pos,
+                                   static_cast<size_t>(shard_tokens_ - writer_->tokens()));
+      writer_->append(std::span<const int32_t>(ids.data() + pos, take));
+      pos += take;
+      info_.tokens += static_cast<int64_t>(take);
+    }
+  }
+
+  SplitInfo finish() {
+    close_current();
+    if (info_.shards.empty()) open_next(), close_current();  // an empty split still has a shard
+    return info_;
+  }
+
+ private:
+  void open_next() {
+    close_current();
+    char name[64];
+    std::snprintf(name, sizeof name, "%s-%05zu.bin", name_.c_str(), info_.shards.size());
+    current_file_ = name;
+    writer_ = std::make_unique<TokenShardWriter>((fs::path(dir_) / current_file_).string(),
+                                                 vocab_size_);
+  }
+  void close_current() {
+    if (!writer_) return;
+    writer_->close();
+    const std::string path = (fs::path(dir_) / current_file_).string();
+    info_.shards.push_back({current_file_, writer_->tokens(), sha256_file(path)});
+    writer_.reset();
+  }
+
+  std::string dir_, name_;
+  int64_t vocab_size_, shard_tokens_;
+  std::unique_ptr<TokenShardWriter> writer_;
+  std::string current_file_;
+  SplitInfo info_;
+};
+
+nlohmann::json options_json(const DataPrepareOptions& o) {
+  return {{"tokenizer_model", o.tokenizer_model},
+          {"vocab_size", o.vocab_size},
+          {"character_coverage", o.character_coverage},
+          {"byte_fallback", o.byte_fallback},
+          {"tokenizer_max_sentences", o.tokenizer_max_sentences},
+          {"tokenizer_seed", o.tokenizer_seed},
+          {"val_fraction", o.val_fraction},
+          {"split_seed", o.split_seed},
+          {"shard_tokens", o.shard_tokens}};
+}
+
+}  // namespace
+
+bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction) {
+  const uint64_t h = splitmix64(splitmix64(split_seed) ^ static_cast<uint64_t>(document_index));
+  // 53 random bits as a uniform number in [0, 1).
+  const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+  return u < val_fraction;
+}
+
+Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
+  validate(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int threads = o.threads > 0 ? o.threads
+                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+
+  const fs::path out(o.out_dir);
+  if (fs::exists(out)) {
+    if (!o.force)
+      throw std::invalid_argument("--out: " + o.out_dir +
+                                  " already exists; remove it or pass --force");
+  }
+  const fs::path partial = out.string() + ".partial";
+  fs::remove_all(partial);
+  fs::create_directories(partial);
+
+  Manifest m;
+  m.options = options_json(o);
+  for (const auto& f : files)
+    m.sources.push_back({f, static_cast<int64_t>(fs::file_size(f)), sha256_file(f), 0});
+
+  // The tokenizer: train one on the inputs, or copy the given model beside the shards so the
+  // data directory is self-contained.
+  const fs::path tokenizer_path = partial / "tokenizer.model";
+  if (o.tokenizer_model.empty()) {
+    const auto t_tok = std::chrono::steady_clock::now();
+    train_tokenizer(o, files, (partial / "tokenizer").string(), threads);
+    m.tokenizer.trained_here = true;
+    log << "data prepare: trained a " << o.vocab_size << "-token BPE tokenizer in "
+        << seconds_since(t_tok) << " s\n";
+  } else {
+    fs::copy_file(o.tokenizer_model, tokenizer_path, fs::copy_options::overwrite_existing);
+    m.tokenizer.given_path = o.tokenizer_model;
+  }
+  sentencepiece::SentencePieceProcessor sp;
+  if (const auto status = sp.Load(tokenizer_path.string()); !status.ok())
+    throw std::runtime_error(tokenizer_path.string() + ": not a SentencePiece model: " +
+                             status.ToString());
+  m.tokenizer.file = "tokenizer.model";
+  m.tokenizer.sha256 = sha256_file(tokenizer_path.string());
+  m.tokenizer.vocab_size = sp.GetPieceSize();
+  m.tokenizer.unk_id = sp.unk_id();
+  m.tokenizer.bos_id = sp.bos_id();
+  m.tokenizer.eos_id = sp.eos_id();
+  m.tokenizer.model_type = o.tokenizer_model.empty() ? "bpe" : "given";
+  m.bytes_per_token = m.tokenizer.vocab_size <= 65536 ? 2 : 4;
+
+  // Encode: documents in order, a batch at a time, the batch's documents split across threads.
+  // Each document is followed by EOS so the model sees document boundaries.
+  SplitWriter train(partial.string(), "train", m.tokenizer.vocab_size, o.shard_tokens);
+  SplitWriter validation(partial.string(), "validation", m.tokenizer.vocab_size, o.shard_tokens);
+  int64_t document_index = 0;
+  std::vector<std::string> batch;
+  std::vector<std::vector<int>> encoded;
+  const auto flush = [&](size_t source) {
+    encoded.assign(batch.size(), {});
+    std::vector<std::thread> workers;
+    std::vector<std::string> errors(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        for (size_t i = static_cast<size_t>(t); i < batch.size(); i += static_cast<size_t>(threads)) {
+          const auto status = sp.Encode(batch[i], &encoded[i]);
+          if (!status.ok()) {
+            errors[static_cast<size_t>(t)] = status.ToString();
+            return;
+          }
+          if (m.tokenizer.eos_id >= 0) encoded[i].push_back(static_cast<int>(m.tokenizer.eos_id));
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    for (const auto& e : errors)
+      if (!e.empty()) throw std::runtime_error(files[source] + ": encoding failed: " + e);
+    for (const auto& ids : encoded) {
+      if (is_validation_document(o.split_seed, document_index++, o.val_fraction)) {
+        validation.append_document(ids);
+      } else {
+        train.append_document(ids);
+      }
+    }
+    m.sources[source].documents += static_cast<int64_t>(batch.size());
+    batch.clear();
+  };
+  for (size_t s = 0; s < files.size(); ++s) {
+    DocumentReader reader(files[s]);
+    std::string doc;
+    while (reader.next(doc)) {
+      batch.push_back(std::move(doc));
+      if (batch.size() == kEncodeBatchDocuments) flush(s);
+    }
+    if (!batch.empty()) flush(s);
+  }
+  m.train = train.finish();
+  m.validation = validation.finish();
+  if (m.train.tokens == 0) throw std::runtime_error("the inputs produced no training tokens");
+  if (m.validation.tokens == 0)
+    throw std::runtime_error("no document fell into the validation split (" +
+                             std::to_string(document_index) +
+                             " documents); raise --val-fraction or add text");
+
+  write_manifest(partial.string(), m);
+  if (fs::exists(out)) fs::remove_all(out);
+  fs::rename(partial, out);
+  int64_t source_bytes = 0;
+  for (const auto& s : m.sources) source_bytes += s.bytes;
+  log << "data prepare: " << m.train.tokens << " train tokens (" << m.train.documents
+      << " documents, " << m.train.shards.size() << " shards), " << m.validation.tokens
+      << " validation tokens (" << m.validation.documents << " documents), vocabulary "
+      << m.tokenizer.vocab_size << ", from " << files.size() << " sources (" << source_bytes
+      << " bytes) in " << seconds_since(t0) << " s -> " << o.out_dir << "\n";
+  return m;
+}
+
+}  // namespace mxablate::data

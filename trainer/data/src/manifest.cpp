@@ -1,0 +1,178 @@
+#include "mxablate/data/manifest.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "mxablate/data/sha256.h"
+
+namespace mxablate::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json split_json(const SplitInfo& s) {
+  json shards = json::array();
+  for (const auto& sh : s.shards)
+    shards.push_back({{"file", sh.file}, {"tokens", sh.tokens}, {"sha256", sh.sha256}});
+  return {{"documents", s.documents}, {"tokens", s.tokens}, {"shards", shards}};
+}
+
+// Reads a required key with a message that names it.
+template <typename T>
+T required(const json& j, const std::string& key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key))
+    throw std::runtime_error(where + ": missing key '" + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw std::runtime_error(where + ": key '" + key + "' has the wrong type: " +
+                             j.at(key).dump());
+  }
+}
+
+SplitInfo split_from_json(const json& j, const std::string& where) {
+  SplitInfo s;
+  s.documents = required<int64_t>(j, "documents", where);
+  s.tokens = required<int64_t>(j, "tokens", where);
+  const json shards = required<json>(j, "shards", where);
+  if (!shards.is_array()) throw std::runtime_error(where + ".shards: expected a list");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string w = where + ".shards[" + std::to_string(i) + "]";
+    s.shards.push_back({required<std::string>(shards[i], "file", w),
+                        required<int64_t>(shards[i], "tokens", w),
+                        required<std::string>(shards[i], "sha256", w)});
+  }
+  return s;
+}
+
+}  // namespace
+
+json to_json(const Manifest& m) {
+  json sources = json::array();
+  for (const auto& s : m.sources)
+    sources.push_back(
+        {{"path", s.path}, {"bytes", s.bytes}, {"sha256", s.sha256}, {"documents", s.documents}});
+  const TokenizerInfo& t = m.tokenizer;
+  return {{"version", m.version},
+          {"tokenizer",
+           {{"file", t.file},
+            {"type", t.type},
+            {"model_type", t.model_type},
+            {"trained_here", t.trained_here},
+            {"given_path", t.given_path},
+            {"sha256", t.sha256},
+            {"vocab_size", t.vocab_size},
+            {"unk_id", t.unk_id},
+            {"bos_id", t.bos_id},
+            {"eos_id", t.eos_id}}},
+          {"bytes_per_token", m.bytes_per_token},
+          {"splits", {{"train", split_json(m.train)}, {"validation", split_json(m.validation)}}},
+          {"sources", sources},
+          {"options", m.options}};
+}
+
+Manifest manifest_from_json(const json& j) {
+  Manifest m;
+  m.version = required<int>(j, "version", "manifest");
+  if (m.version != kManifestVersion)
+    throw std::runtime_error("manifest: version " + std::to_string(m.version) +
+                             " is not supported (expected " + std::to_string(kManifestVersion) +
+                             "); re-run `mxablate data prepare`");
+  const json t = required<json>(j, "tokenizer", "manifest");
+  m.tokenizer.file = required<std::string>(t, "file", "manifest.tokenizer");
+  m.tokenizer.type = required<std::string>(t, "type", "manifest.tokenizer");
+  m.tokenizer.model_type = required<std::string>(t, "model_type", "manifest.tokenizer");
+  m.tokenizer.trained_here = required<bool>(t, "trained_here", "manifest.tokenizer");
+  m.tokenizer.given_path = required<std::string>(t, "given_path", "manifest.tokenizer");
+  m.tokenizer.sha256 = required<std::string>(t, "sha256", "manifest.tokenizer");
+  m.tokenizer.vocab_size = required<int64_t>(t, "vocab_size", "manifest.tokenizer");
+  m.tokenizer.unk_id = required<int64_t>(t, "unk_id", "manifest.tokenizer");
+  m.tokenizer.bos_id = required<int64_t>(t, "bos_id", "manifest.tokenizer");
+  m.tokenizer.eos_id = required<int64_t>(t, "eos_id", "manifest.tokenizer");
+  if (m.tokenizer.vocab_size <= 0)
+    throw std::runtime_error("manifest.tokenizer.vocab_size: must be > 0");
+  m.bytes_per_token = required<int>(j, "bytes_per_token", "manifest");
+  const json splits = required<json>(j, "splits", "manifest");
+  m.train = split_from_json(required<json>(splits, "train", "manifest.splits"),
+                            "manifest.splits.train");
+  m.validation = split_from_json(required<json>(splits, "validation", "manifest.splits"),
+                                 "manifest.splits.validation");
+  const json sources = required<json>(j, "sources", "manifest");
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string w = "manifest.sources[" + std::to_string(i) + "]";
+    m.sources.push_back({required<std::string>(sources[i], "path", w),
+                         required<int64_t>(sources[i], "bytes", w),
+                         required<std::string>(sources[i], "sha256", w),
+                         required<int64_t>(sources[i], "documents", w)});
+  }
+  if (j.contains("options")) m.options = j.at("options");
+  return m;
+}
+
+Manifest read_manifest(const std::string& data_dir) {
+  const std::string path = (fs::path(data_dir) / kManifestFile).string();
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open (is this a prepared data directory?)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  try {
+    return manifest_from_json(j);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+void write_manifest(const std::string& data_dir, const Manifest& m) {
+  const fs::path path = fs::path(data_dir) / kManifestFile;
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot write the manifest");
+    out << to_json(m).dump(2) << "\n";
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed");
+  }
+  fs::rename(tmp, path);
+}
+
+TokenDataset open_dataset(const std::string& data_dir) {
+  TokenDataset ds;
+  ds.dir = data_dir;
+  ds.manifest = read_manifest(data_dir);
+  const auto open_split = [&](const SplitInfo& split, const char* name) {
+    std::vector<std::string> paths;
+    for (const auto& sh : split.shards) paths.push_back((fs::path(data_dir) / sh.file).string());
+    TokenStream stream(paths);
+    if (stream.size() != split.tokens)
+      throw std::runtime_error(data_dir + ": the " + std::string(name) + " shards hold " +
+                               std::to_string(stream.size()) + " tokens but the manifest says " +
+                               std::to_string(split.tokens));
+    if (stream.vocab_size() != 0 && stream.vocab_size() != ds.manifest.tokenizer.vocab_size)
+      throw std::runtime_error(data_dir + ": the " + std::string(name) +
+                               " shards' vocabulary size differs from the manifest's");
+    return stream;
+  };
+  ds.train = open_split(ds.manifest.train, "train");
+  ds.validation = open_split(ds.manifest.validation, "validation");
+  return ds;
+}
+
+std::string verify_dataset(const std::string& data_dir) {
+  const Manifest m = read_manifest(data_dir);
+  for (const SplitInfo* split : {&m.train, &m.validation})
+    for (const auto& sh : split->shards) {
+      const std::string path = (fs::path(data_dir) / sh.file).string();
+      if (sha256_file(path) != sh.sha256) return path + ": checksum does not match the manifest";
+    }
+  const std::string tok = (fs::path(data_dir) / m.tokenizer.file).string();
+  if (sha256_file(tok) != m.tokenizer.sha256) return tok + ": checksum does not match the manifest";
+  return "";
+}
+
+}  // namespace mxablate::data

@@ -1,0 +1,121 @@
+// The Llama 3.1 architecture at any preset size (DESIGN §4): token embedding, n blocks of
+// [RMSNorm -> grouped-query attention with RoPE -> residual, RMSNorm -> SwiGLU MLP -> residual],
+// final RMSNorm, untied LM head; no biases. Every linear inside the blocks is an MXLinear with
+// the run's per-GEMM plan (blocks listed in bf16_first/last stay BF16); the LM head is an
+// MXLinear in plain BF16; attention's two batched matmuls run on BF16 operands (compat header).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/mx_linear.h"
+
+namespace mxablate::trainer {
+
+struct ModelOptions {
+  ModelShape shape;
+  int64_t vocab_size = 0;
+  LinearPlan block_plan = plain_bf16_plan();  // for blocks not kept in BF16
+  int bf16_first_blocks = 0;
+  int bf16_last_blocks = 0;
+  std::shared_ptr<QuantSession> session = std::make_shared<QuantSession>();
+  // Parameters are created here; "meta" builds the shapes without memory (the 8B shape check).
+  at::Device device = at::kCPU;
+  uint64_t init_seed = 1;  // initialization is drawn on the CPU, so it is device-independent
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding (rotate-half layout), cos/sin cached per (length, device).
+class RotaryEmbedding {
+ public:
+  RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+  // x: (B, H, T, head_dim)
+  at::Tensor apply(const at::Tensor& x);
+
+ private:
+  int64_t head_dim_;
+  double theta_;
+  std::map<std::pair<int64_t, std::string>, std::pair<at::Tensor, at::Tensor>> cache_;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelShape& shape, int first_layer, const LinearPlan& plan,
+                const std::shared_ptr<QuantSession>& session, std::shared_ptr<RotaryEmbedding> rope,
+                at::Device device);
+  at::Tensor forward(const at::Tensor& x);  // (B, T, d) -> (B, T, d)
+  MXLinear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  std::shared_ptr<RotaryEmbedding> rope_;
+};
+TORCH_MODULE(Attention);
+
+class SwiGLUImpl : public torch::nn::Module {
+ public:
+  SwiGLUImpl(const ModelShape& shape, int first_layer, const LinearPlan& plan,
+             const std::shared_ptr<QuantSession>& session, at::Device device);
+  at::Tensor forward(const at::Tensor& x);
+  MXLinear gate{nullptr}, up{nullptr}, down{nullptr};
+};
+TORCH_MODULE(SwiGLU);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelShape& shape, int index, const LinearPlan& plan,
+            const std::shared_ptr<QuantSession>& session, std::shared_ptr<RotaryEmbedding> rope,
+            at::Device device);
+  at::Tensor forward(const at::Tensor& x);
+  RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  Attention attn{nullptr};
+  SwiGLU mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  explicit LlamaModelImpl(const ModelOptions& options);
+  // tokens: (B, T) int64 -> logits (B, T, vocab) float32
+  at::Tensor forward(const at::Tensor& tokens);
+  // Mean next-token cross-entropy of (B, T) inputs against (B, T) targets.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+  const ModelOptions& options() const { return options_; }
+  QuantSession& session() { return *options_.session; }
+  int64_t parameter_count() const;
+  // Every MXLinear in layer order (the `layer` of its keys), LM head last.
+  std::vector<MXLinear> linears() const;
+
+  at::Tensor embedding;  // (vocab, d_model)
+  torch::nn::ModuleList blocks;
+  RMSNorm final_norm{nullptr};
+  MXLinear lm_head{nullptr};
+
+ private:
+  void initialize(uint64_t seed);
+  ModelOptions options_;
+};
+TORCH_MODULE(LlamaModel);
+
+// Which blocks a config keeps in BF16.
+bool block_kept_bf16(int block, int n_layers, int bf16_first, int bf16_last);
+
+}  // namespace mxablate::trainer

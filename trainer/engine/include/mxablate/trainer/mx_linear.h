@@ -1,0 +1,87 @@
+// MXLinear: a bias-free linear layer Y = X Wᵀ whose three GEMMs (Fprop, Dgrad, Wgrad) each run
+// at their own precision with their own quantization options (a LinearPlan), as a custom
+// autograd function. Operands are quantized along each GEMM's reduction dimension (DESIGN §1)
+// through the kernels' LibTorch adapter: the CPU reference for CPU tensors, the GPU kernels for
+// CUDA tensors. Random streams (stochastic rounding, random Hadamard signs) are keyed by
+// (run seed, optimizer step, layer, GEMM, operand), so every run is reproducible.
+//
+// Numerics of the emulated path: the quantized (dequantized) operands are exactly representable
+// in BF16; on CUDA they are multiplied as BF16 with FP32 accumulation (cuBLAS), on the CPU as
+// float32 — the same exact products, FP32 accumulation. Outputs and gradients are float32.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "mxablate/kernels/quantize.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "mxablate/trainer/linear_plan.h"
+
+namespace mxablate::trainer {
+
+// What the trainer sets before each step, shared by every MXLinear of a model.
+class QuantSession {
+ public:
+  struct Record {
+    int layer = 0;
+    kernels::GemmKind gemm = kernels::GemmKind::kFprop;
+    kernels::Operand operand = kernels::Operand::kA;
+    kernels::QuantTelemetry telemetry;
+  };
+
+  uint64_t seed = 0;
+  uint32_t step = 0;
+  // kHopperFP8 sends GEMMs whose operands are both MXFP4 to the FP8 tensor-core path; all other
+  // GEMMs (and every GEMM under kEmulated) use the exact emulation.
+  kernels::GemmPath gemm_path = kernels::GemmPath::kEmulated;
+  // While true, every low-precision operand quantization appends a Record.
+  bool collect_telemetry = false;
+
+  void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
+              const kernels::QuantTelemetry& telemetry);
+  std::vector<Record> take_records();
+
+ private:
+  std::mutex mutex_;  // backward may run on an autograd worker thread
+  std::vector<Record> records_;
+};
+
+// One layer's identity and plan, shared with the autograd nodes that outlive a forward call.
+struct LinearState {
+  int layer = 0;
+  LinearPlan plan;
+  std::shared_ptr<QuantSession> session;
+
+  kernels::RngKey key(kernels::GemmKind gemm, kernels::Operand operand) const;
+};
+
+// Y = X Wᵀ for 2-D x (M x K) and w (N x K) under `state`'s plan, differentiable in x and w.
+at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
+                     const std::shared_ptr<const LinearState>& state);
+
+class MXLinearImpl : public torch::nn::Module {
+ public:
+  // The weight is created uninitialized (the model initializes it) on `device`.
+  MXLinearImpl(int64_t in_features, int64_t out_features, int layer, const LinearPlan& plan,
+               std::shared_ptr<QuantSession> session, at::Device device = at::kCPU);
+  // x: (…, in_features) -> (…, out_features)
+  at::Tensor forward(const at::Tensor& x);
+
+  const LinearPlan& plan() const { return state_->plan; }
+  int layer() const { return state_->layer; }
+  int64_t in_features() const { return weight.size(1); }
+  int64_t out_features() const { return weight.size(0); }
+
+  at::Tensor weight;  // (out_features, in_features), float32 master weights
+
+ private:
+  std::shared_ptr<LinearState> state_;
+};
+TORCH_MODULE(MXLinear);
+
+}  // namespace mxablate::trainer

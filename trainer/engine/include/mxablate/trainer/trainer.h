@@ -1,0 +1,37 @@
+// One training run, end to end (DESIGN §4): reads RUN_DIR/config.json, trains, and writes
+// RUN_DIR/events.jsonl (contract/event_log.h), checkpoints under RUN_DIR/checkpoints, and
+// optional :::MLLOG lines on stdout. This is `mxablate-train`'s whole job; main() only parses
+// arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mxablate::trainer {
+
+namespace exit_code {
+inline constexpr int kSuccess = 0;      // run_end written: converged or budget_exhausted
+inline constexpr int kInternal = 1;     // an unexpected failure (run_end "failed" when possible)
+inline constexpr int kBadConfig = 2;    // bad config, data or device: nothing trained
+inline constexpr int kDiverged = 3;     // fatal divergence (run_end "diverged")
+inline constexpr int kInterrupted = 4;  // SIGTERM/SIGINT: checkpointed, run_end "interrupted"
+}  // namespace exit_code
+
+struct TrainOptions {
+  std::string run_dir;
+  std::string config_path;  // empty: RUN_DIR/config.json
+  bool resume = false;      // continue from the newest checkpoint (or restart the lost timeline)
+  // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
+  int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
+  int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
+  int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
+};
+
+// Runs and returns the exit code; errors reach stderr as one line.
+int run_trainer(const TrainOptions& options);
+
+// Where config "data.dataset" points: "default" is $MXABLATE_DEFAULT_DATASET or the repository's
+// data/default (built by scripts/build-corpus.sh); anything else is a prepared data directory.
+std::string resolve_dataset_dir(const std::string& dataset);
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,176 @@
+#include "mxablate/trainer/model.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/init.h>
+#include <torch/utils.h>
+
+#include <cmath>
+
+#include "torch_compat.h"
+
+namespace mxablate::trainer {
+
+bool block_kept_bf16(int block, int n_layers, int bf16_first, int bf16_last) {
+  return block < bf16_first || block >= n_layers - bf16_last;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options) : eps_(eps) {
+  weight = register_parameter("weight", at::ones({dim}, options));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
+}
+
+at::Tensor RotaryEmbedding::apply(const at::Tensor& x) {
+  const int64_t t = x.size(2);
+  auto key = std::make_pair(t, x.device().str());
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    // Frequencies in float64 on the CPU, then float32 on the device: identical on every device.
+    const int64_t half = head_dim_ / 2;
+    const at::Tensor inv_freq =
+        at::pow(theta_, -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(head_dim_));
+    const at::Tensor angles = at::outer(at::arange(0, t, at::kDouble), inv_freq);
+    it = cache_.emplace(key, std::make_pair(angles.cos().to(at::kFloat).to(x.device()),
+                                            angles.sin().to(at::kFloat).to(x.device())))
+             .first;
+  }
+  const at::Tensor& cos = it->second.first;
+  const at::Tensor& sin = it->second.second;
+  const int64_t half = head_dim_ / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half);
+  const at::Tensor x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+}
+
+AttentionImpl::AttentionImpl(const ModelShape& s, int first_layer, const LinearPlan& plan,
+                             const std::shared_ptr<QuantSession>& session,
+                             std::shared_ptr<RotaryEmbedding> rope, at::Device device)
+    : n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads), head_dim_(s.head_dim()),
+      rope_(std::move(rope)) {
+  q = register_module("q", MXLinear(s.d_model, s.d_model, first_layer + 0, plan, session, device));
+  k = register_module("k", MXLinear(s.d_model, s.kv_dim(), first_layer + 1, plan, session, device));
+  v = register_module("v", MXLinear(s.d_model, s.kv_dim(), first_layer + 2, plan, session, device));
+  o = register_module("o", MXLinear(s.d_model, s.d_model, first_layer + 3, plan, session, device));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1);
+  const auto heads = [&](const at::Tensor& y, int64_t n) {
+    return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, D)
+  };
+  at::Tensor qh = rope_->apply(heads(q->forward(x), n_heads_));
+  at::Tensor kh = rope_->apply(heads(k->forward(x), n_kv_heads_));
+  at::Tensor vh = heads(v->forward(x), n_kv_heads_);
+  if (n_kv_heads_ != n_heads_) {  // grouped-query attention: each KV head serves a group
+    const int64_t group = n_heads_ / n_kv_heads_;
+    kh = kh.repeat_interleave(group, 1);
+    vh = vh.repeat_interleave(group, 1);
+  }
+  const at::Tensor out = compat::causal_attention_bf16(qh, kh, vh);
+  return o->forward(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
+}
+
+SwiGLUImpl::SwiGLUImpl(const ModelShape& s, int first_layer, const LinearPlan& plan,
+                       const std::shared_ptr<QuantSession>& session, at::Device device) {
+  gate = register_module("gate", MXLinear(s.d_model, s.ffn_hidden, first_layer + 0, plan, session, device));
+  up = register_module("up", MXLinear(s.d_model, s.ffn_hidden, first_layer + 1, plan, session, device));
+  down = register_module("down", MXLinear(s.ffn_hidden, s.d_model, first_layer + 2, plan, session, device));
+}
+
+at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
+  return down->forward(at::silu(gate->forward(x)) * up->forward(x));
+}
+
+BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,
+                     const std::shared_ptr<QuantSession>& session,
+                     std::shared_ptr<RotaryEmbedding> rope, at::Device device) {
+  const int first = index * 7;  // q, k, v, o, gate, up, down (model_presets.h linear_layers)
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  attn_norm = register_module("attn_norm", RMSNorm(s.d_model, s.norm_eps, f32));
+  attn = register_module("attn", Attention(s, first, plan, session, std::move(rope), device));
+  mlp_norm = register_module("mlp_norm", RMSNorm(s.d_model, s.norm_eps, f32));
+  mlp = register_module("mlp", SwiGLU(s, first + 4, plan, session, device));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  const at::Tensor h = x + attn->forward(attn_norm->forward(x));
+  return h + mlp->forward(mlp_norm->forward(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) {
+  const ModelShape& s = options.shape;
+  TORCH_CHECK(s.n_heads % s.n_kv_heads == 0 && s.d_model % s.n_heads == 0 && s.head_dim() % 2 == 0,
+              "model ", s.name, ": inconsistent head counts");
+  TORCH_CHECK(options.vocab_size > 0, "model ", s.name, ": vocabulary size must be > 0");
+  // Built on the CPU (and initialized there), then moved; or built on "meta" for shape checks.
+  const at::Device build = options.device.is_meta() ? at::Device(at::kMeta) : at::Device(at::kCPU);
+  const at::TensorOptions f32 = at::TensorOptions(at::kFloat).device(build);
+  auto rope = std::make_shared<RotaryEmbedding>(s.head_dim(), s.rope_theta);
+  embedding = register_parameter("embedding", at::empty({options.vocab_size, s.d_model}, f32));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  const LinearPlan bf16 = plain_bf16_plan();
+  for (int b = 0; b < s.n_layers; ++b) {
+    const bool keep = block_kept_bf16(b, static_cast<int>(s.n_layers), options.bf16_first_blocks,
+                                      options.bf16_last_blocks);
+    blocks->push_back(Block(s, b, keep ? bf16 : options.block_plan, options.session, rope, build));
+  }
+  final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
+  lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
+                                                static_cast<int>(s.n_layers * 7), bf16,
+                                                options.session, build));
+  if (!options.device.is_meta()) {
+    initialize(options.init_seed);
+    to(options.device);
+  }
+}
+
+void LlamaModelImpl::initialize(uint64_t seed) {
+  // One CPU generator drawn in parameter order: the same weights on every device and thread
+  // count. Residual-branch outputs (attn.o, mlp.down) are scaled down by sqrt(2 * layers) so the
+  // residual stream's variance does not grow with depth (GPT-2's rule).
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const double std = 0.02;
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(options_.shape.n_layers));
+  torch::NoGradGuard no_grad;
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor p = item.value();
+    if (p.dim() == 1) continue;  // norm weights stay at one
+    const bool residual = name.find("attn.o.") != std::string::npos ||
+                          name.find("mlp.down.") != std::string::npos;
+    p.normal_(0.0, residual ? residual_std : std, gen);
+  }
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
+  at::Tensor h = at::embedding(embedding, tokens);
+  for (const auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
+  return lm_head->forward(final_norm->forward(h));
+}
+
+at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor logits = forward(tokens);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+int64_t LlamaModelImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+std::vector<MXLinear> LlamaModelImpl::linears() const {
+  std::vector<MXLinear> out;
+  for (const auto& block : *blocks) {
+    const auto* b = block->as<BlockImpl>();
+    for (const MXLinear& l : {b->attn->q, b->attn->k, b->attn->v, b->attn->o, b->mlp->gate,
+                              b->mlp->up, b->mlp->down})
+      out.push_back(l);
+  }
+  out.push_back(lm_head);
+  return out;
+}
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,234 @@
+#include "mxablate/trainer/mx_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <optional>
+#include <utility>
+
+#include "mxablate/kernels/torch/fake_quantize.h"
+
+namespace mxablate::trainer {
+
+using kernels::Axis;
+using kernels::GemmKind;
+using kernels::Operand;
+using kernels::QuantSpec;
+using kernels::QuantTelemetry;
+
+void QuantSession::record(int layer, GemmKind gemm, Operand operand, const QuantTelemetry& t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.push_back({layer, gemm, operand, t});
+}
+
+std::vector<QuantSession::Record> QuantSession::take_records() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(records_, {});
+}
+
+kernels::RngKey LinearState::key(GemmKind gemm, Operand operand) const {
+  return kernels::RngKey{session->seed, session->step, static_cast<uint32_t>(layer), gemm, operand};
+}
+
+namespace {
+
+// Which operand of which GEMM a quantization is for: enough to find its spec, axis and key.
+struct OperandUse {
+  GemmKind gemm;
+  Operand operand;
+};
+
+const QuantSpec& spec_of(const LinearState& s, OperandUse u) {
+  return s.plan[u.gemm].operand[static_cast<size_t>(u.operand)];
+}
+
+// GEMM operands on CUDA are BF16 (exact for every quantized value; the rounding itself for
+// plain BF16); on the CPU float32 holding the same values.
+at::Tensor as_gemm_dtype(const at::Tensor& q) {
+  return q.is_cuda() ? q.to(at::kBFloat16) : q.to(at::kFloat);
+}
+
+// Plain BF16 rounding (round to nearest even; NaN stays NaN). On the CPU the result stays
+// float32, computed in one pass: LibTorch's to(bf16).to(float) makes two, and on the LM head's
+// gradient (tokens x vocabulary) that was a large share of a smoke-model step.
+at::Tensor round_to_bf16(const at::Tensor& t) {
+  if (t.is_cuda()) return t.to(at::kBFloat16);
+  const at::Tensor src = t.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(src);
+  const auto* in = reinterpret_cast<const uint32_t*>(src.data_ptr<float>());
+  auto* o = reinterpret_cast<uint32_t*>(out.data_ptr<float>());
+  at::parallel_for(0, src.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t u = in[i];
+      const bool nan = (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0;
+      o[i] = nan ? 0x7FC00000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    }
+  });
+  return out;
+}
+
+bool wants_telemetry(const LinearState& s, const QuantSpec& spec) {
+  return s.session->collect_telemetry && is_low_precision(spec);
+}
+
+// Q(t) for the given uses of t (at most one along rows, one down columns), in GEMM dtype.
+// Both at once go through fake_quantize_both: one pass over memory on CUDA.
+struct Quantized {
+  at::Tensor rows, cols;
+};
+
+Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
+                        std::optional<OperandUse> cols) {
+  Quantized out;
+  QuantTelemetry rows_tel, cols_tel;
+  const auto single = [&](OperandUse u, Axis axis, QuantTelemetry& tel) {
+    const QuantSpec& spec = spec_of(s, u);
+    if (is_plain_bf16(spec)) return round_to_bf16(t);
+    return as_gemm_dtype(kernels::fake_quantize(t, axis, spec, s.key(u.gemm, u.operand),
+                                                wants_telemetry(s, spec) ? &tel : nullptr));
+  };
+  if (rows && cols && !is_plain_bf16(spec_of(s, *rows)) && !is_plain_bf16(spec_of(s, *cols))) {
+    const QuantSpec& rs = spec_of(s, *rows);
+    const QuantSpec& cs = spec_of(s, *cols);
+    kernels::BothAxes both = kernels::fake_quantize_both(
+        t, {rs, s.key(rows->gemm, rows->operand)}, {cs, s.key(cols->gemm, cols->operand)},
+        wants_telemetry(s, rs) ? &rows_tel : nullptr, wants_telemetry(s, cs) ? &cols_tel : nullptr);
+    out.rows = as_gemm_dtype(both.rows);
+    out.cols = as_gemm_dtype(both.cols);
+  } else if (rows && cols && is_plain_bf16(spec_of(s, *rows)) && is_plain_bf16(spec_of(s, *cols))) {
+    out.rows = round_to_bf16(t);  // the same values serve both GEMMs
+    out.cols = out.rows;
+  } else {
+    if (rows) out.rows = single(*rows, Axis::kRows, rows_tel);
+    if (cols) out.cols = single(*cols, Axis::kCols, cols_tel);
+  }
+  if (rows && wants_telemetry(s, spec_of(s, *rows)))
+    s.session->record(s.layer, rows->gemm, rows->operand, rows_tel);
+  if (cols && wants_telemetry(s, spec_of(s, *cols)))
+    s.session->record(s.layer, cols->gemm, cols->operand, cols_tel);
+  return out;
+}
+
+// The Hopper FP8 path takes a GEMM when asked for and both its operands are MXFP4.
+bool uses_hopper(const LinearState& s, GemmKind g) {
+  if (s.session->gemm_path != kernels::GemmPath::kHopperFP8) return false;
+  const auto& ops = s.plan[g].operand;
+  return ops[0].format == kernels::QuantFormat::kMXFP4 && ops[1].format == kernels::QuantFormat::kMXFP4;
+}
+
+at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& b) {
+  const auto& ops = s.plan[g].operand;
+  const kernels::GemmOperand ga{a, operand_axis(g, Operand::kA), ops[0], s.key(g, Operand::kA)};
+  const kernels::GemmOperand gb{b, operand_axis(g, Operand::kB), ops[1], s.key(g, Operand::kB)};
+  kernels::GemmReport report;
+  const bool collect = s.session->collect_telemetry;
+  at::Tensor c = kernels::quantized_gemm(ga, gb, kernels::GemmPath::kHopperFP8,
+                                         collect ? &report : nullptr);
+  if (collect) {
+    s.session->record(s.layer, g, Operand::kA, report.a);
+    s.session->record(s.layer, g, Operand::kB, report.b);
+  }
+  return c.to(at::kFloat);
+}
+
+// Carries the LinearState through autograd's saved data (which holds only IValues).
+struct StateCapsule : torch::CustomClassHolder {
+  explicit StateCapsule(std::shared_ptr<const LinearState> s) : state(std::move(s)) {}
+  std::shared_ptr<const LinearState> state;
+};
+
+class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w, std::shared_ptr<const LinearState> state,
+                            bool grad_enabled) {
+    // apply() runs forward with grad mode off, so the caller's mode arrives as an argument:
+    // evaluation under NoGradGuard skips the column-wise quantizations backward would need.
+    const LinearState& s = *state;
+    const bool want_dx = grad_enabled && x.requires_grad();
+    const bool want_dw = grad_enabled && w.requires_grad();
+    const bool hopper_f = uses_hopper(s, GemmKind::kFprop);
+    const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
+    const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
+
+    // Quantize X and W for Fprop and, when a gradient will be wanted, for Wgrad (X down
+    // columns) and Dgrad (W down columns) now, in one pass each; backward keeps only those.
+    const auto use = [](bool wanted, GemmKind g, Operand o) {
+      return wanted ? std::optional<OperandUse>(OperandUse{g, o}) : std::nullopt;
+    };
+    const bool x_cols = want_dw && !hopper_w;
+    const bool w_cols = want_dx && !hopper_d;
+    const Quantized qx = quantize_uses(x, s, use(!hopper_f, GemmKind::kFprop, Operand::kA),
+                                       use(x_cols, GemmKind::kWgrad, Operand::kB));
+    const Quantized qw = quantize_uses(w, s, use(!hopper_f, GemmKind::kFprop, Operand::kB),
+                                       use(w_cols, GemmKind::kDgrad, Operand::kB));
+    at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, x, w)
+                            : at::mm(qx.rows, qw.rows.t()).to(at::kFloat);
+
+    ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateCapsule>(state));
+    ctx->saved_data["want_dx"] = want_dx;
+    ctx->saved_data["want_dw"] = want_dw;
+    // Saved for Wgrad: Q(X) down columns, or X itself for the FP8 path; for Dgrad likewise W.
+    ctx->save_for_backward({x_cols ? qx.cols : (want_dw ? x : at::Tensor()),
+                            w_cols ? qw.cols : (want_dx ? w : at::Tensor())});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto capsule = c10::static_intrusive_pointer_cast<StateCapsule>(
+        ctx->saved_data["state"].toCapsule());
+    const LinearState& s = *capsule->state;
+    const bool want_dx = ctx->saved_data["want_dx"].toBool();
+    const bool want_dw = ctx->saved_data["want_dw"].toBool();
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x_for_wgrad = saved[0];
+    const at::Tensor& w_for_dgrad = saved[1];
+    const at::Tensor dy = grads[0].contiguous().to(at::kFloat);
+    const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
+    const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
+
+    const auto use = [](bool wanted, GemmKind g) {
+      return wanted ? std::optional<OperandUse>(OperandUse{g, Operand::kA}) : std::nullopt;
+    };
+    const Quantized qdy = quantize_uses(dy, s, use(want_dx && !hopper_d, GemmKind::kDgrad),
+                                        use(want_dw && !hopper_w, GemmKind::kWgrad));
+    at::Tensor dx, dw;
+    if (want_dx) {  // Dgrad: dX = dY W, reducing over N
+      dx = hopper_d ? hopper_gemm(s, GemmKind::kDgrad, dy, w_for_dgrad)
+                    : at::mm(qdy.rows, w_for_dgrad).to(at::kFloat);
+    }
+    if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
+      dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
+                    : at::mm(qdy.cols.t(), x_for_wgrad).to(at::kFloat);
+    }
+    return {dx, dw, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
+                     const std::shared_ptr<const LinearState>& state) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
+              "mx_linear: expected x (M x K) and w (N x K), got ", x.sizes(), " and ", w.sizes());
+  return MXLinearFunction::apply(x.contiguous(), w, state, at::GradMode::is_enabled());
+}
+
+MXLinearImpl::MXLinearImpl(int64_t in_features, int64_t out_features, int layer,
+                           const LinearPlan& plan, std::shared_ptr<QuantSession> session,
+                           at::Device device)
+    : state_(std::make_shared<LinearState>(LinearState{layer, plan, std::move(session)})) {
+  weight = register_parameter(
+      "weight", at::empty({out_features, in_features}, at::TensorOptions(at::kFloat).device(device)));
+}
+
+at::Tensor MXLinearImpl::forward(const at::Tensor& x) {
+  const int64_t k = x.size(-1);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = weight.size(0);
+  return mx_linear(x.reshape({-1, k}), weight, state_).view(out_shape);
+}
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,446 @@
+#include "mxablate/trainer/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/types.h>  // clip_grad.h uses torch::Tensor without including it (1.13)
+#include <torch/nn/utils/clip_grad.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "mxablate/contract/run_config.h"
+#include "mxablate/data/manifest.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "mxablate/trainer/batches.h"
+#include "mxablate/trainer/checkpoint.h"
+#include "mxablate/trainer/divergence.h"
+#include "mxablate/trainer/mllog.h"
+#include "mxablate/trainer/model.h"
+#include "mxablate/trainer/optimizer.h"
+#include "mxablate/trainer/process_stats.h"
+#include "mxablate/trainer/run_events.h"
+#include "mxablate/trainer/stop_signals.h"
+#include "mxablate/trainer/training_plan.h"
+#include "torch_compat.h"
+
+namespace mxablate::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using contract::ConfigError;
+using contract::RunConfig;
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+at::Device resolve_device(const RunConfig& c) {
+  if (c.device == "cpu") return at::kCPU;
+  if (!torch::cuda::is_available())
+    throw ConfigError("device: \"cuda\" requested but LibTorch " + std::string(compat::torch_version()) +
+                      " sees no CUDA device");
+  return at::Device(at::kCUDA, 0);
+}
+
+kernels::GemmPath resolve_gemm_path(const RunConfig& c, const at::Device& device) {
+  const kernels::GemmPath path =
+      c.quant.gemm_path == "fp8" ? kernels::GemmPath::kHopperFP8 : kernels::GemmPath::kEmulated;
+  const std::string why = kernels::gemm_path_unavailable_reason(path, device);
+  if (!why.empty()) throw ConfigError("quant.gemm_path: \"" + c.quant.gemm_path + "\" cannot run here: " + why);
+  return path;
+}
+
+// Everything a run needs, built from the config before the first step; any problem here is a
+// configuration problem (exit 2) and nothing has been trained.
+struct RunSetup {
+  RunConfig config;
+  at::Device device = at::kCPU;
+  ModelShape shape;
+  TrainingPlan plan;
+  std::string data_dir;
+  std::unique_ptr<data::TokenDataset> dataset;
+  std::vector<LinearShape> layers;
+  LlamaModel model{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<TrainBatches> batches;
+  std::vector<TokenBatch> validation;
+};
+
+RunSetup build_setup(const RunConfig& config) {
+  RunSetup s;
+  s.config = config;
+  if (config.threads > 0) {
+    at::set_num_threads(config.threads);
+    kernels::set_cpu_threads(config.threads);
+    compat::set_blas_threads(config.threads);
+  }
+  s.device = resolve_device(config);
+
+  const auto shape = find_model_preset(config.model);
+  if (!shape)
+    throw ConfigError("model: unknown preset \"" + config.model + "\" (presets: " + model_preset_names() + ")");
+  if (shape->shape_check_only)
+    throw ConfigError("model: \"" + config.model + "\" is for shape checks only (" + shape->note + ")");
+  s.shape = *shape;
+  s.plan = make_training_plan(config);
+
+  s.data_dir = resolve_dataset_dir(config.data.dataset);
+  try {
+    s.dataset = std::make_unique<data::TokenDataset>(data::open_dataset(s.data_dir));
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("data.dataset: ") + e.what());
+  }
+  const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
+  s.layers = linear_layers(s.shape, vocab);
+
+  // Every quantized operand must block (and rotate) evenly: check all layers before training.
+  const LinearPlan block_plan = make_linear_plan(config, false);
+  for (const LinearShape& l : s.layers) {
+    if (l.block < 0 || block_kept_bf16(l.block, static_cast<int>(s.shape.n_layers),
+                                       config.quant.bf16_first_blocks, config.quant.bf16_last_blocks))
+      continue;
+    const std::string problem =
+        check_linear_shapes(block_plan, l.in_features, l.out_features, s.plan.micro_batch_tokens);
+    if (!problem.empty())
+      throw ConfigError("precision/quant: layer " + l.name + " of model " + s.shape.name + " with " +
+                        std::to_string(s.plan.micro_batch_tokens) + " tokens per micro-batch: " + problem);
+  }
+
+  auto session = std::make_shared<QuantSession>();
+  session->seed = config.train.seed;
+  session->gemm_path = resolve_gemm_path(config, s.device);
+  ModelOptions mo;
+  mo.shape = s.shape;
+  mo.vocab_size = vocab;
+  mo.block_plan = block_plan;
+  mo.bf16_first_blocks = config.quant.bf16_first_blocks;
+  mo.bf16_last_blocks = config.quant.bf16_last_blocks;
+  mo.session = session;
+  mo.device = s.device;
+  mo.init_seed = config.train.seed;
+  s.model = LlamaModel(mo);
+  s.optimizer = make_adamw(*s.model, config.train);
+
+  const uint64_t data_seed = config.train.data_seed != 0 ? config.train.data_seed : config.train.seed;
+  try {
+    s.batches = std::make_unique<TrainBatches>(*s.dataset, config.data.seq_len, data_seed);
+    s.validation = validation_batches(*s.dataset, config.data.seq_len, s.plan.eval_sequences,
+                                      s.plan.sequences_per_micro_batch, s.device);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("data: ") + e.what());
+  }
+  return s;
+}
+
+class TrainingRun {
+ public:
+  TrainingRun(RunSetup& setup, const TrainOptions& options)
+      : s_(setup), options_(options), detector_(setup.config.divergence),
+        mllog_(setup.config.mllog, std::cout),
+        events_path_((fs::path(options.run_dir) / "events.jsonl").string()) {}
+
+  int run() {
+    const LogSummary history = summarize_log(events_path_);
+    if (!options_.resume && (history.run_starts > 0 || !history.checkpoints.empty()))
+      throw ConfigError(events_path_ + " already holds a run; pass --resume to continue it");
+    if (options_.resume && history.run_end && is_final(*history.run_end))
+      return finished_code(*history.run_end);
+
+    events_ = std::make_unique<RunEvents>(events_path_);
+    bool resumed_from_checkpoint = false;
+    if (options_.resume) resumed_from_checkpoint = restore(history);
+    write_run_start(history.run_starts + 1, resumed_from_checkpoint);
+    install_stop_signal_handlers();
+
+    started_ = Clock::now();
+    last_train_event_ = started_;
+    tokens_at_start_ = state_.tokens;
+    if (!resumed_from_checkpoint) {
+      if (const auto code = evaluate_and_judge()) return *code;
+    }
+    while (state_.step < s_.plan.total_steps) {
+      if (const auto code = train_step()) return *code;
+    }
+    return finish(state_.target_reached ? contract::run_status::kConverged
+                                        : contract::run_status::kBudgetExhausted,
+                  exit_code::kSuccess, "");
+  }
+
+  // After an exception: record the failure if the log is open.
+  void record_failure(const std::string& why) {
+    if (!events_) return;
+    try {
+      finish(contract::run_status::kFailed, exit_code::kInternal, why);
+    } catch (...) {
+    }
+  }
+
+ private:
+  Progress progress() const { return {state_.step, state_.tokens}; }
+
+  // Interrupted and failed runs are resumed; the others ended for good.
+  static bool is_final(const nlohmann::json& run_end) {
+    const std::string status = run_end.value("status", "");
+    return status == contract::run_status::kConverged ||
+           status == contract::run_status::kBudgetExhausted ||
+           status == contract::run_status::kDiverged;
+  }
+
+  static int finished_code(const nlohmann::json& run_end) {
+    const std::string status = run_end.value("status", "");
+    std::cerr << "mxablate-train: the run already ended (" << status << "); nothing to resume\n";
+    return status == contract::run_status::kDiverged ? exit_code::kDiverged : exit_code::kSuccess;
+  }
+
+  // Loads the newest checkpoint (true) or, without one, restarts from scratch (false); either
+  // way a resume event tells readers which earlier events belong to a lost timeline.
+  bool restore(const LogSummary& history) {
+    const auto path = latest_checkpoint(options_.run_dir);
+    if (!path) {
+      events_->resume(progress(), 0, "");
+      return false;
+    }
+    state_ = load_checkpoint(*path, *s_.model, *s_.optimizer, contract::to_json(s_.config));
+    detector_.restore(state_.divergence);
+    const int64_t discard_after = history.checkpoint_seq(*path, state_.step).value_or(state_.events_seq);
+    events_->resume(progress(), discard_after, *path);
+    return true;
+  }
+
+  void write_run_start(int64_t attempt, bool resumed) {
+    const int64_t vocab = s_.dataset->manifest.tokenizer.vocab_size;
+    const double epochs = s_.config.train.max_tokens / static_cast<double>(s_.dataset->train.size());
+    if (epochs > 2.0)
+      std::cerr << "mxablate-train: warning: " << s_.config.train.max_tokens << " training tokens are "
+                << epochs << " epochs of " << s_.data_dir
+                << "; beyond ~2 epochs small models overfit it (watch for val_regression events)\n";
+    nlohmann::json details = {
+        {"attempt", attempt},
+        {"resumed", resumed},
+        {"device", compat::device_description(s_.device)},
+        {"params", s_.model->parameter_count()},
+        {"non_embedding_params", s_.model->parameter_count() - embedding_parameter_count(s_.shape, vocab)},
+        {"versions",
+         {{"mxablate", "0.1.0"}, {"torch", compat::torch_version()}, {"compiler", __VERSION__}}},
+        {"model", s_.shape.name},
+        {"vocab_size", vocab},
+        {"dataset", s_.data_dir},
+        {"train_tokens_available", s_.dataset->train.size()},
+        {"data_epochs", epochs},
+        {"total_steps", s_.plan.total_steps},
+        {"threads", at::get_num_threads()},
+        {"run_id", s_.config.run_id},
+        {"arm", s_.config.arm},
+    };
+    events_->run_start(progress(), std::move(details));
+    if (mllog_.enabled()) {
+      mllog_.start("run_start");
+      mllog_.point("seed", s_.config.train.seed);
+      mllog_.point("global_batch_size", s_.plan.tokens_per_step / s_.plan.seq_len);
+      mllog_.point("max_sequence_length", s_.plan.seq_len);
+      mllog_.point("gradient_accumulation_steps", s_.plan.micro_batches_per_step);
+      mllog_.point("opt_base_learning_rate", s_.config.train.lr);
+      mllog_.point("opt_learning_rate_warmup_steps", s_.plan.warmup_steps);
+      mllog_.point("opt_adamw_weight_decay", s_.config.train.weight_decay);
+      mllog_.point("opt_gradient_clip_norm", s_.config.train.grad_clip);
+      mllog_.point("train_samples", s_.dataset->train.size() / s_.plan.seq_len);
+      mllog_.point("eval_samples", s_.plan.eval_sequences);
+    }
+  }
+
+  double evaluate() {
+    torch::NoGradGuard no_grad;
+    s_.model->session().collect_telemetry = false;
+    double sum = 0;
+    int64_t sequences = 0;
+    for (const TokenBatch& b : s_.validation) {
+      const int64_t n = b.inputs.size(0);
+      sum += s_.model->loss(b.inputs, b.targets).item<double>() * static_cast<double>(n);
+      sequences += n;
+    }
+    return sum / static_cast<double>(sequences);
+  }
+
+  // Evaluates, logs, checks the target and validation regressions. Returns an exit code when
+  // the run must end here.
+  std::optional<int> evaluate_and_judge() {
+    const double val_loss = evaluate();
+    events_->eval(progress(), val_loss);
+    mllog_.point("eval_accuracy", val_loss,
+                 {{"samples_count", state_.samples},
+                  {"epoch_num", static_cast<double>(state_.tokens) / static_cast<double>(s_.dataset->train.size())}});
+    std::cerr << "mxablate-train: step " << state_.step << "/" << s_.plan.total_steps << " tokens "
+              << state_.tokens << " val_loss " << val_loss << "\n";
+    for (const auto& f : detector_.observe_eval(val_loss)) {
+      events_->divergence(progress(), f);
+      if (f.fatal) return finish(contract::run_status::kDiverged, exit_code::kDiverged, f.reason);
+    }
+    const auto& target = s_.config.target.val_loss;
+    if (target && val_loss <= *target && !state_.target_reached) {
+      state_.target_reached = true;
+      events_->target_reached(progress(), val_loss, *target);
+      if (s_.config.target.stop_at_target)
+        return finish(contract::run_status::kConverged, exit_code::kSuccess, "");
+    }
+    return std::nullopt;
+  }
+
+  std::optional<int> train_step() {
+    LlamaModelImpl& model = *s_.model;
+    QuantSession& session = model.session();
+    const int64_t step_number = state_.step + 1;  // the step being taken, 1-based
+    if (step_number == options_.inject_nonfinite_at_step) {
+      torch::NoGradGuard no_grad;
+      model.linears().front()->weight.index_put_({0, 0}, std::numeric_limits<float>::quiet_NaN());
+    }
+    const double lr = s_.plan.lr_at(state_.step);
+    set_learning_rate(*s_.optimizer, lr);
+    session.step = static_cast<uint32_t>(state_.step);
+    const int64_t quant_every = s_.config.telemetry.quant_every_steps;
+    session.collect_telemetry = quant_every > 0 && state_.step % quant_every == 0;
+
+    s_.optimizer->zero_grad();
+    double loss_sum = 0;
+    const int64_t micro = s_.plan.sequences_per_micro_batch;
+    for (int64_t m = 0; m < s_.plan.micro_batches_per_step; ++m) {
+      const TokenBatch batch = s_.batches->get(state_.samples + m * micro, micro, s_.device);
+      const at::Tensor loss = model.loss(batch.inputs, batch.targets);
+      (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
+      loss_sum += loss.item<double>();
+      session.collect_telemetry = false;  // one micro-batch per sampled step is enough
+    }
+    const double loss = loss_sum / static_cast<double>(s_.plan.micro_batches_per_step);
+    const double clip = s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip
+                                                      : std::numeric_limits<double>::infinity();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), clip);
+
+    const int64_t tokens_before = state_.tokens;
+    const Progress at_step{step_number, tokens_before + s_.plan.tokens_per_step};
+    for (const auto& f : detector_.observe_step(loss, grad_norm)) {
+      events_->divergence(at_step, f);
+      if (f.fatal) {
+        state_.step = at_step.step;
+        state_.tokens = at_step.tokens;
+        return finish(contract::run_status::kDiverged, exit_code::kDiverged, f.reason);
+      }
+    }
+    s_.optimizer->step();
+    state_.step = step_number;
+    state_.tokens = at_step.tokens;
+    state_.samples += s_.plan.micro_batches_per_step * micro;
+
+    for (const auto& r : session.take_records())
+      events_->quant_stats(progress(), r.layer, s_.layers[static_cast<size_t>(r.layer)].name,
+                           gemm_name(r.gemm), operand_name(r.gemm, r.operand), r.telemetry);
+    if (state_.step % s_.config.telemetry.train_every_steps == 0 || state_.step == 1) {
+      const auto now = Clock::now();
+      const double dt = seconds_between(last_train_event_, now);
+      const double tps = dt > 0 ? static_cast<double>(state_.tokens - tokens_at_last_train_event_) / dt : 0;
+      events_->train(progress(), loss, lr, grad_norm, tps);
+      last_train_event_ = now;
+      tokens_at_last_train_event_ = state_.tokens;
+    }
+    if (s_.plan.eval_due(tokens_before, state_.tokens) || state_.step == s_.plan.total_steps) {
+      if (const auto code = evaluate_and_judge()) return code;
+    }
+    bool checkpointed = false;
+    const int64_t every = s_.config.checkpoint.every_steps;
+    if (every > 0 && state_.step % every == 0 && state_.step < s_.plan.total_steps) {
+      checkpoint();
+      checkpointed = true;
+    }
+
+    if (state_.step == options_.signal_at_step) std::raise(SIGTERM);
+    if (state_.step == options_.crash_at_step) std::_Exit(137);
+    if (const int sig = stop_signal_received()) {
+      if (!checkpointed) checkpoint();
+      return finish(contract::run_status::kInterrupted, exit_code::kInterrupted,
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    return std::nullopt;
+  }
+
+  void checkpoint() {
+    state_.divergence = detector_.state();
+    state_.events_seq = events_->last_seq();
+    const std::string path = save_checkpoint(options_.run_dir, *s_.model, *s_.optimizer, state_,
+                                             contract::to_json(s_.config));
+    events_->checkpoint(progress(), path);
+    prune_checkpoints(options_.run_dir, s_.config.checkpoint.keep);
+  }
+
+  int finish(const std::string& status, int code, const std::string& reason) {
+    compat::synchronize(s_.device);
+    const double wall = seconds_between(started_, Clock::now());
+    RunEvents::End end;
+    end.status = status;
+    end.wall_s = wall;
+    end.tokens_per_s = wall > 0 ? static_cast<double>(state_.tokens - tokens_at_start_) / wall : 0;
+    end.peak_rss_bytes = peak_rss_bytes();
+    end.peak_gpu_bytes = compat::peak_device_bytes(s_.device);
+    end.reason = reason;
+    events_->run_end(progress(), end);
+    const bool success = code == exit_code::kSuccess;
+    mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
+    std::cerr << "mxablate-train: " << status << " at step " << state_.step << ", " << state_.tokens
+              << " tokens, " << end.tokens_per_s << " tokens/s"
+              << (reason.empty() ? "" : " (" + reason + ")") << "\n";
+    return code;
+  }
+
+  RunSetup& s_;
+  const TrainOptions& options_;
+  DivergenceDetector detector_;
+  MlLogger mllog_;
+  std::string events_path_;
+  std::unique_ptr<RunEvents> events_;
+  TrainerState state_;
+  Clock::time_point started_ = Clock::now();
+  Clock::time_point last_train_event_ = Clock::now();
+  int64_t tokens_at_last_train_event_ = 0;
+  int64_t tokens_at_start_ = 0;
+};
+
+}  // namespace
+
+std::string resolve_dataset_dir(const std::string& dataset) {
+  if (dataset != "default") return dataset;
+  const char* env = std::getenv("MXABLATE_DEFAULT_DATASET");
+  const std::string dir = env && *env ? env : std::string(MXABLATE_SOURCE_DIR) + "/data/default";
+  if (!fs::exists(fs::path(dir) / data::kManifestFile))
+    throw ConfigError("data.dataset: the default corpus is not prepared at " + dir +
+                      " (run scripts/build-corpus.sh, or set MXABLATE_DEFAULT_DATASET)");
+  return dir;
+}
+
+int run_trainer(const TrainOptions& options) {
+  std::unique_ptr<RunSetup> setup;
+  std::unique_ptr<TrainingRun> run;
+  try {
+    if (options.run_dir.empty() || !fs::is_directory(options.run_dir))
+      throw ConfigError("--run-dir: \"" + options.run_dir + "\" is not a directory");
+    const std::string config_path = options.config_path.empty()
+                                        ? (fs::path(options.run_dir) / "config.json").string()
+                                        : options.config_path;
+    setup = std::make_unique<RunSetup>(build_setup(contract::read_run_config(config_path)));
+    run = std::make_unique<TrainingRun>(*setup, options);
+    return run->run();
+  } catch (const ConfigError& e) {
+    std::cerr << "mxablate-train: " << e.what() << "\n";
+    return exit_code::kBadConfig;
+  } catch (const std::exception& e) {
+    std::cerr << "mxablate-train: " << e.what() << "\n";
+    if (run) run->record_failure(e.what());
+    return exit_code::kInternal;
+  }
+}
+
+}  // namespace mxablate::trainer
