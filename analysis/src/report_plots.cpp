@@ -164,22 +164,23 @@ std::string telemetry_plot_script(const ReportData& data, const std::string& gem
   s << common_header(svg, "Quantization error in " + gemm + " (mean over layers)", "tokens",
                      "relative error ||Q(x)-x|| / ||x||");
   std::vector<std::string> plots;
+  // Operands are named as the trainer reports them (x, w, dy; or a, b): one line each.
   int index = 0;
-  for (const std::string& arm : data.arms) {
-    for (const std::string operand : {"a", "b"}) {
-      const auto it = series.find({arm, operand});
-      if (it == series.end()) continue;
+  for (size_t arm_index = 0; arm_index < data.arms.size(); ++arm_index) {
+    const std::string& arm = data.arms[arm_index];
+    int dash = 1;
+    for (const auto& [key, points] : series) {
+      if (key.first != arm) continue;
       const fs::path file = workdir / ("telemetry_" + gemm + "_" + std::to_string(index++) + ".dat");
       std::ofstream out(file);
       out.precision(9);
-      for (const auto& [tokens, sum] : it->second) out << tokens << ' ' << sum.first / sum.second << '\n';
-      const size_t arm_color = static_cast<size_t>(
-          std::find(data.arms.begin(), data.arms.end(), arm) - data.arms.begin() + 1);
+      for (const auto& [tokens, sum] : points) out << tokens << ' ' << sum.first / sum.second << '\n';
       plots.push_back(gp_quoted(file.string()) + " using 1:2 with lines lw 2 dt " +
-                      (operand == std::string("a") ? "1" : "3") + " lc " +
-                      std::to_string(arm_color) + " title " + literal_title(arm + " operand " + operand));
+                      std::to_string(dash++) + " lc " + std::to_string(arm_index + 1) +
+                      " title " + literal_title(arm + " " + key.second));
     }
   }
+  if (plots.empty()) return "";
   s << "plot ";
   for (size_t i = 0; i < plots.size(); ++i) s << (i ? ", \\\n     " : "") << plots[i];
   s << "\n";

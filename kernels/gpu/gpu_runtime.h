@@ -89,6 +89,25 @@ __device__ __forceinline__ T shfl_xor(T v, int lane_mask, int width) {
 #endif
 }
 
+// The value of lane `src` (an index within the warp). All lanes of the warp must call it.
+template <typename T>
+__device__ __forceinline__ T shfl_from(T v, int src) {
+#if MXABLATE_GPU_HIP
+  return __shfl(v, src, warpSize);
+#else
+  return __shfl_sync(0xFFFFFFFFu, v, src, warpSize);
+#endif
+}
+
+// True when `b` holds in every lane of the warp. All lanes must call it.
+__device__ __forceinline__ bool warp_all(bool b) {
+#if MXABLATE_GPU_HIP
+  return __all(b) != 0;
+#else
+  return __all_sync(0xFFFFFFFFu, b) != 0;
+#endif
+}
+
 // Sum over the whole warp, whatever its width; every lane gets the result.
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

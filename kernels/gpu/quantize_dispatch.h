@@ -8,9 +8,9 @@
 
 namespace mxablate::kernels::gpu::detail {
 
-// Enqueues the quantization kernel for format F (the telemetry variant when `telemetry`).
+// Enqueues the quantization kernel for format F, in `variant` (shared by the enabled axes).
 template <typename InT, QuantFormat F>
-void launch_format(const KernelParams& p, dim3 grid, bool telemetry, gpuStream_t stream);
+void launch_format(const KernelParams& p, dim3 grid, KernelVariant variant, gpuStream_t stream);
 
 // Enqueues the per-tensor amax pass (NVFP4, FP8) that the format kernels read.
 template <typename InT>

@@ -26,6 +26,38 @@ MXABLATE_UNROLL
   __device__ __forceinline__ uint32_t xor_u32(uint32_t own, int mask) const {
     return shfl_xor(own, mask, kSegmentsPerChunk);
   }
+  __device__ __forceinline__ bool all(bool b) const { return warp_all(b); }
+};
+
+// Stochastic-rounding numbers down a column, shared by the threads of four neighbouring
+// columns. When cols % 4 == 0 the logical indices (row, 4m) … (row, 4m+3) form one Philox
+// group, and the four threads owning those columns (same part, lanes 4 apart) need the group's
+// four words for each row. Each of them evaluates Philox for one row of every 4-row step and the
+// four words travel in four rotating shuffles: one Philox and four shuffles per four elements,
+// instead of four Philox evaluations.
+struct QuadShuffleUniforms {
+  int t;  // this thread's column within its quad of columns, 0..3 (lanes 4 * t apart)
+
+  __device__ __forceinline__ static float pick(const float (&w)[4], int i) {
+    return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
+  }
+
+  __device__ __forceinline__ void operator()(const SegmentContext& ctx, int g, float (&u)[4]) const {
+    // Row 4g + t of the segment, at the quad's first column.
+    const int64_t first = ctx.first_index + (4 * g + t) * ctx.index_stride - t;
+    float mine[4];
+    sr_uniforms4(ctx.key, static_cast<uint64_t>(first) >> 2, mine);
+    const int lane = static_cast<int>(threadIdx.x % warpSize);
+MXABLATE_UNROLL
+    for (int rot = 0; rot < 4; ++rot) {
+      // Thread with row offset r sends word (r + rot) & 3; this thread needs word t, so it
+      // listens to row offset (t - rot) & 3.
+      const int from = (t - rot) & 3;
+      const float got = shfl_from(pick(mine, (t + rot) & 3), lane + 4 * (from - t));
+MXABLATE_UNROLL
+      for (int i = 0; i < 4; ++i) u[i] = i == from ? got : u[i];
+    }
+  }
 };
 
 // ---- Tile staging ---------------------------------------------------------------------------
@@ -68,6 +100,13 @@ MXABLATE_UNROLL
   }
 }
 
+// Down a column, element j of a segment is at tile row part * 32 + j, whose swizzle depends on
+// the row only through `part` and j's parity: the element sits at base(j & 1) + j * kTile, so
+// with these two bases every access has a compile-time offset.
+__device__ __forceinline__ int column_segment_base(const SegmentPlace& s, int parity) {
+  return tile_offset(s.part * kSegment + parity, s.line_in_tile) - parity * kTile;
+}
+
 // The thread's segment as float32. Along a row the 32 elements are four (bf16) or eight (f32)
 // contiguous 16-byte vectors in shared memory; down a column they are read one by one.
 template <Axis kAxis, typename InT>
@@ -83,9 +122,9 @@ MXABLATE_UNROLL
       for (int i = 0; i < kVec; ++i) v[k * kVec + i] = to_float(e[i]);
     }
   } else {
+    const int even = column_segment_base(s, 0), odd = column_segment_base(s, 1);
 MXABLATE_UNROLL
-    for (int j = 0; j < kSegment; ++j)
-      v[j] = to_float(tile[tile_offset(s.part * kSegment + j, s.line_in_tile)]);
+    for (int j = 0; j < kSegment; ++j) v[j] = to_float(tile[(j & 1 ? odd : even) + j * kTile]);
   }
 }
 
@@ -164,52 +203,126 @@ MX_HD void merge(ThreadTelemetry& into, const ThreadTelemetry& t) {
 // Line starts are 16-byte aligned for every output when the line length is a multiple of 32
 // (always so for MXFP4); then a full segment is written with 16-byte stores. Otherwise (formats
 // without 32-blocks on ragged lines) the `count` valid elements are written one by one.
+//
+// The dequantized output of the input's own type is *staged*: written into a shared-memory tile
+// at the element's tile position, then copied to global memory by the whole block with
+// coalesced 16-byte stores (store_tile). Written straight from each thread, a column pass would
+// scatter 2-byte stores and a row pass half-sector ones.
 
-template <Axis kAxis>
+// bf16 bits of a pair of dequantized values, packed (element 2i low).
+template <QuantFormat F>
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi, bool top_half) {
+  if (top_half) return __byte_perm(float_bits(lo), float_bits(hi), 0x7632);
+  return static_cast<uint32_t>(dequant_bf16_bits<F>(lo)) | (static_cast<uint32_t>(dequant_bf16_bits<F>(hi)) << 16);
+}
+
+// A row segment's 32 bf16 values as four 16-byte stores: to its place in the staging tile, or
+// to `dst` (the segment's first element in global memory).
+template <QuantFormat F, bool kTopHalf>
+__device__ __forceinline__ void store_bf16_row(uint16_t* dst, bool staged, const SegmentPlace& s,
+                                               const float (&value)[kSegment]) {
+MXABLATE_UNROLL
+  for (int k = 0; k < kSegment / 8; ++k) {
+    const uint4 q = make_uint4(bf16_pair<F>(value[8 * k + 0], value[8 * k + 1], kTopHalf),
+                               bf16_pair<F>(value[8 * k + 2], value[8 * k + 3], kTopHalf),
+                               bf16_pair<F>(value[8 * k + 4], value[8 * k + 5], kTopHalf),
+                               bf16_pair<F>(value[8 * k + 6], value[8 * k + 7], kTopHalf));
+    if (staged) {
+      *reinterpret_cast<uint4*>(dst + tile_offset(s.line_in_tile, s.part * kSegment + 8 * k)) = q;
+    } else {
+      reinterpret_cast<uint4*>(dst)[k] = q;
+    }
+  }
+}
+
+template <Axis kAxis, QuantFormat F, typename InT>
 __device__ void write_dequant(const AxisParams& a, const KernelParams& p, const SegmentPlace& s,
-                              bool vector_stores, const float (&value)[kSegment]) {
-  if (a.out.dequant != nullptr) {
-    if (kAxis == Axis::kRows && vector_stores) {
-      float4* dst = reinterpret_cast<float4*>(a.out.dequant + s.line * p.cols + s.start);
+                              bool vector_stores, const float (&value)[kSegment],
+                              const SegmentResult& res, InT* stage) {
+  constexpr bool kBf16In = sizeof(InT) == 2;
+  float* const f32_out = kBf16In || stage == nullptr ? a.out.dequant : nullptr;
+  uint16_t* const bf16_out = !kBf16In || stage == nullptr ? a.out.dequant_bf16 : nullptr;
+  const bool stage_f32 = !kBf16In && stage != nullptr;
+  const bool stage_bf16 = kBf16In && stage != nullptr;
+  const bool top_half = F == QuantFormat::kMXFP4 && res.bf16_is_top_half;
+  if (f32_out != nullptr || stage_f32) {
+    if (kAxis == Axis::kRows && (vector_stores || stage_f32)) {
+      float4* dst = stage_f32 ? nullptr : reinterpret_cast<float4*>(f32_out + s.line * p.cols + s.start);
 MXABLATE_UNROLL
       for (int k = 0; k < kSegment / 4; ++k) {
-        float4 q;
-        q.x = clamp_to_finite(value[4 * k + 0], FLT_MAX).value;
-        q.y = clamp_to_finite(value[4 * k + 1], FLT_MAX).value;
-        q.z = clamp_to_finite(value[4 * k + 2], FLT_MAX).value;
-        q.w = clamp_to_finite(value[4 * k + 3], FLT_MAX).value;
-        dst[k] = q;
+        const float4 q = make_float4(dequant_f32(value[4 * k]), dequant_f32(value[4 * k + 1]),
+                                     dequant_f32(value[4 * k + 2]), dequant_f32(value[4 * k + 3]));
+        if (stage_f32) {
+          *reinterpret_cast<float4*>(reinterpret_cast<float*>(stage) +
+                                     tile_offset(s.line_in_tile, s.part * kSegment + 4 * k)) = q;
+        } else {
+          dst[k] = q;
+        }
       }
+    } else if (stage_f32) {  // down a column (the staging tile takes the whole segment)
+      const int even = column_segment_base(s, 0), odd = column_segment_base(s, 1);
+MXABLATE_UNROLL
+      for (int j = 0; j < kSegment; ++j)
+        reinterpret_cast<float*>(stage)[(j & 1 ? odd : even) + j * kTile] = dequant_f32(value[j]);
     } else {
 MXABLATE_UNROLL
       for (int j = 0; j < kSegment; ++j) {
         if (j >= s.count) continue;
         const int64_t i = kAxis == Axis::kRows ? s.line * p.cols + s.start + j : (s.start + j) * p.cols + s.line;
-        a.out.dequant[i] = clamp_to_finite(value[j], FLT_MAX).value;
+        f32_out[i] = dequant_f32(value[j]);
       }
     }
   }
-  if (a.out.dequant_bf16 != nullptr) {
-    if (kAxis == Axis::kRows && vector_stores) {
-      uint4* dst = reinterpret_cast<uint4*>(a.out.dequant_bf16 + s.line * p.cols + s.start);
+  if (bf16_out != nullptr || stage_bf16) {
+    if (kAxis == Axis::kRows && (vector_stores || stage_bf16)) {
+      uint16_t* dst = stage_bf16 ? reinterpret_cast<uint16_t*>(stage) : bf16_out + s.line * p.cols + s.start;
+      // A uniform branch per segment, so that each loop holds one conversion.
+      if (top_half) {
+        store_bf16_row<F, true>(dst, stage_bf16, s, value);
+      } else {
+        store_bf16_row<F, false>(dst, stage_bf16, s, value);
+      }
+    } else if (stage_bf16) {  // down a column
+      const int even = column_segment_base(s, 0), odd = column_segment_base(s, 1);
+      uint16_t* st = reinterpret_cast<uint16_t*>(stage);
+      if (top_half) {
 MXABLATE_UNROLL
-      for (int k = 0; k < kSegment / 8; ++k) {
-        uint32_t w[4];
+        for (int j = 0; j < kSegment; ++j) st[(j & 1 ? odd : even) + j * kTile] = float_bits(value[j]) >> 16;
+      } else {
 MXABLATE_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t lo = float_to_bf16_bits(clamp_to_finite(value[8 * k + 2 * i], kBF16MaxFinite).value);
-          const uint32_t hi = float_to_bf16_bits(clamp_to_finite(value[8 * k + 2 * i + 1], kBF16MaxFinite).value);
-          w[i] = lo | (hi << 16);
-        }
-        dst[k] = make_uint4(w[0], w[1], w[2], w[3]);
+        for (int j = 0; j < kSegment; ++j) st[(j & 1 ? odd : even) + j * kTile] = dequant_bf16_bits<F>(value[j]);
       }
     } else {
 MXABLATE_UNROLL
       for (int j = 0; j < kSegment; ++j) {
         if (j >= s.count) continue;
         const int64_t i = kAxis == Axis::kRows ? s.line * p.cols + s.start + j : (s.start + j) * p.cols + s.line;
-        a.out.dequant_bf16[i] = float_to_bf16_bits(clamp_to_finite(value[j], kBF16MaxFinite).value);
+        bf16_out[i] = dequant_bf16_bits<F>(value[j]);
       }
+    }
+  }
+}
+
+// Copies a staged output tile to global memory: the mirror of load_tile.
+template <typename T>
+__device__ void store_tile(const KernelParams& p, int64_t r0, int64_t c0, const T* tile, T* out) {
+  const int64_t valid_rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
+  const int64_t valid_cols = p.cols - c0 < kTile ? p.cols - c0 : kTile;
+  if (p.vector_loads) {  // same condition: cols * sizeof(T) % 16 == 0 (T is the input type)
+    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kVecsPerRow = kTile / kVec;
+MXABLATE_UNROLL
+    for (int i = 0; i < kTile * kVecsPerRow / kThreads; ++i) {
+      const int v = threadIdx.x + i * kThreads;
+      const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
+      if (r < valid_rows && c < valid_cols)
+        *reinterpret_cast<uint4*>(out + (r0 + r) * p.cols + c0 + c) =
+            *reinterpret_cast<const uint4*>(tile + tile_offset(r, c));
+    }
+  } else {
+    for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
+      const int r = e / kTile, c = e % kTile;
+      if (r < valid_rows && c < valid_cols) out[(r0 + r) * p.cols + c0 + c] = tile[tile_offset(r, c)];
     }
   }
 }
@@ -267,8 +380,8 @@ __device__ float axis_global(const AxisParams& a) {
 
 // One pass over the staged tile along kAxis (the axis is a template parameter so that each
 // pass's addressing compiles to straight-line code).
-template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic>
-__device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const InT* tile,
+template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
+__device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const InT* tile, InT* stage,
                               int64_t r0, int64_t c0, ThreadTelemetry& tel,
                               unsigned long long& inexact_chunks) {
   const int64_t length = kAxis == Axis::kRows ? p.cols : p.rows;
@@ -281,6 +394,7 @@ __device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const 
   ctx.bf16_written = a.out.dequant_bf16 != nullptr;
   const bool want_fp8 = F == QuantFormat::kMXFP4 && a.out.fp8_codes != nullptr;
   const bool vector_stores = length % kSegment == 0;
+  const bool quad_uniforms = p.cols % 4 == 0;  // column quads are Philox groups
   ShuffleExchange ex;
 MXABLATE_NO_UNROLL
   for (int sweep = 0; sweep < kSweeps; ++sweep) {
@@ -292,12 +406,24 @@ MXABLATE_NO_UNROLL
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;
-    process_segment<F, kTelemetry, kStochastic>(v, s.part, ctx, segment_sign_word(a.signs, a.spec.hadamard_size, s.part),
-                                   ex, res, seg_tel, want_fp8, fp8);
+    const uint32_t signs = segment_sign_word(a.signs, a.spec.hadamard_size, s.part);
+    bool done = false;
+    if constexpr (kAxis == Axis::kCols && kStochastic) {
+      if (quad_uniforms) {
+        process_segment<F, kTelemetry, kStochastic, kCodes>(v, s.part, ctx, signs, ex, res, seg_tel, want_fp8,
+                                                            fp8, QuadShuffleUniforms{s.line_in_tile & 3});
+        done = true;
+      }
+    }
+    if (!done) process_segment<F, kTelemetry, kStochastic, kCodes>(v, s.part, ctx, signs, ex, res, seg_tel, want_fp8, fp8);
     if (!s.valid) continue;
     if constexpr (kTelemetry) merge(tel, seg_tel);
-    write_dequant<kAxis>(a, p, s, vector_stores, v);
-    write_codes<F>(a, length, s, vector_stores, res);
+    write_dequant<kAxis, F>(a, p, s, vector_stores, v, res, stage);
+    if constexpr (kCodes) {
+      write_codes<F>(a, length, s, vector_stores, res);
+    } else if constexpr (block_size_of(F) != 0) {
+      if (a.out.scales != nullptr) write_codes<F>(a, length, s, vector_stores, res);  // scales only
+    }
     if (want_fp8) {
       uint4* dst = reinterpret_cast<uint4*>(a.out.fp8_codes + s.line * length + s.start);
       dst[0] = make_uint4(fp8.words[0], fp8.words[1], fp8.words[2], fp8.words[3]);
@@ -312,19 +438,13 @@ MXABLATE_NO_UNROLL
 
 // One axis of a tile: the pass, then the block's share of the tensor scale, telemetry and
 // inexact-chunk counter.
-template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry>
-__device__ void finish_axis(const KernelParams& p, const AxisParams& a, const InT* tile, int64_t r0,
-                            int64_t c0, ReductionScratch& scratch) {
+template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
+__device__ void finish_axis(const KernelParams& p, const AxisParams& a, const InT* tile, InT* stage,
+                            int64_t r0, int64_t c0, ReductionScratch& scratch) {
   const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
   ThreadTelemetry tel;
   unsigned long long inexact = 0;
-  // The rounding mode selects one of two compiled passes, so the element loop of each holds a
-  // single rounding path and its 32 elements schedule freely.
-  if (a.spec.rounding == Rounding::kStochastic) {
-    quantize_pass<kAxis, InT, F, kTelemetry, true>(p, a, tile, r0, c0, tel, inexact);
-  } else {
-    quantize_pass<kAxis, InT, F, kTelemetry, false>(p, a, tile, r0, c0, tel, inexact);
-  }
+  quantize_pass<kAxis, InT, F, kTelemetry, kStochastic, kCodes>(p, a, tile, stage, r0, c0, tel, inexact);
   if constexpr (is_per_tensor(F)) {
     if (first_block && a.out.tensor_scale != nullptr) *a.out.tensor_scale = axis_global<F>(a);
   }
@@ -343,8 +463,18 @@ __device__ void finish_axis(const KernelParams& p, const AxisParams& a, const In
   }
 }
 
-template <typename InT, QuantFormat F, bool kTelemetry>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelParams p) {
+// The fused kernel. Each (telemetry, rounding, codes) variant is its own kernel, so that each
+// gets the registers its own code needs (the plain round-to-nearest fake quantization fits in 64,
+// leaving room for four blocks per multiprocessor; stochastic rounding needs twice that). Both
+// enabled axes must share the variant.
+// Blocks per multiprocessor each variant is compiled for (a register budget of 65536 / (256 *
+// blocks), 80 registers for three): the round-to-nearest variants fit three blocks without
+// spilling, which hide more memory latency; stochastic rounding needs twice the registers.
+constexpr int min_blocks(bool telemetry, bool stochastic) { return telemetry ? 1 : stochastic ? 2 : 3; }
+
+template <typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
+__global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
+    quantize_kernel(const KernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ ReductionScratch scratch;
   InT* tile = reinterpret_cast<InT*>(smem);
@@ -352,8 +482,24 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelParams p
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   load_tile<InT>(p, r0, c0, tile);
   __syncthreads();
-  if (p.axes[0].enabled) finish_axis<Axis::kRows, InT, F, kTelemetry>(p, p.axes[0], tile, r0, c0, scratch);
-  if (p.axes[1].enabled) finish_axis<Axis::kCols, InT, F, kTelemetry>(p, p.axes[1], tile, r0, c0, scratch);
+  // Staged outputs (see write_dequant): the last pass writes over the input tile, each thread
+  // over its own segments only; with two passes the first one stages into a second tile.
+  const bool both = p.axes[0].enabled && p.axes[1].enabled;
+  InT* rows_stage = p.axes[0].staged ? (both ? tile + kTile * kTile : tile) : nullptr;
+  InT* cols_stage = p.axes[1].staged ? tile : nullptr;
+  if (p.axes[0].enabled)
+    finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0, scratch);
+  if (p.axes[1].enabled)
+    finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0, scratch);
+  if (rows_stage == nullptr && cols_stage == nullptr) return;
+  __syncthreads();
+  constexpr bool kBf16In = sizeof(InT) == 2;
+  if (rows_stage != nullptr)
+    store_tile(p, r0, c0, rows_stage, reinterpret_cast<InT*>(kBf16In ? static_cast<void*>(p.axes[0].out.dequant_bf16)
+                                                                      : static_cast<void*>(p.axes[0].out.dequant)));
+  if (cols_stage != nullptr)
+    store_tile(p, r0, c0, cols_stage, reinterpret_cast<InT*>(kBf16In ? static_cast<void*>(p.axes[1].out.dequant_bf16)
+                                                                      : static_cast<void*>(p.axes[1].out.dequant)));
 }
 
 template <Axis kAxis, typename InT>

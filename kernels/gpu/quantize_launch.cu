@@ -16,6 +16,7 @@ using detail::AxisParams;
 using detail::KernelParams;
 using detail::kThreads;
 using detail::kTile;
+using detail::KernelVariant;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -56,6 +57,9 @@ void check_job(const QuantizeJob& job) {
     throw std::invalid_argument("quantize: more than 65535 * 128 rows");
   if (job.along_rows) check_axis_job(*job.along_rows, Axis::kRows, job.rows, job.cols);
   if (job.down_cols) check_axis_job(*job.down_cols, Axis::kCols, job.rows, job.cols);
+  for (const AxisJob* a : {job.along_rows, job.down_cols})
+    if (a && detail::is_per_tensor(a->spec.format) && job.workspace == nullptr)
+      throw std::invalid_argument("quantize: per-tensor formats (nvfp4, fp8) need the workspace");
 }
 
 AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
@@ -71,16 +75,24 @@ AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
   return a;
 }
 
+KernelVariant variant_of(const AxisParams& a) {
+  KernelVariant v;
+  v.telemetry = a.out.telemetry != nullptr;
+  v.stochastic = a.spec.rounding == Rounding::kStochastic;
+  v.codes = v.telemetry || a.out.packed != nullptr || a.out.fp8_codes != nullptr;
+  return v;
+}
+
 template <typename InT>
-void launch_format_of(QuantFormat f, const KernelParams& p, dim3 grid, bool telemetry, gpuStream_t stream) {
+void launch_format_of(QuantFormat f, const KernelParams& p, dim3 grid, KernelVariant v, gpuStream_t stream) {
   using detail::launch_format;
   switch (f) {
-    case QuantFormat::kFP32: return launch_format<InT, QuantFormat::kFP32>(p, grid, telemetry, stream);
-    case QuantFormat::kBF16: return launch_format<InT, QuantFormat::kBF16>(p, grid, telemetry, stream);
-    case QuantFormat::kFP8E4M3: return launch_format<InT, QuantFormat::kFP8E4M3>(p, grid, telemetry, stream);
-    case QuantFormat::kFP8E5M2: return launch_format<InT, QuantFormat::kFP8E5M2>(p, grid, telemetry, stream);
-    case QuantFormat::kMXFP4: return launch_format<InT, QuantFormat::kMXFP4>(p, grid, telemetry, stream);
-    case QuantFormat::kNVFP4: return launch_format<InT, QuantFormat::kNVFP4>(p, grid, telemetry, stream);
+    case QuantFormat::kFP32: return launch_format<InT, QuantFormat::kFP32>(p, grid, v, stream);
+    case QuantFormat::kBF16: return launch_format<InT, QuantFormat::kBF16>(p, grid, v, stream);
+    case QuantFormat::kFP8E4M3: return launch_format<InT, QuantFormat::kFP8E4M3>(p, grid, v, stream);
+    case QuantFormat::kFP8E5M2: return launch_format<InT, QuantFormat::kFP8E5M2>(p, grid, v, stream);
+    case QuantFormat::kMXFP4: return launch_format<InT, QuantFormat::kMXFP4>(p, grid, v, stream);
+    case QuantFormat::kNVFP4: return launch_format<InT, QuantFormat::kNVFP4>(p, grid, v, stream);
   }
   throw std::invalid_argument("quantize: unknown format");
 }
@@ -91,23 +103,19 @@ void run(const KernelParams& p, bool per_tensor, gpuStream_t stream) {
                   static_cast<unsigned>((p.rows + kTile - 1) / kTile));
   if (per_tensor) detail::launch_amax<InT>(p, grid, stream);
   const AxisParams& first = p.axes[0].enabled ? p.axes[0] : p.axes[1];
-  const bool telemetry = (p.axes[0].enabled && p.axes[0].out.telemetry) ||
-                         (p.axes[1].enabled && p.axes[1].out.telemetry);
-  launch_format_of<InT>(first.spec.format, p, grid, telemetry, stream);
+  launch_format_of<InT>(first.spec.format, p, grid, variant_of(first), stream);
 }
 
-// One launch for the axes in `p` (same format when both are enabled).
-void launch(const QuantizeJob& job, KernelParams p, gpuStream_t stream) {
+// One launch for the axes in `p` (same format and variant when both are enabled).
+void launch(KernelParams p, gpuStream_t stream) {
   const bool per_tensor = (p.axes[0].enabled && p.axes[0].amax_slot) || (p.axes[1].enabled && p.axes[1].amax_slot);
-  if (per_tensor) {
-    if (job.workspace == nullptr)
-      throw std::invalid_argument("quantize: per-tensor formats (nvfp4, fp8) need the workspace");
-    check(gpuMemsetAsync(job.workspace, 0, 4 * sizeof(unsigned int), stream), "clearing the workspace");
-  }
-  if (job.input_type == InputType::kFloat32) {
-    run<float>(p, per_tensor, stream);
-  } else {
+  // Both axes' amax slots are the workspace's first 16 bytes; a second launch of a split job
+  // clears them again after the first one has used its slot (stream order).
+  if (per_tensor) check(gpuMemsetAsync(p.workspace, 0, 4 * sizeof(unsigned int), stream), "clearing the workspace");
+  if (p.input_is_bf16) {
     run<detail::Bf16Bits>(p, per_tensor, stream);
+  } else {
+    run<float>(p, per_tensor, stream);
   }
 }
 
@@ -122,22 +130,28 @@ void quantize(const QuantizeJob& job, void* stream_handle) {
   p.rows = job.rows;
   p.cols = job.cols;
   const size_t elem = job.input_type == InputType::kFloat32 ? 4 : 2;
+  p.input_is_bf16 = job.input_type == InputType::kBFloat16;
+  p.workspace = slots;
   p.vector_loads = aligned16(job.input) && (job.cols * static_cast<int64_t>(elem)) % 16 == 0;
-  const AxisParams rows = axis_params(job.along_rows, Axis::kRows, slots);
-  const AxisParams cols = axis_params(job.down_cols, Axis::kCols, slots ? slots + 2 : nullptr);
-  // Both axes share one pass over the input when they share a format (the kernel is specialized
-  // on it); otherwise each axis gets its own launch.
-  if (rows.enabled && cols.enabled && rows.spec.format != cols.spec.format) {
+  AxisParams rows = axis_params(job.along_rows, Axis::kRows, slots);
+  AxisParams cols = axis_params(job.down_cols, Axis::kCols, slots ? slots + 2 : nullptr);
+  // The dequantized output of the input's own type is staged through shared memory.
+  for (AxisParams* a : {&rows, &cols})
+    a->staged = a->enabled && (p.input_is_bf16 ? a->out.dequant_bf16 != nullptr : a->out.dequant != nullptr);
+  // Both axes share one pass over the input when they share a format and kernel variant (the
+  // kernel is specialized on both); otherwise each axis gets its own launch.
+  if (rows.enabled && cols.enabled &&
+      (rows.spec.format != cols.spec.format || !(variant_of(rows) == variant_of(cols)))) {
     KernelParams first = p, second = p;
     first.axes[0] = rows;
     second.axes[1] = cols;
-    launch(job, first, stream);
-    launch(job, second, stream);
+    launch(first, stream);
+    launch(second, stream);
     return;
   }
   p.axes[0] = rows;
   p.axes[1] = cols;
-  launch(job, p, stream);
+  launch(p, stream);
 }
 
 }  // namespace mxablate::kernels::gpu

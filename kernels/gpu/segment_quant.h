@@ -12,6 +12,10 @@
 
 #include <cfloat>
 
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+#include <cuda_fp8.h>  // __nv_cvt_float_to_fp8 (E4M3 conversion in hardware from sm_89)
+#endif
+
 #include "mxablate/kernels/block_scaling.h"
 #include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/hadamard.h"
@@ -92,18 +96,26 @@ struct Amax {
   bool nonfinite;
 };
 
-MX_HD Amax segment_amax(const float (&v)[kSegment], int count) {
-  Amax a{0.0f, false};
+// Largest |value| bits among the first `count` of n values: non-negative floats order like their
+// bit patterns, and a NaN or Inf is any pattern from 0x7F800000 up, so one integer max per
+// element gives both the amax of a finite block and whether the block holds a non-finite value.
+MX_HD uint32_t max_abs_bits(const float* v, int n, int count) {
+  uint32_t m = 0;
 MXABLATE_UNROLL
-  for (int j = 0; j < kSegment; ++j) {
-    if (j >= count) continue;
-    if (!is_finite_bits(v[j])) {
-      a.nonfinite = true;
-    } else {
-      a.amax = fmaxf(a.amax, fabsf(v[j]));
-    }
+  for (int j = 0; j < n; ++j) {
+    const uint32_t b = float_bits(v[j]) & 0x7FFFFFFFu;
+    if (j < count) m = b > m ? b : m;
   }
-  return a;
+  return m;
+}
+
+MX_HD Amax amax_of_bits(uint32_t max_bits) {
+  const bool nonfinite = max_bits >= 0x7F800000u;
+  return {nonfinite ? 0.0f : bits_float(max_bits), nonfinite};
+}
+
+MX_HD Amax segment_amax(const float (&v)[kSegment], int count) {
+  return amax_of_bits(max_abs_bits(v, kSegment, count));
 }
 
 MX_HD constexpr bool is_per_tensor(QuantFormat f) {
@@ -142,14 +154,9 @@ struct BlockParams {
 template <QuantFormat F>
 MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
   BlockParams p;
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    if (!is_finite_bits(values[i])) {
-      p.nonfinite = true;
-    } else {
-      amax = fmaxf(amax, fabsf(values[i]));
-    }
-  }
+  const Amax a = amax_of_bits(max_abs_bits(values, n, n));
+  p.nonfinite = a.nonfinite;
+  const float amax = a.amax;
   if constexpr (F == QuantFormat::kMXFP4) {
     p.scale_code = e8m0_scale_code(amax, p.nonfinite, rule, kE2M1Emax);
     p.nonfinite = p.scale_code == kE8M0NaN;
@@ -181,18 +188,20 @@ MX_HD BlockParams tensor_block_params(float global) {
 
 // ---- E2M1 round-to-nearest-even, the short way --------------------------------------------
 //
-// encode_magnitude followed by decode_magnitude, specialized to E2M1 and nearest-even: the
-// rounded magnitude is the E2M1 value itself, so the dequantized value needs no decode. Below 1
-// the grid step is 0.5 (rint(2a)/2, exact); from 1 up, E2M1 keeps one mantissa bit, which is
-// rounding the float's bits at bit 22 to nearest-even (a carry moves into the exponent, e.g.
-// 1.75 -> 2). Stochastic rounding gets the same treatment. Bit-exactness with the generic path
-// is checked by the kernel model test.
+// encode_magnitude followed by decode_magnitude, specialized to E2M1: the rounded magnitude is
+// the E2M1 value itself, so the dequantized value needs no decode, and the code is only
+// computed where codes are written. Bit-exactness with the generic path is checked by the
+// kernel model test over every rounding case.
 
-// `a` in [0, 6] (already saturated).
+// `a` in [0, 6] (already saturated). Adding C = 1.5 * 2^22 * step, where step is the grid step
+// at a (0.5 below 2; 2^(floor(log2 a) - 1) above), leaves a + C with exactly that step as its
+// last bit, so the hardware's round-to-nearest-even rounds a onto the grid; subtracting C is
+// exact. C comes from a's exponent, floored at that of 1.0 (below 1 the step stays 0.5).
 MX_HD float e2m1_rne_magnitude(float a) {
-  if (a < 1.0f) return rintf(a * 2.0f) * 0.5f;
   const uint32_t b = float_bits(a);
-  return bits_float((b + 0x1FFFFFu + ((b >> 22) & 1u)) & ~0x3FFFFFu);
+  const uint32_t e = (b > 0x3F800000u ? b : 0x3F800000u) & 0x7F800000u;
+  const float c = bits_float((e + (22u << 23)) | 0x00400000u);
+  return (a + c) - c;
 }
 
 // Stochastic rounding of `a` in [0, 6] onto the E2M1 grid with uniform `u` in [0, 1):
@@ -225,7 +234,9 @@ struct ElementResult {
 
 // One element. kStochastic is the rounding mode, known at compile time so that each kernel
 // variant contains one rounding path only; `u` is used when it is set.
-template <QuantFormat F, bool kStochastic>
+// kFinite: the caller has checked that the block (tensor, for FP8) holds no NaN/Inf, so the
+// per-element test is compiled out.
+template <QuantFormat F, bool kStochastic, bool kFinite = false>
 MX_HD ElementResult round_element(float global, const BlockParams& block, float x, float u) {
   ElementResult r;
   if constexpr (F == QuantFormat::kFP32) {
@@ -233,7 +244,7 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
   } else if constexpr (F == QuantFormat::kBF16) {
     r.value = x == x ? bf16_bits_to_float(float_to_bf16_bits(x)) : quiet_nan();
   } else if constexpr (F == QuantFormat::kMXFP4) {
-    if (block.nonfinite) {
+    if (!kFinite && block.nonfinite) {
       r.value = quiet_nan();
       return r;
     }
@@ -242,12 +253,12 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
     const float a = fabsf(y);
     constexpr float kMax = kE2M1.max_finite;
     r.saturated = a > kMax;
-    const float clamped = r.saturated ? kMax : a;
+    const float clamped = fminf(a, kMax);  // a is finite here: = (a > 6 ? 6 : a)
     const float m = kStochastic ? e2m1_sr_magnitude(clamped, u) : e2m1_rne_magnitude(clamped);
     r.code = (sign >> 28) | e2m1_code_of(m);
     r.value = bits_float(float_bits(m) | sign) * block.scale;  // = mx_dequant(code, scale_code)
   } else if constexpr (F == QuantFormat::kNVFP4) {
-    if (block.nonfinite) {
+    if (!kFinite && block.nonfinite) {
       r.value = quiet_nan();
       return r;
     }
@@ -267,7 +278,7 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
     r.value = (bits_float(float_bits(m) | sign) * block.scale) * global;  // = nvfp4_dequant(…)
   } else {  // FP8 E4M3 / E5M2, per-tensor scale
     constexpr MinifloatFormat f = element_format_of(F);
-    if (block.nonfinite) {
+    if (!kFinite && block.nonfinite) {
       r.code = f.nan_code;
       r.value = quiet_nan();
       return r;
@@ -278,6 +289,25 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
     r.value = decode_code(e.code, f) * block.divisor;
   }
   return r;
+}
+
+// ---- Output conversions ---------------------------------------------------------------
+
+// The float32 output: values beyond float32 range clamped (clamp_to_finite), as the reference.
+MX_HD float dequant_f32(float v) { return clamp_to_finite(v, FLT_MAX).value; }
+
+// The bf16 output bits, as float_to_bf16_bits(clamp_to_finite(v, bf16 max)). An MXFP4 value
+// (two significant bits times a power of two from 2^-127 up) is exactly a bf16 value, or an
+// infinity when it overflows float32, or the canonical NaN: its bf16 is its top half, the
+// clamp only touching infinities.
+template <QuantFormat F>
+MX_HD uint16_t dequant_bf16_bits(float v) {
+  if constexpr (F == QuantFormat::kMXFP4) {
+    const uint32_t b = float_bits(v);
+    return (b & 0x7FFFFFFFu) == 0x7F800000u ? static_cast<uint16_t>((b >> 16) - 1u)  // ±inf -> ±max
+                                             : static_cast<uint16_t>(b >> 16);
+  }
+  return float_to_bf16_bits(clamp_to_finite(v, kBF16MaxFinite).value);
 }
 
 // ---- Stochastic-rounding numbers ----------------------------------------------------------
@@ -347,58 +377,57 @@ struct SegmentResult {
   // element j in byte j (little-endian), i.e. the packed layout of quantize.h.
   uint32_t code_words[8];
   uint8_t scale_codes[2];  // MXFP4: [0]; NVFP4: the segment's two 16-blocks
+  // MXFP4 only: no value overflowed float32 (E8M0 code <= 252, or a NaN block), so each
+  // dequantized value's bf16 is exactly its top 16 bits (dequant_bf16_bits without the clamp).
+  bool bf16_is_top_half = false;
 };
 
 // Quantizes the (rotated) segment `v` in place: on return v[j] holds the dequantized value of
 // element j before the float32/bf16 range clamp. Telemetry is accumulated when kTelemetry.
-template <QuantFormat F, bool kTelemetry, bool kStochastic>
-MX_HD void quantize_segment(float (&v)[kSegment], const SegmentContext& ctx, SegmentResult& out,
-                            ThreadTelemetry& tel) {
+// kCodes: fill out.code_words (packed or FP8 outputs); without it the compiler drops the code
+// arithmetic altogether.
+// The stochastic-rounding numbers of a segment, four at a time: uniforms(ctx, g, u) fills u with
+// those of elements 4g … 4g+3. This one evaluates Philox per group of four along a row, per
+// element otherwise; the GPU's column pass can share evaluations between threads instead.
+struct DirectUniforms {
+  MX_HD void operator()(const SegmentContext& ctx, int g, float (&u)[4]) const {
+    // Along a row the indices are consecutive and start at a multiple of 4 (cols % 32 == 0).
+    if (ctx.index_stride == 1 && (ctx.first_index & 3) == 0) {
+      sr_uniforms4(ctx.key, static_cast<uint64_t>(ctx.first_index >> 2) + g, u);
+      return;
+    }
+MXABLATE_UNROLL
+    for (int k = 0; k < 4; ++k)
+      u[k] = sr_uniform_at(ctx.key, static_cast<uint64_t>(ctx.first_index + (4 * g + k) * ctx.index_stride));
+  }
+};
+
+// A vote that needs no partner: for callers that run one thread per segment.
+struct NoVote {
+  MX_HD bool operator()(bool b) const { return b; }
+};
+
+// The element loop of quantize_segment.
+template <QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes, bool kFinite, typename Uniforms>
+MX_HD void round_elements(float (&v)[kSegment], const SegmentContext& ctx, const BlockParams (&params)[2],
+                          SegmentResult& out, ThreadTelemetry& tel, const Uniforms& uniforms) {
   constexpr int kBlock = block_size_of(F);
   constexpr bool kFp4 = F == QuantFormat::kMXFP4 || F == QuantFormat::kNVFP4;
-MXABLATE_UNROLL
-  for (int w = 0; w < 8; ++w) out.code_words[w] = 0;
-  out.scale_codes[0] = out.scale_codes[1] = 0;
-
-  BlockParams params[2];
-  if constexpr (kBlock != 0) {
-MXABLATE_UNROLL
-    for (int b = 0; b < kSegment / kBlock; ++b) {
-      params[b] = block_params<F>(ctx.global, v + b * kBlock, kBlock, ctx.spec.scale_rule);
-      out.scale_codes[b] = params[b].scale_code;
-      if constexpr (kTelemetry) tel.nonfinite_blocks += params[b].nonfinite && b * kBlock < ctx.count ? 1 : 0;
-    }
-  } else {
-    params[0] = tensor_block_params<F>(ctx.global);
-  }
-
-  constexpr bool stochastic = kStochastic;
-  // Along a row the 32 indices are consecutive and start at a multiple of 4 (cols % 32 == 0),
-  // so one Philox evaluation serves a group of four elements; down a column each element needs
-  // its own. Groups of four also keep the fully unrolled loop small enough to stay unrolled
-  // (a rolled loop would move v[] to local memory).
-  const bool grouped = ctx.index_stride == 1 && (ctx.first_index & 3) == 0;
+  // Groups of four elements: the unit of stochastic-rounding numbers, and small enough for the
+  // fully unrolled loop to stay unrolled (a rolled loop would move v[] to local memory).
 MXABLATE_UNROLL
   for (int g = 0; g < kSegment / 4; ++g) {
     float u[4] = {-1.0f, -1.0f, -1.0f, -1.0f};
-    if constexpr (stochastic) {
-      if (grouped) {
-        sr_uniforms4(ctx.key, static_cast<uint64_t>(ctx.first_index >> 2) + g, u);
-      } else {
-MXABLATE_UNROLL
-        for (int k = 0; k < 4; ++k)
-          u[k] = sr_uniform_at(ctx.key, static_cast<uint64_t>(ctx.first_index + (4 * g + k) * ctx.index_stride));
-      }
-    }
+    if constexpr (kStochastic) uniforms(ctx, g, u);
 MXABLATE_UNROLL
     for (int k = 0; k < 4; ++k) {
       const int j = 4 * g + k;
       const float x = v[j];
       const BlockParams& p = params[kBlock == kNVBlockSize ? (j >> 4) : 0];
-      const ElementResult r = round_element<F, kStochastic>(ctx.global, p, x, u[k]);
-      if constexpr (kFp4) {
+      const ElementResult r = round_element<F, kStochastic, kFinite>(ctx.global, p, x, u[k]);
+      if constexpr (kCodes && kFp4) {
         out.code_words[j >> 3] |= (r.code & 0xFu) << ((j & 7) * 4);
-      } else {
+      } else if constexpr (kCodes) {
         out.code_words[j >> 2] |= (r.code & 0xFFu) << ((j & 3) * 8);
       }
       if constexpr (kTelemetry) {
@@ -409,22 +438,86 @@ MXABLATE_UNROLL
   }
 }
 
+// `vote(b)` must return b ANDed over every thread that shares uniform-source shuffles with this
+// one (the warp on the GPU), called by all of them.
+template <QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes = true,
+          typename Uniforms = DirectUniforms, typename Vote = NoVote>
+MX_HD void quantize_segment(float (&v)[kSegment], const SegmentContext& ctx, SegmentResult& out,
+                            ThreadTelemetry& tel, const Uniforms& uniforms = Uniforms{},
+                            const Vote& vote = Vote{}) {
+  constexpr int kBlock = block_size_of(F);
+MXABLATE_UNROLL
+  for (int w = 0; w < 8; ++w) out.code_words[w] = 0;
+  out.scale_codes[0] = out.scale_codes[1] = 0;
+
+  BlockParams params[2];
+  if constexpr (kBlock != 0) {
+MXABLATE_UNROLL
+    for (int b = 0; b < kSegment / kBlock; ++b) {
+      params[b] = block_params<F>(ctx.global, v + b * kBlock, kBlock, ctx.spec.scale_rule);
+      out.scale_codes[b] = params[b].scale_code;
+      if constexpr (F == QuantFormat::kMXFP4)
+        out.bf16_is_top_half = params[b].scale_code <= 252 || params[b].scale_code == kE8M0NaN;
+      if constexpr (kTelemetry) tel.nonfinite_blocks += params[b].nonfinite && b * kBlock < ctx.count ? 1 : 0;
+    }
+  } else {
+    params[0] = tensor_block_params<F>(ctx.global);
+  }
+
+  // Blocks holding a NaN/Inf are rare: when the whole warp has none (`vote`, so that the warp
+  // stays converged for the shuffles some uniform sources make), the element loop runs without
+  // per-element tests.
+  bool finite = !params[0].nonfinite && !(kBlock == kNVBlockSize && params[1].nonfinite);
+  finite = vote(finite);
+  if (finite) {
+    round_elements<F, kTelemetry, kStochastic, kCodes, true>(v, ctx, params, out, tel, uniforms);
+  } else {
+    round_elements<F, kTelemetry, kStochastic, kCodes, false>(v, ctx, params, out, tel, uniforms);
+  }
+}
+
+// ---- E4M3 re-expression (mx_to_fp8.h), the short way ---------------------------------------
+
+// The E2M1 magnitude of a magnitude code (e2m1_code_of's inverse).
+MX_HD float e2m1_magnitude_of(uint32_t mag) {
+  return mag < 2u ? static_cast<float>(mag) * 0.5f : bits_float(0x3F800000u + ((mag - 2u) << 22));
+}
+
+// E4M3 magnitude code of f in [0, 448], round to nearest even: the hardware conversion where
+// there is one (sm_89 and later), encode_magnitude elsewhere; the GPU tests compare the two.
+MX_HD uint32_t e4m3_rne_code(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+#else
+  return encode_magnitude(f, kE4M3, -1.0f);
+#endif
+}
+
 // E4M3 re-expression of an MXFP4 segment (code_words as quantize_segment leaves them) given the
-// largest E8M0 code of its 128-chunk. Writes 32 E4M3 bytes into fp8_words; returns whether every
-// element was exact.
+// largest E8M0 code of its 128-chunk: e2m1_as_e4m3 element by element. An element k * 2^(d-1)
+// (k = 1, 2, 3, 4, 6, 8, 12 for magnitude codes 1..7, d the shift) is an E4M3 value exactly when
+// it is a multiple of 2^-9, i.e. d + 8 + trailing_zeros(k) >= 0 (above 2^-6 that always holds).
+// Writes 32 E4M3 bytes into fp8_words; returns whether every element was exact.
 MX_HD bool segment_as_e4m3(const uint32_t (&code_words)[8], uint8_t scale_code, uint8_t max_code,
                            uint32_t (&fp8_words)[8]) {
-  bool exact = true;
 MXABLATE_UNROLL
   for (int w = 0; w < 8; ++w) fp8_words[w] = 0;
+  if (max_code == kE8M0NaN) {
+MXABLATE_UNROLL
+    for (int w = 0; w < 8; ++w) fp8_words[w] = 0x7F7F7F7Fu;  // kE4M3NaN in every byte
+    return true;
+  }
+  int shift = static_cast<int>(scale_code) - static_cast<int>(max_code) + kFp8ChunkHeadroom;
+  if (shift < -30) shift = -30;  // as e2m1_as_e4m3: every magnitude is E4M3 zero down there
+  const float step = pow2f(shift);
+  constexpr uint32_t kTrailingZeros = (0u << 2) | (1u << 4) | (0u << 6) | (2u << 8) | (1u << 10) | (3u << 12) | (2u << 14);
+  bool exact = true;
 MXABLATE_UNROLL
   for (int j = 0; j < kSegment; ++j) {
-    uint32_t code = kE4M3NaN;
-    if (max_code != kE8M0NaN) {
-      const Fp8Element e = e2m1_as_e4m3((code_words[j >> 3] >> ((j & 7) * 4)) & 0xFu, scale_code, max_code);
-      code = e.code;
-      exact = exact && e.exact;
-    }
+    const uint32_t e2m1 = (code_words[j >> 3] >> ((j & 7) * 4)) & 0xFu;
+    const uint32_t mag = e2m1 & 7u;
+    const uint32_t code = ((e2m1 >> 3) << 7) | e4m3_rne_code(e2m1_magnitude_of(mag) * step);
+    exact = exact && (mag == 0u || shift + 8 + static_cast<int>((kTrailingZeros >> (2 * mag)) & 3u) >= 0);
     fp8_words[j >> 2] |= code << ((j & 3) * 8);
   }
   return exact;
@@ -436,8 +529,17 @@ MXABLATE_UNROLL
 // partner = the thread whose part is `part ^ mask`:
 //   void xor_floats(const float (&own)[32], int mask, float (&partner)[32]);
 //   uint32_t xor_u32(uint32_t own, int mask);
+//   bool all(bool b);  // b ANDed over the threads that must stay converged
 // The GPU kernel implements it with warp shuffles among groups of 4 lanes; the host simulation in
 // tests/gpu with four threads and a barrier. Every thread of a chunk must make the same calls.
+
+// Exchange's vote: `bool all(bool)` over the threads that must stay converged (the GPU's warp;
+// the host model's four threads).
+template <typename Exchange>
+struct ExchangeVote {
+  Exchange& ex;
+  MX_HD bool operator()(bool b) const { return ex.all(b); }
+};
 
 // Rotates the segment at `part` of its chunk (spec.hadamard must not be kNone).
 template <typename Exchange>
@@ -463,15 +565,18 @@ struct Fp8Segment {
 };
 
 // Rotation (if any), block scales, rounding, codes and, when `want_fp8` (MXFP4 only), the E4M3
-// re-expression of the chunk into `fp8`. kStochastic must equal spec.rounding == kStochastic. On return v holds the dequantized values before the range
+// re-expression of the chunk into `fp8`. kStochastic must equal spec.rounding == kStochastic;
+// kCodes must be set when res.code_words or fp8 are used. On return v holds the dequantized values before the range
 // clamp; `res` the codes and scales.
-template <QuantFormat F, bool kTelemetry, bool kStochastic, typename Exchange>
+template <QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes, typename Exchange,
+          typename Uniforms = DirectUniforms>
 MX_HD void process_segment(float (&v)[kSegment], int part, const SegmentContext& ctx,
                            uint32_t sign_word, Exchange& ex, SegmentResult& res,
-                           ThreadTelemetry& tel, bool want_fp8, Fp8Segment& fp8) {
+                           ThreadTelemetry& tel, bool want_fp8, Fp8Segment& fp8,
+                           const Uniforms& uniforms = Uniforms{}) {
   if (ctx.spec.hadamard != HadamardMode::kNone) rotate_segment(v, part, ctx.spec, sign_word, ex);
-  quantize_segment<F, kTelemetry, kStochastic>(v, ctx, res, tel);
-  if constexpr (F == QuantFormat::kMXFP4) {
+  quantize_segment<F, kTelemetry, kStochastic, kCodes>(v, ctx, res, tel, uniforms, ExchangeVote<Exchange>{ex});
+  if constexpr (F == QuantFormat::kMXFP4 && kCodes) {
     if (want_fp8) {
       // The largest E8M0 code of the chunk; 0xFF (NaN) is the largest code, so a NaN block wins.
       uint32_t max_code = res.scale_codes[0];

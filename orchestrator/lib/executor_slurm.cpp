@@ -132,6 +132,9 @@ std::vector<LaunchResult> SlurmExecutor::submit_array(const std::vector<LaunchRe
                                                : "one submission cannot mix trainer binaries");
 
   const size_t room = throttle_room();
+  if (room == 0)  // capacity() said so: the caller broke the contract
+    return all_failed(fmt::format("--max-parallel {} is used up by the sweep's live tasks",
+                                  opt_.submit.max_parallel));
   const int throttle = room == std::numeric_limits<size_t>::max()
                            ? 0
                            : static_cast<int>(std::min(room, requests.size()));
@@ -464,8 +467,14 @@ void SlurmExecutor::send_stops() {
   stop.insert(stop.end(), kill.begin(), kill.end());
   to_stop_.clear();
   to_kill_.clear();
+  if (!kill.empty()) {
+    try {
+      client_->cancel(kill, /*kill_now=*/true);
+    } catch (const SlurmError&) {
+      // Pending tasks cannot be signalled; the plain cancel below removes them.
+    }
+  }
   try {
-    if (!kill.empty()) client_->cancel(kill, /*kill_now=*/true);
     client_->cancel(stop);
   } catch (const SlurmError& e) {
     note(fmt::format("warning: cannot cancel Slurm tasks: {}", e.what()));

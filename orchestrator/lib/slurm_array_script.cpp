@@ -184,6 +184,10 @@ if [ ! -f "$dir/config.json" ]; then
 fi
 exec </dev/null >>"$dir/stdout.log" 2>>"$dir/stderr.log"
 export MXABLATE_ATTEMPT=${attempts[$i]} MXABLATE_SLOT=$task
+# As many CPU threads as Slurm gave the task (--cpus-per-task), unless set explicitly.
+if [ -z "${OMP_NUM_THREADS:-}" ] && [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+  export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+fi
 banner="=== mxablate: attempt ${attempts[$i]}$([ "${resume[$i]}" = 1 ] && echo ' (resume)') as Slurm job $task on $(hostname) at $(date '+%Y-%m-%d %H:%M:%S') ==="
 echo "$banner"
 echo "$banner" >&2

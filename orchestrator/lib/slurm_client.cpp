@@ -13,6 +13,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The line of a Slurm command's stderr that says what went wrong: the last one ("fatal: …"
+// follows the "error: …" lines leading to it), without the "squeue: error: " prefixes.
+std::string slurm_message(const std::string& text, const std::string& program) {
+  std::string last;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) last = line;
+    start = end + 1;
+  }
+  for (const std::string& prefix : {program + ": ", std::string("error: "), std::string("fatal: ")})
+    if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
+  return last;
+}
+
 std::string first_line(const std::string& text) {
   size_t b = 0;
   while (b < text.size() && (text[b] == '\n' || text[b] == ' ')) ++b;
@@ -124,8 +142,9 @@ class CommandClient : public SlurmClient {
                                    std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()),
                        true);
     if (r.exit_code == 0) return;
-    std::string message = first_line(r.err);
-    if (message.empty()) message = first_line(r.out);
+    const std::string program = what.substr(0, what.find(' '));
+    std::string message = slurm_message(r.err, program);
+    if (message.empty()) message = slurm_message(r.out, program);
     if (message.empty()) message = fmt::format("exit code {}", r.exit_code);
     throw SlurmError(fmt::format("{} failed: {}", what, message),
                      is_transient_slurm_message(r.err));

@@ -86,7 +86,10 @@ void cancel(const CancelOptions& o) {
       std::cout << fmt::format("sweep {}: no Slurm jobs (it did not run with --executor slurm)\n",
                                s.name);
   }
-  if (slurm_sweeps.empty()) return;
+  if (slurm_sweeps.empty()) {
+    if (o.sweep.empty()) std::cout << fmt::format("{}: no sweep ran with --executor slurm\n", o.db);
+    return;
+  }
   if (!find_program("squeue") || !find_program("scancel"))
     throw std::runtime_error("squeue/scancel are not on PATH — run mxablate cancel where the Slurm "
                              "commands work (a login node)");

@@ -162,6 +162,7 @@ void run_sweep(const RunOptions& o) {
   if (on_slurm && (!o.gpus.empty() || o.cpu > 0 || o.per_gpu != 1 || timeout_ms > 0))
     throw InputError("--gpus, --cpu, --per-gpu and --timeout are for the local executor; with "
                      "--executor slurm use --gpus-per-run, --max-parallel and --time");
+  if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
   const RecipeInput input = load_recipe_input(o.recipe);
   check_data_paths(input.recipe, input.plan);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);

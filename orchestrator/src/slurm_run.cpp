@@ -1,6 +1,8 @@
 #include "slurm_run.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "cli_errors.h"
@@ -37,21 +39,21 @@ void add_slurm_run_options(CLI::App* cmd, SlurmRunOptions& o) {
                   "at most K of the sweep's runs at once (the job array's %K); 0: no limit")
       ->capture_default_str()
       ->group(kGroup);
+  // One value per occurrence, so that `--sbatch-arg=--qos=high recipe.yaml` leaves the recipe
+  // alone; the '=' form is needed because the value starts with '-'.
   cmd->add_option("--sbatch-arg", o.sbatch_args,
-                  "one more sbatch option for every run, e.g. --sbatch-arg=--account=abc "
-                  "(repeatable)")
+                  "one more sbatch option for every run, written with '=': "
+                  "--sbatch-arg=--account=abc (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all()
       ->group(kGroup);
   cmd->add_option("--slurm-poll", o.poll, "how often squeue is asked about the sweep's jobs")
       ->capture_default_str()
       ->group(kGroup);
 }
 
-std::unique_ptr<SlurmExecutor> make_slurm_executor(const SlurmRunOptions& o,
-                                                   const std::string& sweep,
-                                                   const std::filesystem::path& sweep_dir) {
+SlurmExecutorOptions slurm_executor_options(const SlurmRunOptions& o) {
   SlurmExecutorOptions options;
-  options.sweep = sweep;
-  options.sweep_dir = sweep_dir;
   options.submit = {o.partition, o.gpus_per_run, o.time, o.max_parallel, o.sbatch_args};
   try {
     validate_slurm_submit_options(options.submit);
@@ -66,6 +68,19 @@ std::unique_ptr<SlurmExecutor> make_slurm_executor(const SlurmRunOptions& o,
   }
   if (poll_ms < 100) throw InputError("--slurm-poll: must be at least 100ms");
   options.poll = std::chrono::milliseconds(poll_ms);
+  return options;
+}
+
+std::unique_ptr<SlurmExecutor> make_slurm_executor(const SlurmRunOptions& o,
+                                                   const std::string& sweep,
+                                                   const std::filesystem::path& sweep_dir) {
+  SlurmExecutorOptions options = slurm_executor_options(o);
+  options.sweep = sweep;
+  options.sweep_dir = sweep_dir;
+  // A SLURM_CONF that names no file makes every Slurm command retry for a minute first.
+  if (const char* conf = std::getenv("SLURM_CONF"); conf && *conf && !std::filesystem::exists(conf))
+    throw std::runtime_error(fmt::format(
+        "--executor slurm: SLURM_CONF names {}, which does not exist", conf));
   for (const char* program : {"sbatch", "squeue", "scancel", "scontrol"})
     if (!find_program(program))
       throw std::runtime_error(fmt::format(

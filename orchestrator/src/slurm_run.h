@@ -32,6 +32,10 @@ struct SlurmRunOptions {
 
 void add_slurm_run_options(CLI::App* cmd, SlurmRunOptions& options);
 
+// The options as the executor takes them; InputError (one line naming the option) when one
+// cannot work. Called before anything else is looked at, so a typo costs nothing.
+orchestrator::SlurmExecutorOptions slurm_executor_options(const SlurmRunOptions& options);
+
 // Validates the options (InputError) and checks that the Slurm commands exist (an error saying
 // where mxablate must run otherwise).
 std::unique_ptr<orchestrator::SlurmExecutor> make_slurm_executor(

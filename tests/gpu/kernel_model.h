@@ -62,6 +62,11 @@ struct BarrierExchange {
     lanes.barrier.arrive_and_wait();
     return other;
   }
+  bool all(bool b) {
+    uint32_t v = b ? 1u : 0u;
+    for (int mask = 1; mask < kSegmentsPerChunk; mask <<= 1) v &= xor_u32(v, mask);
+    return v != 0;
+  }
 };
 
 struct Problem {
@@ -162,14 +167,14 @@ ModelOutput run(const Problem& pb) {
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;
-    process_segment<F, true, kStochastic>(v, part, ctx, segment_sign_word(signs, n_h, part), ex, res, seg_tel,
+    process_segment<F, true, kStochastic, true>(v, part, ctx, segment_sign_word(signs, n_h, part), ex, res, seg_tel,
                              pb.want_fp8, fp8);
     if (count == 0) return;
     merge(tel[part], seg_tel);
     for (int j = 0; j < count; ++j) {
       const size_t i = static_cast<size_t>(pb.index(line, start + j));
-      out.dequant[i] = clamp_to_finite(v[j], FLT_MAX).value;
-      out.dequant_bf16[i] = float_to_bf16_bits(clamp_to_finite(v[j], kBF16MaxFinite).value);
+      out.dequant[i] = dequant_f32(v[j]);
+      out.dequant_bf16[i] = dequant_bf16_bits<F>(v[j]);
     }
     if constexpr (F == QuantFormat::kMXFP4 || F == QuantFormat::kNVFP4) {
       std::memcpy(out.packed.data() + line * (length / 2) + start / 2, res.code_words, count / 2);

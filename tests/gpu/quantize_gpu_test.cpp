@@ -62,10 +62,15 @@ struct AxisBuffers {
         fp8_scales(fp8 ? lines * (length / 128) * 4 : 0), inexact(8, 0), telemetry(sizeof(gpu::DeviceTelemetry), 0),
         want_fp8(fp8) {}
 
-  gpu::AxisOutputs outputs(QuantFormat f, bool with_telemetry) const {
+  // All outputs, or the dequantized ones alone (the kernel variant without code arithmetic).
+  gpu::AxisOutputs outputs(QuantFormat f, bool with_telemetry, bool dequant_only) const {
     gpu::AxisOutputs o;
     o.dequant = dequant.as<float>();
     o.dequant_bf16 = dequant_bf16.as<uint16_t>();
+    if (dequant_only) {
+      if (with_telemetry) o.telemetry = telemetry.as<gpu::DeviceTelemetry>();
+      return o;
+    }
     if (packed_bytes(f, 1, 128) != 0) o.packed = packed.as<uint8_t>();
     if (block_size(f) != 0) o.scales = scales.as<uint8_t>();
     if (element_format(f)) o.tensor_scale = tensor_scale.as<float>();
@@ -92,7 +97,7 @@ bool wants_fp8(const AxisCase& c, int64_t rows, int64_t cols) {
 // Runs one GPU call quantizing `x` along the given axes (one or two) and checks each axis
 // against the CPU reference on the same (bf16-rounded, if bf16) values.
 void check_gpu_call(const std::vector<float>& x32, int64_t rows, int64_t cols, bool bf16_input,
-                    const std::vector<AxisCase>& axes, bool with_telemetry) {
+                    const std::vector<AxisCase>& axes, bool with_telemetry, bool dequant_only = false) {
   const std::vector<uint16_t> xb = to_bf16(x32);
   const std::vector<float> x = bf16_input ? bf16_values(xb) : x32;
   DeviceBuffer input(x.size() * (bf16_input ? 2 : 4));
@@ -113,8 +118,9 @@ void check_gpu_call(const std::vector<float>& x32, int64_t rows, int64_t cols, b
   for (size_t i = 0; i < axes.size(); ++i) {
     const AxisCase& c = axes[i];
     const int64_t lines = c.axis == Axis::kRows ? rows : cols, length = c.axis == Axis::kRows ? cols : rows;
-    buffers.push_back(std::make_unique<AxisBuffers>(c.spec.format, rows, cols, lines, length, wants_fp8(c, rows, cols)));
-    jobs[i] = {c.spec, c.key, buffers.back()->outputs(c.spec.format, with_telemetry)};
+    buffers.push_back(std::make_unique<AxisBuffers>(c.spec.format, rows, cols, lines, length,
+                                                    !dequant_only && wants_fp8(c, rows, cols)));
+    jobs[i] = {c.spec, c.key, buffers.back()->outputs(c.spec.format, with_telemetry, dequant_only)};
     (c.axis == Axis::kRows ? job.along_rows : job.down_cols) = &jobs[i];
   }
   gpu::quantize(job, nullptr);
@@ -128,9 +134,9 @@ void check_gpu_call(const std::vector<float>& x32, int64_t rows, int64_t cols, b
     const Expected want = reference_quantize(x.data(), rows, cols, c.axis, c.spec, c.key, b.want_fp8);
     CHECK(first_difference(b.dequant.read<float>(), want.dequant) == -1);
     CHECK(first_difference(b.dequant_bf16.read<uint16_t>(), want.dequant_bf16) == -1);
-    if (!want.packed.empty()) CHECK(first_difference(b.packed.read<uint8_t>(), want.packed) == -1);
-    if (!want.scales.empty()) CHECK(first_difference(b.scales.read<uint8_t>(), want.scales) == -1);
-    if (gpu::detail::is_per_tensor(c.spec.format)) {  // the others leave tensor_scale alone
+    if (!dequant_only && !want.packed.empty()) CHECK(first_difference(b.packed.read<uint8_t>(), want.packed) == -1);
+    if (!dequant_only && !want.scales.empty()) CHECK(first_difference(b.scales.read<uint8_t>(), want.scales) == -1);
+    if (!dequant_only && gpu::detail::is_per_tensor(c.spec.format)) {  // the others leave tensor_scale alone
       const float got_scale = b.tensor_scale.read<float>()[0];
       CHECK(std::memcmp(&got_scale, &want.tensor_scale, 4) == 0);
     }
@@ -157,8 +163,9 @@ struct Shape {
 
 TEST_CASE("GPU quantize equals the CPU reference on every mode, one axis at a time", "[gpu]") {
   const RngKey key{0xC0FFEE1234ull, 77, 11, GemmKind::kWgrad, Operand::kB};
-  // Tile multiple; ragged in both directions; columns not a multiple of 8 (scalar loads).
-  const std::vector<Shape> shapes{{128, 256}, {160, 96}, {96, 100}, {64, 48}};
+  // Tile multiple; ragged in both directions; columns not a multiple of 4 (scalar loads, and no
+  // shared Philox groups down columns); lines of 48 (a 16-block short of a 32-segment).
+  const std::vector<Shape> shapes{{128, 256}, {160, 96}, {96, 102}, {64, 48}};
   int call = 0;
   for (Shape s : shapes) {
     for (Specials specials : {Specials::kFiniteOnly, Specials::kAll}) {
@@ -167,8 +174,10 @@ TEST_CASE("GPU quantize equals the CPU reference on every mode, one axis at a ti
         for (const QuantSpec& spec : specs_to_sweep()) {
           for (Axis axis : {Axis::kRows, Axis::kCols}) {
             if (!check_shape(spec, s.rows, s.cols, axis).empty()) continue;
-            // Telemetry on for every other call: outputs must not depend on it.
-            check_gpu_call(x, s.rows, s.cols, bf16_input, {{axis, spec, key}}, ++call % 2 == 0);
+            // Telemetry on for every other call, dequantized outputs alone for every third: the
+            // outputs must not depend on the kernel variant.
+            ++call;
+            check_gpu_call(x, s.rows, s.cols, bf16_input, {{axis, spec, key}}, call % 2 == 0, call % 3 == 0);
           }
         }
       }
@@ -191,7 +200,9 @@ TEST_CASE("GPU quantize of both axes in one pass equals two reference calls", "[
                          {5, 1, 2, GemmKind::kFprop, Operand::kA}};
   for (bool bf16_input : {false, true}) {
     check_gpu_call(x, 384, 512, bf16_input, {fprop, wgrad_h16}, true);
+    check_gpu_call(x, 384, 512, bf16_input, {fprop, wgrad_h16}, false);  // two variants: two launches
     check_gpu_call(x, 384, 512, bf16_input, {fprop, wgrad_rht128}, false);
+    check_gpu_call(x, 384, 512, bf16_input, {fprop, wgrad_rht128}, false, true);  // one fused launch
     check_gpu_call(x, 384, 512, bf16_input, {fprop, fp8_cols}, true);  // different formats: two launches
     check_gpu_call(x, 384, 512, bf16_input, {nv_rows, fp8_cols}, true);
   }

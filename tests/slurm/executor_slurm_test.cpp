@@ -143,6 +143,11 @@ TEST_CASE("the throttle is shared: a new array only gets the part of K the live 
   h.executor->launch_batch({h.request("d", 2, true), h.request("e")});
   CHECK(h.fake->calls.back() == "release 101");
   CHECK(h.fake->jobs.at("101").spec == "0-1%1");
+  // K is used up now: a submission anyway (against capacity()) is refused, never unthrottled.
+  const auto refused = h.executor->launch_batch({h.request("f")});
+  CHECK_FALSE(refused[0].launched);
+  CHECK_THAT(refused[0].error, has_text("--max-parallel 2 is used up"));
+  CHECK(h.fake->count_calls("submit") == 2);
 }
 
 TEST_CASE("without --max-parallel arrays are unthrottled and split at MaxArraySize") {

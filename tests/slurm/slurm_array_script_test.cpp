@@ -45,7 +45,8 @@ fs::path write_fake_trainer(const fs::path& dir, const std::string& body) {
   const fs::path p = dir / "trainer.sh";
   std::ofstream(p) << "#!/bin/bash\n"
                       "echo \"args: $*\" >>\"$2/calls.txt\"\n"
-                      "echo \"attempt=$MXABLATE_ATTEMPT slot=$MXABLATE_SLOT\" >>\"$2/calls.txt\"\n"
+                      "echo \"attempt=$MXABLATE_ATTEMPT slot=$MXABLATE_SLOT "
+                      "omp=${OMP_NUM_THREADS:-unset}\" >>\"$2/calls.txt\"\n"
                       "echo trainer-stdout\n"
                       "echo trainer-stderr >&2\n"
                    << body;
@@ -56,9 +57,15 @@ fs::path write_fake_trainer(const fs::path& dir, const std::string& body) {
 // Runs the script like slurmstepd would for one task; returns the wait status.
 struct TaskProcess {
   pid_t pid = -1;
-  TaskProcess(const fs::path& script, int task, const std::string& job) {
+  TaskProcess(const fs::path& script, int task, const std::string& job,
+              const char* cpus_per_task = nullptr) {
     pid = ::fork();
     if (pid == 0) {
+      ::unsetenv("OMP_NUM_THREADS");
+      if (cpus_per_task)
+        ::setenv("SLURM_CPUS_PER_TASK", cpus_per_task, 1);
+      else
+        ::unsetenv("SLURM_CPUS_PER_TASK");
       ::setenv("SLURM_ARRAY_TASK_ID", std::to_string(task).c_str(), 1);
       ::setenv("SLURM_ARRAY_JOB_ID", job.c_str(), 1);
       ::execl("/bin/bash", "bash", script.c_str(), static_cast<char*>(nullptr));
@@ -171,14 +178,14 @@ TEST_CASE("a task runs the trainer for its own run directory and records its exi
   const fs::path script = dir.path / "array.sh";
   std::ofstream(script) << render_array_script(s, "0-1");
 
-  TaskProcess t1(script, 1, "77");
+  TaskProcess t1(script, 1, "77", "3");
   const int status = t1.wait();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
   const fs::path run1 = s.tasks[1].run_dir;
   const std::string calls = read_text(run1 / "calls.txt");
   CHECK_THAT(calls, has_text("args: --run-dir " + run1.string() + " --resume\n"));
-  CHECK_THAT(calls, has_text("attempt=3 slot=77_1"));
+  CHECK_THAT(calls, has_text("attempt=3 slot=77_1 omp=3"));  // --cpus-per-task=3
   CHECK(read_text(s.slurm_dir / "77_1.exit") == "3\n");
   CHECK_FALSE(fs::exists(s.slurm_dir / "77_1.exit.tmp"));
   const std::string out = read_text(run1 / "stdout.log");
@@ -191,6 +198,7 @@ TEST_CASE("a task runs the trainer for its own run directory and records its exi
   CHECK(WEXITSTATUS(t0.wait()) == 3);
   CHECK_THAT(read_text(s.tasks[0].run_dir / "calls.txt"),
              has_text("args: --run-dir " + s.tasks[0].run_dir.string() + "\n"));
+  CHECK_THAT(read_text(s.tasks[0].run_dir / "calls.txt"), has_text("omp=unset"));
 }
 
 TEST_CASE("SIGTERM to the task's shell alone reaches the trainer, whose exit status is kept") {

@@ -1,6 +1,7 @@
 // `mxablate run --executor slurm` against a real one-node Slurm cluster (slurm_cluster.h): array
 // submission and the %K throttle, a task scancelled mid-run and resumed, a task past its time
-// limit resumed, detaching and re-attaching across orchestrator restarts (Ctrl-C and SIGKILL),
+// limit resumed, a task whose node failed resumed, detaching and re-attaching across
+// orchestrator restarts (Ctrl-C and SIGKILL),
 // `mxablate cancel`, and a sweep of the real CPU-smoke trainer when it is built. Where Slurm
 // cannot start, the whole binary reports "skipped" (exit code 77) with the reason.
 //
@@ -19,6 +20,7 @@
 #include <set>
 
 #include "catch.h"
+#include "mxablate/orchestrator/command_runner.h"
 #include "mxablate/orchestrator/slurm_array_script.h"
 #include "mxablate/orchestrator/slurm_client.h"
 #include "mxablate/orchestrator/slurm_sweep_files.h"
@@ -124,7 +126,10 @@ struct TimeLimitSweep {
   }
 };
 
+bool time_limit_sweep_started = false;
+
 TimeLimitSweep& time_limit_sweep() {
+  time_limit_sweep_started = true;
   static TimeLimitSweep s;
   return s;
 }
@@ -134,8 +139,9 @@ TimeLimitSweep& time_limit_sweep() {
 TEST_CASE("a sweep is one job array whose %K throttle Slurm enforces", "[slurm]") {
   Sweep s("arrays", fake_recipe("arrays", 30, {"bf16", "FDW"}, {1, 2}));
   const auto t0 = Clock::now();
-  Mxablate run(s.slurm_args({"--max-parallel", "2"}), {{"MXABLATE_FAKE_STEP_MS", "100"}},
-               s.dir.path / "mxablate.out");
+  Mxablate run(s.slurm_args({"--max-parallel", "2", "--sbatch-arg=--comment=mxablate-test",
+                             "--sbatch-arg", "--nice=10"}),
+               {{"MXABLATE_FAKE_STEP_MS", "100"}}, s.dir.path / "mxablate.out");
   std::future<QueueObservation> watcher = std::async(std::launch::async, [&] {
     return watch_queue(s.job_name(), [&] { return !run.running(); });
   });
@@ -165,6 +171,7 @@ TEST_CASE("a sweep is one job array whose %K throttle Slurm enforces", "[slurm]"
   const std::string script = read_file(files.script_path(1));
   CHECK_THAT(script, has_text("#SBATCH --array=0-3%2\n"));
   CHECK_THAT(script, has_text("#SBATCH --job-name=" + s.job_name() + "\n"));
+  CHECK_THAT(script, has_text("#SBATCH --comment=mxablate-test\n#SBATCH --nice=10\n"));
   CHECK(files.read_submissions().size() == 1);
 
   // Throttled by Slurm: never more than 2 running, and Slurm said why the others waited.
@@ -245,7 +252,8 @@ TEST_CASE("a task scancelled mid-run resumes from its checkpoint in a new job", 
 
 TEST_CASE("stopping the orchestrator leaves the jobs running; re-running re-attaches to them",
           "[slurm]") {
-  Sweep s("reattach", fake_recipe("reattach", 60, {"bf16", "FDW"}, {1, 2}));
+  // 10 s runs: long enough that all four are still running through two restarts.
+  Sweep s("reattach", fake_recipe("reattach", 100, {"bf16", "FDW"}, {1, 2}));
   const std::map<std::string, std::string> env{{"MXABLATE_FAKE_STEP_MS", "100"}};
   const auto t0 = Clock::now();
   std::vector<std::string> ids;
@@ -491,6 +499,43 @@ TEST_CASE("a task that exceeds its time limit resumes from its checkpoint", "[sl
   CHECK_THAT(read_file(SlurmSweepFiles(s.sweep_dir()).log_file(*ref)),
              has_text("DUE TO TIME LIMIT"));
   CHECK(s.evals(id, s.db) == s.evals(id, s.reference()));
+}
+
+// Last: taking the node down would fail every other sweep's tasks too.
+TEST_CASE("a task whose node fails resumes from its checkpoint when the node is back", "[slurm]") {
+  if (time_limit_sweep_started) time_limit_sweep().process->wait(240s);
+  Sweep s("nodefail", fake_recipe("nodefail", 100, {"bf16"}, {1}));
+  const auto t0 = Clock::now();
+  Mxablate run(s.slurm_args(), {{"MXABLATE_FAKE_STEP_MS", "100"}}, s.dir.path / "mxablate.out");
+  std::string run_id;
+  REQUIRE(wait_until(
+      [&] {
+        try {
+          const auto ids = s.run_ids();
+          if (!ids.empty()) run_id = ids[0];
+        } catch (const std::exception&) {
+        }
+        return !run_id.empty() && s.has_event(run_id, "checkpoint", 20);
+      },
+      60s));
+  const auto down = mxablate::orchestrator::run_command(
+      "/bin/sh", {"-c", "scontrol update NodeName=localhost State=DOWN Reason=mxablate-test"}, 30s);
+  REQUIRE(down.exit_code == 0);
+  // ReturnToService=2 brings the node back as soon as its slurmd registers again; make sure.
+  CHECK(wait_until([&] { return s.attempts(run_id).size() > 1; }, 30s));
+  mxablate::orchestrator::run_command(
+      "/bin/sh", {"-c", "scontrol update NodeName=localhost State=RESUME 2>/dev/null"}, 30s);
+  const auto code = run.wait(120s);
+  INFO(run.output());
+  REQUIRE(code == 0);
+  record_timing("node failure: 10 s run, node down at step 20+, resumed", seconds_since(t0));
+  const auto a = s.attempts(run_id);
+  REQUIRE(a.size() == 2);
+  CHECK(a[0][4] == "retry");
+  CHECK_THAT(a[0][5].get<std::string>(), has_text("NODE_FAIL"));
+  CHECK(a[1][3] == 1);
+  CHECK(s.status(run_id) == "budget_exhausted");
+  CHECK(s.evals(run_id, s.db) == s.evals(run_id, s.reference()));
 }
 
 int main(int argc, char** argv) {

@@ -7,7 +7,8 @@
 //   3. GEMMs: BF16 cuBLAS vs the exact emulation vs the Hopper FP8 path, at 4096³, 8192³ and
 //      the layer shapes of a ~125 M-parameter model.
 //
-// Usage: mxablate-bench [--quick] [--markdown FILE]
+// Usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm]
+//   --only CONFIG runs that quantize configuration alone (by its table name; for profiling).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
@@ -220,16 +221,20 @@ double tflops(const GemmShape& s, double ms) { return 2.0 * s.m * s.n * s.k / (m
 }  // namespace
 
 int main(int argc, char** argv) try {
-  bool quick = false;
-  std::string markdown_path;
+  bool quick = false, gemms = true;
+  std::string markdown_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--markdown" && i + 1 < argc) {
       markdown_path = argv[++i];
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (arg == "--no-gemm") {
+      gemms = false;
     } else if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: mxablate-bench [--quick] [--markdown FILE]\n";
+      std::cout << "usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm]\n";
       return 0;
     } else {
       std::cerr << "mxablate-bench: unknown argument '" << arg << "' (see --help)\n";
@@ -265,6 +270,7 @@ int main(int argc, char** argv) try {
   const at::Tensor x_bf16 = at::randn({rows, cols}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
   const at::Tensor x_f32 = x_bf16.to(at::kFloat);
   for (const QuantConfig& c : quant_configs()) {
+    if (!only.empty() && c.name != only) continue;
     const QuantResult q = run_quant_config(c, c.dtype == at::kFloat ? x_f32 : x_bf16, copy_gbs, reps);
     r.line("| " + c.name + " | " + fixed(q.ms, 3) + " | " + fixed(q.gbs, 0) + " | " + fixed(100 * q.fraction, 1) +
            "% | " + fixed(q.composite_ms, 3) + " | " + fixed(q.composite_ms / q.ms, 1) + "x |");
@@ -276,12 +282,13 @@ int main(int argc, char** argv) try {
   r.line("| shape (M x N x K) | BF16 | exact emulation | FP8 path | FP8 GEMM alone | inexact chunks |");
   r.line("|---|---:|---:|---:|---:|---:|");
   const int64_t tokens = 16384;
-  std::vector<GemmShape> shapes{{"4096³", 4096, 4096, 4096},
+  std::vector<GemmShape> shapes;
+  if (gemms) shapes = {{"4096³", 4096, 4096, 4096},
                                 {"8192³", 8192, 8192, 8192},
                                 {"125M attn-out (tokens x 768 x 768)", tokens, 768, 768},
                                 {"125M MLP-up (tokens x 3072 x 768)", tokens, 3072, 768},
                                 {"125M MLP-down (tokens x 768 x 3072)", tokens, 768, 3072}};
-  if (quick) shapes.erase(shapes.begin() + 1);
+  if (quick && shapes.size() > 1) shapes.erase(shapes.begin() + 1);
   for (const GemmShape& s : shapes) {
     const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
     const at::Tensor a = at::randn({s.m, s.k}, opt), b = at::randn({s.n, s.k}, opt);
