@@ -266,6 +266,11 @@ class Loader {
         throw error(arm.extends_at,
                     fmt::format("arms.{}.extends: no arm named '{}'{}", arm.name, *arm.extends,
                                 arm_hint(r, *arm.extends)));
+    }
+    // Only now that every parent exists is each chain walkable to its root (or into a cycle):
+    // walking earlier would step off a later arm's missing parent.
+    for (const ArmDef& arm : r.arms) {
+      if (!arm.extends) continue;
       // Walk the chain: a cycle would make the arm's settings undefined.
       std::vector<std::string> chain{arm.name};
       const ArmDef* cur = &arm;
