@@ -314,6 +314,8 @@ AttemptExit SlurmExecutor::make_exit(const std::string& run_id, const SlurmTaskR
   if (e.exit_code == 66 && !files_.read_exit_status(ref))
     detail += ": the run directory is not visible there — the runs directory must be on a "
               "filesystem shared with this host";
+  if (e.exit_code == 75)
+    detail += ": the run directory stayed in use by an earlier trainer of the run";
   if (e.exit_code == 127)
     detail += ": the trainer could not be started there (is it on a shared filesystem?)";
   e.detail = detail;

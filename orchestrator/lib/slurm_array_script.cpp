@@ -183,6 +183,18 @@ if [ ! -f "$dir/config.json" ]; then
   exit 66
 fi
 exec </dev/null >>"$dir/stdout.log" 2>>"$dir/stderr.log"
+# One trainer per run directory at a time. Slurm may give up on a task whose trainer still runs
+# (a node that failed but goes on, a cancelled task still checkpointing) and mxablate then
+# resubmits it: the new task waits here for the old trainer. The lock is inherited by the
+# trainer, so it is held exactly as long as the trainer lives. Exit code 75 (EX_TEMPFAIL): the
+# old one did not let go within 10 minutes.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>>"$dir/.trainer.lock"
+  if ! flock -w 600 9; then
+    echo "mxablate: $dir is still in use by another trainer after 10 minutes" >&2
+    exit 75
+  fi
+fi
 export MXABLATE_ATTEMPT=${attempts[$i]} MXABLATE_SLOT=$task
 # As many CPU threads as Slurm gave the task (--cpus-per-task), unless set explicitly.
 if [ -z "${OMP_NUM_THREADS:-}" ] && [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then

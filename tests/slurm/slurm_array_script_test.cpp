@@ -224,6 +224,38 @@ TEST_CASE("SIGTERM to the task's shell alone reaches the trainer, whose exit sta
   CHECK(read_text(s.slurm_dir / "5_0.exit") == "4\n");
 }
 
+TEST_CASE("a task waits for a trainer still running in its run directory") {
+  ScratchDir dir("script-lock");
+  // Each trainer notes when it starts and ends; the first lives for a second.
+  const fs::path trainer = write_fake_trainer(
+      dir.path,
+      "echo \"start $(date +%s%N)\" >>\"$2/order.txt\"\n"
+      "[ \"$MXABLATE_SLOT\" = 1_0 ] && sleep 1\n"
+      "echo \"end $(date +%s%N)\" >>\"$2/order.txt\"\nexit 0\n");
+  ArrayScript s = two_task_script(dir.path, trainer);
+  s.tasks[1].run_dir = s.tasks[0].run_dir;  // the old task and its resubmission
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+  TaskProcess old_task(script, 0, "1");
+  const fs::path order = s.tasks[0].run_dir / "order.txt";
+  for (int i = 0; i < 200 && read_text(order).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  TaskProcess new_task(script, 1, "2");
+  CHECK(WEXITSTATUS(new_task.wait()) == 0);
+  CHECK(WEXITSTATUS(old_task.wait()) == 0);
+  std::istringstream lines(read_text(order));
+  std::string what;
+  long long t = 0;
+  std::vector<std::pair<std::string, long long>> events;
+  while (lines >> what >> t) events.emplace_back(what, t);
+  REQUIRE(events.size() == 4);
+  // start, end of the old trainer; only then start, end of the new one.
+  CHECK(events[0].first == "start");
+  CHECK(events[1].first == "end");
+  CHECK(events[2].first == "start");
+  CHECK(events[2].second >= events[1].second);
+}
+
 TEST_CASE("a trainer killed by a signal is recorded as 128 + the signal") {
   ScratchDir dir("script-kill");
   const fs::path trainer = write_fake_trainer(dir.path, "kill -9 $$\n");

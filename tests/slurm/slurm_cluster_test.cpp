@@ -412,16 +412,25 @@ TEST_CASE("the real CPU-smoke trainer runs a sweep through Slurm", "[slurm]") {
   } else {
     fs::create_directories(dir.path / "text");
     std::ofstream text(dir.path / "text" / "stories.txt");
-    const char* nouns[] = {"farmer", "river", "king", "garden", "letter", "horse", "village",
-                           "sister"};
-    const char* verbs[] = {"watched", "found", "carried", "remembered", "followed", "visited"};
+    // Enough variety for a 256-token BPE (a vocabulary of a dozen words is not).
+    const char* adjectives[] = {"old", "quiet", "bright", "young", "small", "dark",
+                                "kind", "distant", "cold", "green", "proud", "gentle"};
+    const char* nouns[] = {"farmer", "river", "king", "garden", "letter", "horse",
+                           "village", "sister", "window", "captain", "mountain", "teacher",
+                           "house", "stranger", "field", "ship"};
+    const char* verbs[] = {"watched", "found", "carried", "remembered", "followed", "visited",
+                           "answered", "saw", "praised", "left", "built", "heard"};
+    const char* endings[] = {" near the river", " slowly", " at last", " in the evening",
+                             " behind the house", " beyond the mountain", ", and nobody knew why"};
     uint64_t x = 7;
     const auto next = [&x] { return (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
     for (int doc = 0; doc < 2500; ++doc) {
-      for (int k = 0; k < 5; ++k)
-        text << "The " << nouns[next() % 8] << " " << verbs[next() % 6] << " the "
-             << nouns[next() % 8] << ". ";
-      text << "\n\n";
+      const int sentences = 3 + static_cast<int>(next() % 6);
+      for (int k = 0; k < sentences; ++k)
+        text << "The " << adjectives[next() % 12] << " " << nouns[next() % 16] << " "
+             << verbs[next() % 12] << " the " << nouns[next() % 16] << endings[next() % 7]
+             << (k + 1 < sentences ? ". " : ".\n");
+      text << "\n";
     }
     text.close();
     const CommandResult prep =
