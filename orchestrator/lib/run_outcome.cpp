@@ -53,8 +53,10 @@ Outcome decide_outcome(const AttemptObservation& o) {
   if (o.exit_code == trainer_exit::kDiverged)
     return {false, st::kDiverged, "exit code 3 (diverged) without a run_end event"};
   if (!o.exit_code && !o.signal)
-    return retry_or_give_up(o, "lost track of the trainer (the orchestrator was restarted) "
-                               "before it wrote a final status");
+    // Neither an exit code nor a signal: the executor can only say what it saw (an orchestrator
+    // restart, a Slurm NODE_FAIL with no exit file); that is the reason to keep.
+    return retry_or_give_up(
+        o, fmt::format("the trainer was lost ({}) before it wrote a final status", ended));
   return retry_or_give_up(o, fmt::format("{} without a final status", ended));
 }
 

@@ -188,7 +188,7 @@ struct SweepRunner::Impl {
       const auto batch = reader.poll();
       results::ingest_events(store.db(), oa.run_id, batch.events, reader.offset());
       AttemptObservation o;
-      o.how_it_ended = "lost when the previous mxablate stopped";
+      o.how_it_ended = "the previous mxablate stopped while it ran";
       o.run_end_status = store.run_end_status_after(oa.run_id, oa.start_seq);
       o.attempts_used = 0;
       o.max_attempts = opt.max_attempts;

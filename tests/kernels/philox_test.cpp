@@ -19,7 +19,7 @@ TEST_CASE("Philox4x32-10 matches the Random123 known answers") {
             {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}});
 }
 
-TEST_CASE("uniform24 covers [0, 1) exactly") {
+TEST_CASE("uniform24 covers zero up to one minus 2^-24, in steps of 2^-24") {
   CHECK(uniform24(0) == 0.0f);
   CHECK(uniform24(0xFFFFFFFFu) == 1.0f - 1.0f / 16777216.0f);
   CHECK(uniform24(0x80000000u) == 0.5f);

@@ -110,7 +110,11 @@ TEST_CASE("a stop we asked for is an interruption; one from outside is retried")
 TEST_CASE("an attempt whose process was lost is retried, and an unknown run_end fails") {
   AttemptObservation o = ended(std::nullopt, std::nullopt);
   o.attempts_used = 0;
-  CHECK(decide_outcome(o).retry);
+  o.how_it_ended = "ended without a known exit status; Slurm task 19_0 NODE_FAIL on localhost";
+  const Outcome lost = decide_outcome(o);
+  CHECK(lost.retry);
+  // What the executor saw is the reason given, not a guess.
+  CHECK(lost.reason.find("NODE_FAIL") != std::string::npos);
   const Outcome out = decide_outcome(ended(0, std::nullopt, "exploded"));
   CHECK(out.status == "failed");
   CHECK(out.reason == "unknown run_end status \"exploded\" (exit code 0)");

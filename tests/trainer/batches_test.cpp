@@ -2,6 +2,8 @@
 // order is the sampler's (so a data position resumes exactly), and validation is a fixed set.
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <numeric>
 
@@ -17,9 +19,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // A data directory whose token i is i % 997 (train) or (i * 3) % 997 (validation), in two train
-// shards, with a manifest: enough to see exactly which tokens a batch holds.
+// shards, with a manifest: enough to see exactly which tokens a batch holds. One per process:
+// CTest runs this file's test cases as concurrent processes.
 std::string make_dataset() {
-  const fs::path dir = fs::temp_directory_path() / "mxablate_batches_test";
+  const fs::path dir = fs::temp_directory_path() / ("mxablate_batches_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   data::Manifest m;
@@ -41,10 +44,21 @@ std::string make_dataset() {
   return dir.string();
 }
 
+const std::string& dataset() {
+  static const struct Scratch {
+    std::string dir = make_dataset();
+    ~Scratch() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } scratch;
+  return scratch.dir;
+}
+
 }  // namespace
 
 TEST_CASE("Training batches follow the sampler and shift targets by one", "[trainer][batches]") {
-  const data::TokenDataset ds = data::open_dataset(make_dataset());
+  const data::TokenDataset ds = data::open_dataset(dataset());
   const TrainBatches batches(ds, 50, 9);
   CHECK(batches.windows_per_epoch() == 100);  // (5001 - 1) / 50
   const data::SequenceSampler sampler(5001, 50, 9);
@@ -64,7 +78,7 @@ TEST_CASE("Training batches follow the sampler and shift targets by one", "[trai
 }
 
 TEST_CASE("The validation set is the first windows, in order, in fixed batches", "[trainer][batches]") {
-  const data::TokenDataset ds = data::open_dataset(make_dataset());
+  const data::TokenDataset ds = data::open_dataset(dataset());
   const auto val = validation_batches(ds, 50, 7, 3, at::kCPU);
   REQUIRE(val.size() == 3);  // 3 + 3 + 1 sequences
   CHECK(val[2].inputs.size(0) == 1);

@@ -1,5 +1,7 @@
 // mxablate-train end to end on the CPU, as the orchestrator runs it: a process per run, a run
 // directory with config.json, the events file as the only output that matters.
+#include <stdlib.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -293,7 +295,12 @@ TEST_CASE("Bad configs and misuse exit with status 2 and one clear line", "[trai
   expect_bad(c, "eval.tokens");
   c = smoke_config();
   c.device = "cuda";
-  expect_bad(c, "device: \"cuda\" requested");
+  {
+    // No GPU visible, whether or not this machine has one.
+    ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    expect_bad(c, "device: \"cuda\" requested");
+    ::unsetenv("CUDA_VISIBLE_DEVICES");
+  }
 
   const std::string dir = fresh_run_dir("bad_json");
   std::ofstream(dir + "/config.json") << R"({"model": "smoke", "trian": {}})";
