@@ -66,6 +66,11 @@ export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
 
+# The default corpus, when carried, for the end-to-end sweep test (it skips without one).
+if [ -d "$ROOT/.carry/data-default" ] && [ ! -e "$ROOT/data/default" ]; then
+  mkdir -p "$ROOT/data" && ln -s ../.carry/data-default "$ROOT/data/default"
+fi
+
 # 3. Configure and build.
 TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 export TORCH_CUDA_ARCH_LIST=9.0  # LibTorch's CMake would otherwise add flags for many GPUs
