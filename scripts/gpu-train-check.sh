@@ -10,8 +10,9 @@
 #      Why not bit-exact: on CUDA the GEMM outputs are BF16 (cuBLAS) and attention is the fused
 #      kernel; on the CPU outputs stay FP32 and attention is spelled out. The quantizers are
 #      bit-exact between devices, but their inputs already differ by those roundings.
-#   3. Throughput: tokens/s of llama-20m and llama-125m in BF16 and full MXFP4 (median of the
-#      sampled train events, and run_end's figure including evaluation).
+#   3. Throughput: tokens/s of llama-20m and llama-125m in BF16, full MXFP4, and full MXFP4 with
+#      the deterministic H16 rotation on Wgrad (median of the sampled train events, and
+#      run_end's figure including evaluation).
 #   4. Convergence: llama-20m for STEPS steps (default 200, ~1.8 epochs of the default corpus)
 #      in BF16 and full MXFP4: validation loss must fall by > 2 nats, no fatal divergence.
 #
@@ -69,6 +70,10 @@ config() {
 import json, sys
 name, device, model, prec, seq, glob, micro, steps, every, evtok, threads, data = sys.argv[1:]
 seq, glob, micro, steps, every, evtok, threads = map(int, (seq, glob, micro, steps, every, evtok, threads))
+# "mxfp4+h16": all three GEMMs in MXFP4 with the deterministic 16-point Hadamard rotation on
+# Wgrad (the paper's FDW+H16 arm, the arm of the DESIGN step-time target).
+hadamard = prec.endswith("+h16")
+prec = prec.removesuffix("+h16")
 p = {"fprop": prec, "dgrad": prec, "wgrad": prec}
 c = {"run_id": name, "arm": prec, "model": model, "device": device, "threads": threads,
      "data": {"dataset": data, "seq_len": seq},
@@ -76,6 +81,7 @@ c = {"run_id": name, "arm": prec, "model": model, "device": device, "threads": t
                "lr": 1e-3, "warmup_tokens": glob * max(1, steps // 10), "seed": 1},
      "eval": {"every_tokens": glob * every, "tokens": evtok},
      "precision": p,
+     **({"quant": {"hadamard": {"mode": "deterministic", "size": 16, "gemms": ["wgrad"]}}} if hadamard else {}),
      "checkpoint": {"every_steps": 0},
      "telemetry": {"train_every_steps": 1 if steps <= 50 else 10, "quant_every_steps": 0}}
 print(json.dumps(c, indent=1))
@@ -118,7 +124,7 @@ done
 
 echo "== 3. Throughput (tokens/s; median of sampled train events | run_end incl. evaluation)"
 for model in llama-20m llama-125m; do
-  for prec in bf16 mxfp4; do
+  for prec in bf16 mxfp4 mxfp4+h16; do
     run "speed-$model-$prec" cuda $model $prec 512 65536 16384 30 1000 16384 0 || failures=$((failures + 1))
     $PY - "$OUT/speed-$model-$prec" <<'PYEOF'
 import json, sys, statistics

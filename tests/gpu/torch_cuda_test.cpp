@@ -90,6 +90,17 @@ TEST_CASE("fake_quantize_both on CUDA equals the CPU path", "[gpu][torch]") {
   const BothAxes got = fake_quantize_both(x.to(at::kCUDA), rows, cols);
   CHECK(same_bits(got.rows, want.rows));
   CHECK(same_bits(got.cols, want.cols));
+  // float32 in, BF16 out in the same pass (the trainer's case), and the other way round.
+  for (const at::Tensor& in : {x.to(at::kFloat), x}) {
+    const at::ScalarType out = in.scalar_type() == at::kFloat ? at::kBFloat16 : at::kFloat;
+    const BothAxes cpu = fake_quantize_both(in, rows, cols, nullptr, nullptr, out);
+    const BothAxes cuda = fake_quantize_both(in.to(at::kCUDA), rows, cols, nullptr, nullptr, out);
+    CHECK(cuda.rows.scalar_type() == out);
+    CHECK(same_bits(cuda.rows, cpu.rows));
+    CHECK(same_bits(cuda.cols, cpu.cols));
+    CHECK(same_bits(fake_quantize(in.to(at::kCUDA), Axis::kCols, cols.spec, cols.key, nullptr, out),
+                    cpu.cols));
+  }
 }
 
 TEST_CASE("CUDA GEMM paths agree with a float64 product of the dequantized operands", "[gpu][torch][gemm]") {

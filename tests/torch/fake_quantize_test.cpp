@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace {
 
 // The CPU reference on the same values, as a float32 tensor (float32 output) or bf16 (bf16 output).
 at::Tensor reference(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
-                     QuantTelemetry* telemetry = nullptr) {
+                     QuantTelemetry* telemetry = nullptr,
+                     std::optional<at::ScalarType> out_dtype = std::nullopt) {
   const at::Tensor in = x.to(at::kFloat).contiguous();
   const int64_t rows = x.size(0), cols = x.size(1);
   std::vector<float> f32(static_cast<size_t>(rows * cols));
@@ -29,7 +31,7 @@ at::Tensor reference(const at::Tensor& x, Axis axis, const QuantSpec& spec, cons
   out.dequant_bf16 = b16.data();
   const QuantTelemetry t = quantize(in.data_ptr<float>(), rows, cols, axis, spec, key, out);
   if (telemetry) *telemetry = t;
-  if (x.scalar_type() == at::kFloat) return at::from_blob(f32.data(), {rows, cols}, at::kFloat).clone();
+  if (out_dtype.value_or(x.scalar_type()) == at::kFloat) return at::from_blob(f32.data(), {rows, cols}, at::kFloat).clone();
   at::Tensor r = at::empty({rows, cols}, at::kBFloat16);
   std::memcpy(r.data_ptr(), b16.data(), b16.size() * sizeof(uint16_t));
   return r;
@@ -75,6 +77,36 @@ TEST_CASE("fake_quantize on CPU equals the CPU reference bit for bit", "[torch][
       }
     }
   }
+}
+
+TEST_CASE("fake_quantize writes the asked dtype, bit for bit the reference's", "[torch][fake_quantize]") {
+  const RngKey key{77, 3, 2, GemmKind::kDgrad, Operand::kA};
+  const at::Tensor x32 = adversarial_matrix(64, 128, 13, true);
+  for (const at::Tensor& x : {x32, x32.to(at::kBFloat16)}) {
+    for (at::ScalarType out : {at::kFloat, at::kBFloat16}) {
+      for (const QuantSpec& spec : specs_under_test()) {
+        INFO("input " << x.scalar_type() << " output " << out << " format " << to_string(spec.format));
+        const at::Tensor got = fake_quantize(x, Axis::kCols, spec, key, nullptr, out);
+        CHECK(got.scalar_type() == out);
+        CHECK(same_bits(got, reference(x, Axis::kCols, spec, key, nullptr, out)));
+      }
+      const AxisQuantization rows{{QuantFormat::kMXFP4}, {5, 2, 1, GemmKind::kFprop, Operand::kA}};
+      const AxisQuantization cols{{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic,
+                                   HadamardMode::kDeterministic, 16},
+                                  {5, 2, 1, GemmKind::kWgrad, Operand::kB}};
+      const BothAxes both = fake_quantize_both(x, rows, cols, nullptr, nullptr, out);
+      CHECK(same_bits(both.rows, reference(x, Axis::kRows, rows.spec, rows.key, nullptr, out)));
+      CHECK(same_bits(both.cols, reference(x, Axis::kCols, cols.spec, cols.key, nullptr, out)));
+    }
+  }
+  // MX values (E2M1 times a power of two) are exact in BF16 within its range: nothing is lost
+  // by asking for BF16.
+  at::manual_seed(3);
+  const at::Tensor normal = at::randn({64, 128}) * 3;
+  const QuantSpec mx{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  CHECK(same_bits(fake_quantize(normal, Axis::kRows, mx, key, nullptr, at::kBFloat16).to(at::kFloat),
+                  fake_quantize(normal, Axis::kRows, mx, key)));
+  CHECK_THROWS_AS(fake_quantize(x32, Axis::kRows, mx, key, nullptr, at::kHalf), std::invalid_argument);
 }
 
 TEST_CASE("fake_quantize reads non-contiguous views by their logical layout", "[torch][fake_quantize]") {

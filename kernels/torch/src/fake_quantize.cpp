@@ -17,11 +17,12 @@ namespace {
 // The CPU reference reads float32; bf16 -> float32 is exact, so the result is the same as
 // quantizing the bf16 values themselves.
 at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry) {
+                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype) {
   const at::Tensor in = x.to(at::kFloat).contiguous();
-  at::Tensor result = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor result =
+      at::empty(x.sizes(), x.options().dtype(out_dtype).memory_format(at::MemoryFormat::Contiguous));
   QuantOutputs out;
-  if (x.scalar_type() == at::kFloat) {
+  if (out_dtype == at::kFloat) {
     out.dequant = result.data_ptr<float>();
   } else {
     out.dequant_bf16 = reinterpret_cast<uint16_t*>(result.data_ptr<at::BFloat16>());
@@ -44,29 +45,41 @@ void check_device_supported(const at::Tensor& x) {
   throw_no_gpu_kernels(x);
 }
 
+at::ScalarType checked_out_dtype(const at::Tensor& x, std::optional<at::ScalarType> out_dtype) {
+  const at::ScalarType t = out_dtype.value_or(x.scalar_type());
+  if (t != at::kFloat && t != at::kBFloat16)
+    throw std::invalid_argument(std::string("fake_quantize: out_dtype must be float32 or bfloat16, got ") +
+                                c10::toString(t));
+  return t;
+}
+
 }  // namespace
 
 at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
-                         QuantTelemetry* telemetry) {
+                         QuantTelemetry* telemetry, std::optional<at::ScalarType> out_dtype) {
   detail::check_quantizable(x, axis, spec, "fake_quantize input");
   check_device_supported(x);
+  const at::ScalarType dtype = checked_out_dtype(x, out_dtype);
 #if MXABLATE_KERNELS_TORCH_CUDA
-  if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, spec, key, telemetry);
+  if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, spec, key, telemetry, dtype);
 #endif
-  return fake_quantize_cpu(x, axis, spec, key, telemetry);
+  return fake_quantize_cpu(x, axis, spec, key, telemetry, dtype);
 }
 
 BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
                             const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
-                            QuantTelemetry* cols_telemetry) {
+                            QuantTelemetry* cols_telemetry,
+                            std::optional<at::ScalarType> out_dtype) {
   detail::check_quantizable(x, Axis::kRows, rows.spec, "fake_quantize_both input (rows)");
   detail::check_quantizable(x, Axis::kCols, cols.spec, "fake_quantize_both input (cols)");
   check_device_supported(x);
+  const at::ScalarType dtype = checked_out_dtype(x, out_dtype);
 #if MXABLATE_KERNELS_TORCH_CUDA
-  if (x.is_cuda()) return detail::fake_quantize_both_gpu(x, rows, cols, rows_telemetry, cols_telemetry);
+  if (x.is_cuda())
+    return detail::fake_quantize_both_gpu(x, rows, cols, rows_telemetry, cols_telemetry, dtype);
 #endif
-  return BothAxes{fake_quantize_cpu(x, Axis::kRows, rows.spec, rows.key, rows_telemetry),
-                  fake_quantize_cpu(x, Axis::kCols, cols.spec, cols.key, cols_telemetry)};
+  return BothAxes{fake_quantize_cpu(x, Axis::kRows, rows.spec, rows.key, rows_telemetry, dtype),
+                  fake_quantize_cpu(x, Axis::kCols, cols.spec, cols.key, cols_telemetry, dtype)};
 }
 
 }  // namespace mxablate::kernels

@@ -55,10 +55,10 @@ HostCounters read_counters(const Scratch& s) {
   return c;
 }
 
-// The output of fake quantization in the input's dtype, wired into `out`.
-at::Tensor dequant_output(const at::Tensor& x, gpu::AxisOutputs& out) {
-  at::Tensor result = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  if (x.scalar_type() == at::kFloat) {
+// The output of fake quantization in `dtype` (float32 or bfloat16), wired into `out`.
+at::Tensor dequant_output(const at::Tensor& x, at::ScalarType dtype, gpu::AxisOutputs& out) {
+  at::Tensor result = at::empty(x.sizes(), x.options().dtype(dtype).memory_format(at::MemoryFormat::Contiguous));
+  if (dtype == at::kFloat) {
     out.dequant = result.data_ptr<float>();
   } else {
     out.dequant_bf16 = reinterpret_cast<uint16_t*>(result.data_ptr<at::BFloat16>());
@@ -79,12 +79,12 @@ gpu::QuantizeJob job_for(const at::Tensor& contiguous, const Scratch& s) {
 }  // namespace
 
 at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry) {
+                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
   const Scratch scratch = make_scratch(in, telemetry != nullptr);
   gpu::AxisJob axis_job{spec, key, {}};
-  at::Tensor result = dequant_output(in, axis_job.out);
+  at::Tensor result = dequant_output(in, out_dtype, axis_job.out);
   if (telemetry) axis_job.out.telemetry = scratch.telemetry(0);
   gpu::QuantizeJob job = job_for(in, scratch);
   (axis == Axis::kRows ? job.along_rows : job.down_cols) = &axis_job;
@@ -95,12 +95,13 @@ at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& sp
 
 BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& rows,
                                 const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
-                                QuantTelemetry* cols_telemetry) {
+                                QuantTelemetry* cols_telemetry, at::ScalarType out_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
   const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
   gpu::AxisJob rows_job{rows.spec, rows.key, {}}, cols_job{cols.spec, cols.key, {}};
-  BothAxes result{dequant_output(in, rows_job.out), dequant_output(in, cols_job.out)};
+  BothAxes result{dequant_output(in, out_dtype, rows_job.out),
+                  dequant_output(in, out_dtype, cols_job.out)};
   if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
   if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
   gpu::QuantizeJob job = job_for(in, scratch);

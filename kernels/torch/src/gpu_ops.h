@@ -14,11 +14,11 @@
 namespace mxablate::kernels::detail {
 
 at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry);
+                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype);
 
 BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& rows,
                                 const AxisQuantization& cols, QuantTelemetry* rows_telemetry,
-                                QuantTelemetry* cols_telemetry);
+                                QuantTelemetry* cols_telemetry, at::ScalarType out_dtype);
 
 // An MXFP4 operand re-expressed for at::_scaled_mm with 1x128 blockwise scales: codes are E4M3,
 // (lines x K) row-major; scales are float32 (lines x K/128) stored column-major (strides

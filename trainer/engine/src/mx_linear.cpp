@@ -44,10 +44,9 @@ const QuantSpec& spec_of(const LinearState& s, OperandUse u) {
 }
 
 // GEMM operands on CUDA are BF16 (exact for every quantized value; the rounding itself for
-// plain BF16); on the CPU float32 holding the same values.
-at::Tensor as_gemm_dtype(const at::Tensor& q) {
-  return q.is_cuda() ? q.to(at::kBFloat16) : q.to(at::kFloat);
-}
+// plain BF16); on the CPU float32 holding the same values. The quantizers write this dtype
+// directly: converting afterwards would be another pass over every operand.
+at::ScalarType gemm_dtype(const at::Tensor& t) { return t.is_cuda() ? at::kBFloat16 : at::kFloat; }
 
 // Plain BF16 rounding (round to nearest even; NaN stays NaN). On the CPU the result stays
 // float32, computed in one pass: LibTorch's to(bf16).to(float) makes two, and on the LM head's
@@ -85,17 +84,18 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   const auto single = [&](OperandUse u, Axis axis, QuantTelemetry& tel) {
     const QuantSpec& spec = spec_of(s, u);
     if (is_plain_bf16(spec)) return round_to_bf16(t);
-    return as_gemm_dtype(kernels::fake_quantize(t, axis, spec, s.key(u.gemm, u.operand),
-                                                wants_telemetry(s, spec) ? &tel : nullptr));
+    return kernels::fake_quantize(t, axis, spec, s.key(u.gemm, u.operand),
+                                  wants_telemetry(s, spec) ? &tel : nullptr, gemm_dtype(t));
   };
   if (rows && cols && !is_plain_bf16(spec_of(s, *rows)) && !is_plain_bf16(spec_of(s, *cols))) {
     const QuantSpec& rs = spec_of(s, *rows);
     const QuantSpec& cs = spec_of(s, *cols);
     kernels::BothAxes both = kernels::fake_quantize_both(
         t, {rs, s.key(rows->gemm, rows->operand)}, {cs, s.key(cols->gemm, cols->operand)},
-        wants_telemetry(s, rs) ? &rows_tel : nullptr, wants_telemetry(s, cs) ? &cols_tel : nullptr);
-    out.rows = as_gemm_dtype(both.rows);
-    out.cols = as_gemm_dtype(both.cols);
+        wants_telemetry(s, rs) ? &rows_tel : nullptr, wants_telemetry(s, cs) ? &cols_tel : nullptr,
+        gemm_dtype(t));
+    out.rows = both.rows;
+    out.cols = both.cols;
   } else if (rows && cols && is_plain_bf16(spec_of(s, *rows)) && is_plain_bf16(spec_of(s, *cols))) {
     out.rows = round_to_bf16(t);  // the same values serve both GEMMs
     out.cols = out.rows;

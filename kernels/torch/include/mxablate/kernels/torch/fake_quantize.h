@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 #include "mxablate/kernels/quantize.h"
 
 namespace mxablate::kernels {
@@ -18,8 +20,13 @@ namespace mxablate::kernels {
 // sentence when the spec does not fit the shape or the tensor is not 2-D float32/bf16.
 // `telemetry`, when given, receives the statistics of this call (on CUDA this costs a device
 // synchronization; without it nothing is computed).
+// `out_dtype` (float32 or bfloat16; default: the input's) is the result's dtype, written by the
+// quantizer itself (a separate conversion would be another pass over memory). BF16 results are
+// the float32 ones rounded to nearest-even, clamped to BF16's largest finite value so that a
+// finite input stays finite; MX values (E2M1/E4M3/E5M2 times a power of two) are exact in it.
 at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
-                         QuantTelemetry* telemetry = nullptr);
+                         QuantTelemetry* telemetry = nullptr,
+                         std::optional<at::ScalarType> out_dtype = std::nullopt);
 
 // How one axis of a tensor is quantized: the spec and the random stream of the GEMM that uses it.
 struct AxisQuantization {
@@ -37,6 +44,7 @@ struct BothAxes {
 // results equal two fake_quantize calls bit for bit.
 BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
                             const AxisQuantization& cols, QuantTelemetry* rows_telemetry = nullptr,
-                            QuantTelemetry* cols_telemetry = nullptr);
+                            QuantTelemetry* cols_telemetry = nullptr,
+                            std::optional<at::ScalarType> out_dtype = std::nullopt);
 
 }  // namespace mxablate::kernels
