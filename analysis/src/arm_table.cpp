@@ -139,9 +139,30 @@ std::optional<std::string> paper_figure(const ArmSummary& a) {
   return std::nullopt;
 }
 
+std::string cost_method_note(const std::vector<ArmSummary>& arms) {
+  bool all_paired = true;
+  int left_out = 0;
+  for (const auto& a : arms) {
+    if (a.is_baseline) continue;
+    all_paired &= a.cost.paired;
+    left_out += a.cost.pairs_without_baseline;
+  }
+  std::string note =
+      all_paired ? "Extra tokens: each run against the baseline run of its own seed, median over "
+                   "seeds, bootstrap 95 % interval over seeds."
+                 : "Extra tokens: each run against the median of the baseline runs (seeds do not "
+                   "match one to one), bootstrap 95 % interval.";
+  if (left_out > 0)
+    note += fmt::format(" {} run{} left out: the baseline run of {} seed never reached the target.",
+                        left_out, left_out == 1 ? "" : "s", left_out == 1 ? "its" : "their");
+  return note;
+}
+
 std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format,
-                         const std::string& caption) {
+                         const std::string& given_caption) {
   std::string out;
+  const std::string caption =
+      given_caption.empty() ? given_caption : given_caption + ". " + cost_method_note(arms);
   if (format == TableFormat::kCsv) {
     render_csv(arms, out);
     return out;

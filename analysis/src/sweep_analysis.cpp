@@ -113,9 +113,15 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     std::string extra;
     while (axes.step()) {
       const std::string axis = axes.get_text(0);
-      if (is_seed_axis(axis)) continue;
-      extra += (extra.empty() ? "" : " ") + axis + "=" + axes.get_text(1);
+      const std::string setting = axis + "=" + axes.get_text(1);
+      if (is_seed_axis(axis)) {
+        r.pair_key += (r.pair_key.empty() ? "" : " ") + setting;
+        continue;
+      }
+      extra += (extra.empty() ? "" : " ") + setting;
     }
+    // Without a seed axis every run of the sweep has the recipe's one seed.
+    if (r.pair_key.empty()) r.pair_key = "train.seed=" + std::to_string(r.seed);
     r.group = extra.empty() ? r.arm : r.arm + " [" + extra + "]";
     if (std::find(data.groups.begin(), data.groups.end(), r.group) == data.groups.end())
       data.groups.push_back(r.group);
@@ -193,6 +199,7 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
                          r->status == "converged";
       o.tokens_trained = ended ? std::max(r->tokens_trained, r->max_tokens) : r->tokens_trained;
       if (target.val_loss) o.tokens_to_target = tokens_to_target(r->evals, *target.val_loss);
+      o.pair_key = r->pair_key;
       out.push_back(o);
     }
     return out;

@@ -36,7 +36,8 @@ std::vector<ArmSummary> arms() {
 
 TEST_CASE("markdown table") {
   const std::string expected =
-      "target val loss 3.3\n\n"
+      "target val loss 3.3. Extra tokens: each run against the median of the baseline runs "
+      "(seeds do not match one to one), bootstrap 95 % interval.\n\n"
       "| arm | fprop | dgrad | wgrad | interventions | extra tokens [95% CI] | final val loss | "
       "seeds | reached | diverged | not reached | paper |\n"
       "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -52,7 +53,8 @@ TEST_CASE("markdown table") {
 
 TEST_CASE("LaTeX table") {
   const std::string expected =
-      "\\begin{table}[t]\n\\centering\n\\caption{target val loss 3.3}\n"
+      "\\begin{table}[t]\n\\centering\n\\caption{target val loss 3.3. Extra tokens: each run against the median of the "
+      "baseline runs (seeds do not match one to one), bootstrap 95 \\% interval.}\n"
       "\\begin{tabular}{lllllrrrrrrl}\n\\toprule\n"
       "arm & fprop & dgrad & wgrad & interventions & extra tokens [95\\% CI] & final val loss & "
       "seeds & reached & diverged & not reached & paper \\\\\n\\midrule\n"

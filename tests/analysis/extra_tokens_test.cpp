@@ -55,3 +55,49 @@ TEST_CASE("no baseline run reached the target: the cost is undefined") {
   const ExtraTokenCost empty = extra_token_cost({}, {{100.0, 200}});
   CHECK_FALSE(empty.median_pct.has_value());
 }
+
+namespace {
+RunOutcome seeded(std::optional<double> ttt, double trained, const char* key) {
+  RunOutcome r{ttt, trained};
+  r.pair_key = key;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("runs with matching seeds are compared pair by pair") {
+  // Seed 2 is slow in every arm (its data order): unpaired, that spread swamps the effect.
+  const std::vector<RunOutcome> base{seeded(100.0, 300, "seed=1"), seeded(200.0, 300, "seed=2")};
+  const std::vector<RunOutcome> arm{seeded(220.0, 300, "seed=2"), seeded(110.0, 300, "seed=1")};
+  const ExtraTokenCost c = extra_token_cost(arm, base);
+  CHECK(c.paired);
+  CHECK(*c.median_pct == Approx(10.0));
+  CHECK(*c.ci_low_pct == Approx(10.0));
+  CHECK(*c.ci_high_pct == Approx(10.0));
+  // The same runs without seeds: against the baseline median 150, -26.7 % and +46.7 %.
+  const ExtraTokenCost u = extra_token_cost({{220.0, 300}, {110.0, 300}}, {{100.0, 300}, {200.0, 300}});
+  CHECK_FALSE(u.paired);
+  CHECK(*u.median_pct == Approx(10.0));
+  CHECK(*u.ci_high_pct - *u.ci_low_pct > 50.0);
+}
+
+TEST_CASE("a pair whose baseline never reached the target is left out, and counted") {
+  const std::vector<RunOutcome> base{seeded(100.0, 300, "seed=1"), seeded(std::nullopt, 300, "seed=2"),
+                                     seeded(100.0, 300, "seed=3")};
+  const std::vector<RunOutcome> arm{seeded(120.0, 300, "seed=1"), seeded(250.0, 300, "seed=2"),
+                                    seeded(std::nullopt, 140, "seed=3")};
+  const ExtraTokenCost c = extra_token_cost(arm, base);
+  CHECK(c.paired);
+  CHECK(c.pairs_without_baseline == 1);
+  CHECK(c.reached == 2);
+  CHECK(c.lower_bound);                      // seed 3 never got there: at least +40 %
+  CHECK(*c.median_pct == Approx(30.0));      // median of +20 % and >= +40 %
+}
+
+TEST_CASE("seeds that do not match one to one fall back to the unpaired estimate") {
+  const std::vector<RunOutcome> base{seeded(100.0, 300, "seed=1"), seeded(100.0, 300, "seed=2")};
+  CHECK_FALSE(extra_token_cost({seeded(110.0, 300, "seed=3")}, base).paired);
+  CHECK_FALSE(extra_token_cost({seeded(110.0, 300, "seed=1"), seeded(120.0, 300, "seed=1")}, base).paired);
+  CHECK_FALSE(extra_token_cost({seeded(110.0, 300, "seed=1")},
+                               {seeded(100.0, 300, "seed=1"), seeded(90.0, 300, "seed=1")}).paired);
+  CHECK(extra_token_cost({seeded(110.0, 300, "seed=1")}, base).paired);  // a subset is fine
+}

@@ -61,11 +61,13 @@ void build_database(const std::string& path) {
   // reached at 7800 and 8200 tokens (median 8000).
   ingest("fp8-1", linear_evals(10.0, 10, seq = 0), "budget_exhausted");
   ingest("fp8-2", linear_evals(10.2, 10, seq = 0), "budget_exhausted");
-  // FDW reaches 6.1 at 8600 (+7.5 %) and 9000 (+12.5 %): median +10 %.
+  // FDW reaches 6.1 at 8600 and 9000; against the baseline run of the same seed (7800, 8200):
+  // +10.256 % and +9.756 %, median +10.006 %.
   ingest("FDW-1", linear_evals(10.4, 10, seq = 0), "budget_exhausted");
   ingest("FDW-2", linear_evals(10.6, 10, seq = 0), "budget_exhausted");
-  // FDW+SR: seed 1 diverges at 3000 tokens (censored at its 10000-token budget: >= +25 %),
-  // seed 2 reaches the target at 9800 (+22.5 %): median >= +23.75 %.
+  // FDW+SR: seed 1 diverges at 3000 tokens (censored at its 10000-token budget: >= 10000/7800
+  // - 1 = +28.205 %), seed 2 reaches the target at 9800 (9800/8200 - 1 = +19.512 %): median
+  // >= +23.859 %.
   auto diverging = linear_evals(11.0, 2, seq = 0);
   diverging.push_back({{"seq", ++seq}, {"kind", "divergence"}, {"step", 30}, {"tokens", 3000},
                        {"reason", "nonfinite_loss"}, {"value", nullptr}, {"severity", "fatal"},
@@ -94,31 +96,32 @@ TEST_CASE("table from a hand-made database") {
   CHECK(baseline == "fp8");
   const auto rows = analysis::summarize(sweep, baseline, target);
   REQUIRE(rows.size() == 3);
-  CHECK(*rows[1].cost.median_pct == Approx(10.0));
+  CHECK(rows[1].cost.paired);
+  CHECK(*rows[1].cost.median_pct == Approx(100.0 * ((8600.0 / 7800 + 9000.0 / 8200) / 2 - 1)));
   CHECK_FALSE(rows[1].cost.lower_bound);
-  CHECK(*rows[2].cost.median_pct == Approx(23.75));
+  CHECK(*rows[2].cost.median_pct == Approx(100.0 * ((10000.0 / 7800 + 9800.0 / 8200) / 2 - 1)));
   CHECK(rows[2].cost.lower_bound);
   CHECK(rows[2].diverged == 1);
   CHECK(rows[2].converged == 1);
   CHECK(rows[2].first_divergence_reason == "nonfinite_loss");
   CHECK(*rows[2].final_val_loss == Approx(8.0));  // median of 10.0 (last before NaN) and 6.0
 
-  // Golden Markdown, derived by hand. With two runs per arm, each extreme of the resampled
-  // medians has probability 1/16 > 2.5 %, so the 95 % interval spans them: FDW
-  // [8600/8200 - 1, 9000/7800 - 1] = [+4.9, +15.4], FDW+SR [9800/8200 - 1, 10000/7800 - 1].
+  // Golden Markdown, derived by hand. With two pairs per arm, each extreme of the resampled
+  // medians has probability 1/4 > 2.5 %, so the 95 % interval spans the two pairs' costs: FDW
+  // [9000/8200 - 1, 8600/7800 - 1] = [+9.8, +10.3], FDW+SR [9800/8200 - 1, 10000/7800 - 1].
   const std::string md = analysis::render_table(rows, analysis::TableFormat::kMarkdown, "golden");
   const std::string expected_rows =
       "| fp8 | fp8 | fp8 | fp8 | - | baseline | 5.1000 | 2 | 2 | 0 | 0 | baseline (FP8) |\n"
-      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +10.0 % [+4.9, +15.4] | 5.5000 | 2 | 2 | 0 | 0 | +26-27 % |\n"
-      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +23.8 % [+19.5, +28.2] | 8.0000 | 2 | 1 | "
+      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +10.0 % [+9.8, +10.3] | 5.5000 | 2 | 2 | 0 | 0 | +26-27 % |\n"
+      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +23.9 % [+19.5, +28.2] | 8.0000 | 2 | 1 | "
       "1 (nonfinite_loss) | 0 | did not converge |\n";
   CHECK(md.substr(md.size() - expected_rows.size()) == expected_rows);
 
   const std::string csv = analysis::render_table(rows, analysis::TableFormat::kCsv, "");
-  CHECK(csv.find("\nFDW,mxfp4,mxfp4,mxfp4,-,false,10,") != std::string::npos);
-  CHECK(csv.find("\nFDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,23.75,") != std::string::npos);
+  CHECK(csv.find("\nFDW,mxfp4,mxfp4,mxfp4,-,false,10.006") != std::string::npos);
+  CHECK(csv.find("\nFDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,23.858") != std::string::npos);
   const std::string tex = analysis::render_table(rows, analysis::TableFormat::kLatex, "golden");
-  CHECK(tex.find("FDW+SR & mxfp4 & mxfp4 & mxfp4 & SR(grad) & $\\geq$ +23.8 \\%") != std::string::npos);
+  CHECK(tex.find("FDW+SR & mxfp4 & mxfp4 & mxfp4 & SR(grad) & $\\geq$ +23.9 \\%") != std::string::npos);
 
   // An explicit baseline, and an unknown one.
   CHECK(analysis::baseline_group(sweep, "FDW") == "FDW");

@@ -33,6 +33,10 @@ enum class TableFormat { kMarkdown, kLatex, kCsv };
 // arm is not one of the paper's.
 std::optional<std::string> paper_figure(const ArmSummary& arm);
 
+// One sentence on how the extra-token figures were computed (paired by seed or not, pairs left
+// out); the table's and the report's captions end with it.
+std::string cost_method_note(const std::vector<ArmSummary>& arms);
+
 // `caption` says what the target was (e.g. "target val loss 4.213 (fp8 at 80 % of budget)").
 std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format,
                          const std::string& caption);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace mxablate::analysis {
@@ -11,6 +12,9 @@ namespace mxablate::analysis {
 struct RunOutcome {
   std::optional<double> tokens_to_target;  // nullopt: never reached
   double tokens_trained = 0;               // how far the run got (the censoring point)
+  // Which baseline run this one is compared with: runs of different arms with the same key
+  // share their random streams (the seeds: initialization and data order). Empty: none.
+  std::string pair_key;
 };
 
 struct ExtraTokenCost {
@@ -24,14 +28,23 @@ struct ExtraTokenCost {
   // Some run never reached the target: its cost is only known to exceed what it had spent, so
   // the median (and the interval) are lower bounds.
   bool lower_bound = false;
+  // Each run was compared with the baseline run of its own seed (see extra_token_cost).
+  bool paired = false;
+  // Paired runs left out because their baseline run never reached the target.
+  int pairs_without_baseline = 0;
 };
 
 inline constexpr uint64_t kBootstrapSeed = 20260522;
 inline constexpr int kBootstrapResamples = 4000;
 
-// Runs that never reached the target enter at their censoring point (tokens trained). Each
-// bootstrap resample redraws the arm's and the baseline's runs with replacement; the seed is
-// fixed so that tables are stable from one regeneration to the next.
+// Paired when every arm run has exactly one baseline run with its pair key and the keys are
+// distinct: the cost of each run is against its own baseline run (seed-to-seed differences in
+// initialization and data order, which dominate small sweeps, cancel), the median is over the
+// pairs, and the bootstrap redraws pairs. A pair whose baseline never reached the target has no
+// defined cost and is left out (counted). Otherwise unpaired: each run against the median of the
+// baseline runs that reached it, both sides redrawn. Runs that never reached the target enter at
+// their censoring point (tokens trained). The bootstrap seed is fixed so that tables are stable
+// from one regeneration to the next.
 ExtraTokenCost extra_token_cost(const std::vector<RunOutcome>& arm,
                                 const std::vector<RunOutcome>& baseline,
                                 uint64_t bootstrap_seed = kBootstrapSeed,

@@ -23,6 +23,7 @@ struct RunRecord {
   int arm_index = 0;
   std::string group;  // the table row: arm, plus "[axis=value …]" for non-seed grid axes
   uint64_t seed = 0;
+  std::string pair_key;   // its seed-axis settings: the baseline run it is compared with
   nlohmann::json config;  // the resolved RunConfig
   std::string status;
   double max_tokens = 0;
