@@ -132,12 +132,16 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
 
 ResolvedTarget resolve_target(const SweepData& sweep) {
   ResolvedTarget t;
+  const json& spec = sweep.target_spec;
   if (sweep.stored_target) {
     t.val_loss = sweep.stored_target;
     t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
+    if (spec.contains("from_arm") && spec["from_arm"].is_string())
+      t.description += fmt::format(": median of arm {} at {} of its budget, stored with the sweep",
+                                   spec["from_arm"].get<std::string>(),
+                                   pct_text(spec.value("at_fraction", 0.8)));
     return t;
   }
-  const json& spec = sweep.target_spec;
   if (spec.contains("val_loss") && spec["val_loss"].is_number()) {
     t.val_loss = spec["val_loss"].get<double>();
     t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
@@ -165,6 +169,21 @@ ResolvedTarget resolve_target(const SweepData& sweep) {
                                 arm, pct_text(fraction));
   }
   return t;
+}
+
+std::optional<double> target_to_store(const SweepData& sweep) {
+  if (sweep.stored_target || !sweep.target_spec.contains("from_arm")) return std::nullopt;
+  const std::string arm = sweep.target_spec["from_arm"].get<std::string>();
+  bool any = false;
+  for (const RunRecord& r : sweep.runs) {
+    if (r.arm != arm) continue;
+    any = true;
+    const bool ended = r.status == "converged" || r.status == "budget_exhausted" ||
+                       r.status == "diverged" || r.status == "failed";
+    if (!ended) return std::nullopt;
+  }
+  if (!any) return std::nullopt;
+  return resolve_target(sweep).val_loss;
 }
 
 std::string baseline_group(const SweepData& sweep, const std::string& requested) {

@@ -15,6 +15,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/orchestrator/executor_local.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/signal_watcher.h"
@@ -141,6 +142,16 @@ std::unique_ptr<results::ResultsStore> open_store(const std::string& path) {
   }
 }
 
+// A target derived from the baseline arm is stored with the sweep once that arm has finished:
+// later tables, reports and SQL views (run_tokens_to_target) then all use the same number.
+void store_resolved_target(results::ResultsStore& store, const std::string& sweep) {
+  const std::optional<double> target = analysis::target_to_store(analysis::load_sweep(store.db(), sweep));
+  if (target && store.store_resolved_target(sweep, *target))
+    std::cout << fmt::format("sweep {}: target val loss {:.4f} resolved on the baseline arm and "
+                             "stored with the sweep\n",
+                             sweep, *target);
+}
+
 void run_sweep(const RunOptions& o) {
   long long timeout_ms = 0, grace_ms = 0;
   try {
@@ -221,6 +232,7 @@ void run_sweep(const RunOptions& o) {
   SweepResult r;
   try {
     r = runner.run();
+    store_resolved_target(*store, input.plan.sweep);
   } catch (const results::SqliteError& e) {
     throw std::runtime_error(fmt::format("results database: {}", e.what()));
   }

@@ -200,10 +200,50 @@ SELECT s.name AS sweep, r.arm, e.run_id, e.seq, e.step, e.tokens,
  WHERE e.kind = 'divergence';
 )sql";
 
-constexpr std::array<Migration, 1> kMigrations{{
+// The extra-token cost per run, as `mxablate table` computes it before taking medians: each run
+// against the baseline arm's run with the same seed-axis values (and the same other grid
+// settings); the baseline arm is the target's from_arm, else the recipe's first arm. A run that
+// never reached the target is censored at its budget (ended) or at what it has trained (still
+// going), and its figure is a lower bound; NULL where the baseline run never reached it.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE VIEW run_extra_tokens AS
+WITH keyed AS (
+  SELECT t.sweep, r.sweep_id, r.run_id, r.arm, r.status, r.tokens, r.max_tokens,
+         t.tokens_to_target,
+         (SELECT group_concat(axis || '=' || value, ' ')
+            FROM (SELECT axis, value FROM run_axes a
+                   WHERE a.run_id = r.run_id AND a.axis LIKE '%seed' ORDER BY axis)) AS seeds,
+         (SELECT group_concat(axis || '=' || value, ' ')
+            FROM (SELECT axis, value FROM run_axes a
+                   WHERE a.run_id = r.run_id AND a.axis NOT LIKE '%seed' ORDER BY axis)) AS settings
+    FROM run_tokens_to_target t JOIN runs r USING (run_id)
+), baseline AS (
+  SELECT s.sweep_id,
+         COALESCE(json_extract(s.target_json, '$.from_arm'),
+                  (SELECT arm FROM runs WHERE sweep_id = s.sweep_id AND plan_index IS NOT NULL
+                    ORDER BY arm_index LIMIT 1)) AS arm
+    FROM sweeps s
+)
+SELECT k.sweep, k.run_id, k.arm, k.seeds, k.settings, b.arm AS baseline_arm,
+       base.run_id AS baseline_run_id, k.tokens_to_target,
+       base.tokens_to_target AS baseline_tokens_to_target,
+       CASE WHEN base.tokens_to_target IS NULL THEN NULL
+            ELSE 100.0 * (COALESCE(k.tokens_to_target,
+                                   CASE WHEN k.status IN ('converged', 'budget_exhausted', 'diverged')
+                                        THEN MAX(COALESCE(k.tokens, 0), COALESCE(k.max_tokens, 0))
+                                        ELSE k.tokens END)
+                          / base.tokens_to_target - 1.0) END AS extra_tokens_pct,
+       k.tokens_to_target IS NULL AS lower_bound
+  FROM keyed k JOIN baseline b ON b.sweep_id = k.sweep_id
+  LEFT JOIN keyed base ON base.sweep_id = k.sweep_id AND base.arm = b.arm
+                      AND base.seeds IS k.seeds AND base.settings IS k.settings;
+)sql";
+
+constexpr std::array<Migration, 2> kMigrations{{
     {1, "initial schema: sweeps, runs, run_axes, attempts, evals, train_steps, quant_stats, "
         "events; views run_summary, run_tokens_to_target, arm_summary, divergence_events",
      kSchemaV1},
+    {2, "view run_extra_tokens", kSchemaV2},
 }};
 
 }  // namespace

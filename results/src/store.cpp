@@ -77,7 +77,8 @@ int64_t ResultsStore::register_sweep(const SweepRecord& s) {
                "INSERT INTO sweeps (name, recipe_path, recipe_text, target_json, target_val_loss, "
                "runs_dir, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) "
                "ON CONFLICT (name) DO UPDATE SET recipe_path = ?2, recipe_text = ?3, "
-               "target_json = ?4, target_val_loss = COALESCE(?5, sweeps.target_val_loss), "
+               "target_json = ?4, target_val_loss = CASE WHEN sweeps.target_json = ?4 "
+               "THEN COALESCE(?5, sweeps.target_val_loss) ELSE ?5 END, "
                "runs_dir = ?6, updated_at = ?7");
   up.bind(1, s.name).bind(2, s.recipe_path).bind(3, s.recipe_text).bind(4, s.target.dump());
   up.bind(5, s.target_val_loss).bind(6, s.runs_dir).bind(7, now);
@@ -89,6 +90,13 @@ int64_t ResultsStore::register_sweep(const SweepRecord& s) {
   id.reset();  // a statement mid-row would block the COMMIT
   tx.commit();
   return sweep_id;
+}
+
+bool ResultsStore::store_resolved_target(const std::string& sweep, double val_loss) {
+  Statement up(db_, "UPDATE sweeps SET target_val_loss = ?1 WHERE name = ?2 AND target_val_loss IS NULL");
+  up.bind(1, val_loss).bind(2, sweep);
+  up.run();
+  return db_.changes() > 0;
 }
 
 void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>& plan) {

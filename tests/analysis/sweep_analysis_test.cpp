@@ -2,6 +2,8 @@
 // tokens to target, lower bounds for runs that never got there, divergence counts.
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "catch.h"
 #include "mxablate/analysis/sweep_analysis.h"
@@ -128,4 +130,47 @@ TEST_CASE("table from a hand-made database") {
   CHECK_THROWS_WITH(analysis::baseline_group(sweep, "bf16"),
                     "--baseline: sweep 'golden' has no arm 'bf16'");
   CHECK_THROWS_WITH(analysis::load_sweep(db, "nope"), path + ": no sweep named 'nope'");
+}
+
+TEST_CASE("the resolved target is stored with the sweep, and the SQL view pairs runs like the table") {
+  test::TempDir dir("mxablate_sweep_target");
+  const std::string path = dir / "golden.db";
+  build_database(path);
+  results::ResultsStore store(path);
+  const analysis::SweepData before = analysis::load_sweep(store.db(), "golden");
+  const std::optional<double> target = analysis::target_to_store(before);
+  REQUIRE(target.has_value());  // every fp8 run has ended
+  CHECK(*target == Approx(6.1));
+  CHECK(store.store_resolved_target("golden", *target));
+  CHECK_FALSE(store.store_resolved_target("golden", 7.0));  // stored once
+  const analysis::SweepData after = analysis::load_sweep(store.db(), "golden");
+  CHECK(*after.stored_target == Approx(6.1));
+  CHECK_FALSE(analysis::target_to_store(after).has_value());
+  CHECK(analysis::resolve_target(after).description ==
+        "target val loss 6.1000: median of arm fp8 at 80 % of its budget, stored with the sweep");
+
+  // Per run, what the table takes the median of: each run against fp8 of its own seed.
+  results::Statement view(store.db(),
+                          "SELECT run_id, baseline_run_id, extra_tokens_pct, lower_bound "
+                          "FROM run_extra_tokens ORDER BY run_id");
+  std::map<std::string, std::tuple<std::string, double, int64_t>> rows;
+  while (view.step())
+    rows[view.get_text(0)] = {view.get_text(1), view.get_double(2), view.get_int(3)};
+  REQUIRE(rows.size() == 6);
+  CHECK(std::get<0>(rows["FDW-1"]) == "fp8-1");
+  CHECK(std::get<1>(rows["FDW-1"]) == Approx(100.0 * (8600.0 / 7800 - 1)));
+  CHECK(std::get<1>(rows["FDW-2"]) == Approx(100.0 * (9000.0 / 8200 - 1)));
+  CHECK(std::get<1>(rows["FDW+SR-1"]) == Approx(100.0 * (10000.0 / 7800 - 1)));
+  CHECK(std::get<2>(rows["FDW+SR-1"]) == 1);
+  CHECK(std::get<1>(rows["fp8-2"]) == Approx(0.0));
+
+  // Registering the same recipe keeps the stored target; a changed target section drops it.
+  results::SweepRecord same{"golden", "golden.yaml", "name: golden", "runs"};
+  same.target = {{"from_arm", "fp8"}, {"at_fraction", 0.8}};
+  store.register_sweep(same);
+  CHECK(analysis::load_sweep(store.db(), "golden").stored_target.has_value());
+  results::SweepRecord changed = same;
+  changed.target = {{"from_arm", "fp8"}, {"at_fraction", 0.5}};
+  store.register_sweep(changed);
+  CHECK_FALSE(analysis::load_sweep(store.db(), "golden").stored_target.has_value());
 }

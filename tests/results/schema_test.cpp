@@ -36,7 +36,7 @@ TEST_CASE("a new store is at the newest schema version, in WAL mode, with every 
   TempDir dir;
   ResultsStore store(dir.file("a.db"));
   CHECK(schema_version(store.db()) == latest_schema_version());
-  CHECK(latest_schema_version() == 1);
+  CHECK(latest_schema_version() == 2);
   Statement mode(store.db(), "PRAGMA journal_mode");
   mode.step();
   CHECK(mode.get_text(0) == "wal");
@@ -45,7 +45,8 @@ TEST_CASE("a new store is at the newest schema version, in WAL mode, with every 
                         "quant_stats", "events"})
     CHECK(tables.count(t) == 1);
   const auto views = objects(store.db(), "view");
-  for (const char* v : {"run_summary", "run_tokens_to_target", "arm_summary", "divergence_events"})
+  for (const char* v : {"run_summary", "run_tokens_to_target", "arm_summary", "divergence_events",
+                        "run_extra_tokens"})
     CHECK(views.count(v) == 1);
   // Every view compiles against the tables (a typo in a view only fails when it is used).
   for (const auto& v : views) Statement(store.db(), "SELECT * FROM " + v).step();
@@ -59,14 +60,27 @@ TEST_CASE("reopening a store applies nothing; an older one gets only the missing
 
   const Migration extended[] = {
       migrations()[0],
-      {2, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
-      {3, "add a table", "CREATE TABLE extra (x INTEGER);"},
+      migrations()[1],
+      {3, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
+      {4, "add a table", "CREATE TABLE extra (x INTEGER);"},
   };
   CHECK(migrate(db, extended) == 2);
-  CHECK(schema_version(db) == 3);
+  CHECK(schema_version(db) == 4);
   Statement st(db, "SELECT note FROM runs");  // the column exists now
   CHECK_FALSE(st.step());
   CHECK(migrate(db, extended) == 0);
+}
+
+TEST_CASE("a version-1 database opened by this mxablate gets the run_extra_tokens view") {
+  TempDir dir;
+  {
+    Database db(dir.file("a.db"), Database::Mode::kReadWriteCreate);
+    const Migration v1[] = {migrations()[0]};
+    migrate(db, v1);
+  }
+  ResultsStore store(dir.file("a.db"));
+  CHECK(schema_version(store.db()) == 2);
+  CHECK(objects(store.db(), "view").count("run_extra_tokens") == 1);
 }
 
 TEST_CASE("a migration that fails leaves the database at the version before it, untouched") {
@@ -79,8 +93,8 @@ TEST_CASE("a migration that fails leaves the database at the version before it, 
   CHECK_THROWS_AS(migrate(db, broken), SqliteError);
   CHECK(schema_version(db) == 0);  // both in one transaction: version 1 rolled back too
   CHECK(objects(db, "table").empty());
-  CHECK(migrate(db) == 1);
-  CHECK(schema_version(db) == 1);
+  CHECK(migrate(db) == 2);
+  CHECK(schema_version(db) == 2);
 }
 
 TEST_CASE("a database from a newer mxablate is refused with a message saying so") {

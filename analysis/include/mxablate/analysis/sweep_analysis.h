@@ -52,8 +52,12 @@ struct ResolvedTarget {
 };
 
 // The target of DESIGN §6: a fixed `val_loss`, or `from_arm` + `at_fraction` resolved on the
-// baseline arm's curves.
+// baseline arm's curves (or stored with the sweep once it was).
 ResolvedTarget resolve_target(const SweepData& sweep);
+
+// A `from_arm` target not stored yet, once every run of that arm has ended (so that it will not
+// move again): the value to store with the sweep. nullopt otherwise.
+std::optional<double> target_to_store(const SweepData& sweep);
 
 // The baseline row: `requested` when given (must be a row), else the target's from_arm, else the
 // first row. Throws std::invalid_argument for an unknown row.

@@ -84,8 +84,12 @@ class ResultsStore {
 
   Database& db() { return db_; }
 
-  // Creates the sweep or updates its recipe; returns its id.
+  // Creates the sweep or updates its recipe; returns its id. A target resolved earlier is kept
+  // while the recipe's target section stays the same, and forgotten when it changes.
   int64_t register_sweep(const SweepRecord& sweep);
+  // Stores a target derived from the baseline arm (analysis resolves it) unless one is stored.
+  // Returns whether it was stored.
+  bool store_resolved_target(const std::string& sweep, double val_loss);
   // Makes `plan` the sweep's current plan: new runs are inserted as pending, known ones keep
   // their state and get their new plan position; runs no longer planned keep their results
   // but drop out of the plan (plan_index NULL).
