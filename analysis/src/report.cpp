@@ -161,7 +161,8 @@ ReportResult write_report(const ReportData& data, const std::string& out_dir,
   std::string html = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += "<title>mxablate report: " + html_escape(data.sweep) + "</title>\n<style>" + kStyle +
           "</style>\n</head>\n<body>\n";
-  html += "<h1>Sweep " + html_escape(data.sweep) + "</h1>\n<p>" + html_escape(data.caption + ". " + cost_method_note(data.table)) + "</p>\n";
+  html += "<h1>Sweep " + html_escape(data.sweep) + "</h1>\n<p>" +
+          html_escape(data.caption + ". " + cost_method_note(data.table)) + "</p>\n";
   if (!result.warning.empty()) html += "<p class=\"warning\">" + html_escape(result.warning) + "</p>\n";
   html += "<h2>Extra tokens to target, per arm</h2>\n" + html_table(data.table);
   for (const auto& [heading, svg] : figures) {
