@@ -3,6 +3,7 @@
 #include "catch.h"
 #include "mxablate/results/ingest.h"
 #include "mxablate/results/query.h"
+#include "mxablate/results/schema.h"
 #include "store_fixture.h"
 
 using namespace mxablate::results;
@@ -53,7 +54,7 @@ TEST_CASE("statements that would write are refused and change nothing") {
   CHECK_FALSE(std::filesystem::exists(f.dir.file("other.db")));
   CHECK(f.scalar<int>("SELECT COUNT(*) FROM runs") == 1);
   CHECK(f.scalar<std::string>("SELECT status FROM runs") == "pending");
-  CHECK(f.scalar<int>("PRAGMA user_version") == 1);
+  CHECK(f.scalar<int>("PRAGMA user_version") == latest_schema_version());
 }
 
 TEST_CASE("bad SQL and missing databases are one clear error each") {
