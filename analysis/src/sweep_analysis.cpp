@@ -198,6 +198,8 @@ std::string baseline_group(const SweepData& sweep, const std::string& requested)
   if (sweep.target_spec.contains("from_arm")) {
     const std::string arm = sweep.target_spec["from_arm"].get<std::string>();
     if (has(arm)) return arm;
+    for (const RunRecord& r : sweep.runs)
+      if (r.arm == arm) return r.group;
   }
   if (sweep.groups.empty()) throw std::invalid_argument("sweep '" + sweep.name + "' has no runs");
   return sweep.groups.front();
@@ -223,7 +225,14 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
     }
     return out;
   };
-  const std::vector<RunOutcome> base = outcomes(by_group[baseline]);
+  // The baseline arm's row with the same other grid settings as `group` when the sweep has one:
+  // an arm at lr=1e-3 is compared with the baseline at lr=1e-3, not with whichever row came first.
+  const std::string& baseline_arm = by_group[baseline].front()->arm;
+  const auto baseline_for = [&](const std::string& group) {
+    const std::string& arm = by_group[group].front()->arm;
+    const std::string candidate = baseline_arm + group.substr(arm.size());
+    return by_group.count(candidate) ? candidate : baseline;
+  };
 
   std::vector<ArmSummary> rows;
   for (const std::string& group : sweep.groups) {
@@ -240,9 +249,10 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
     a.hadamard_size = config_value<int>(c, json::json_pointer("/quant/hadamard/size"), 16);
     if (c.contains(json::json_pointer("/quant/hadamard/gemms")))
       a.hadamard_gemms = join(c.at(json::json_pointer("/quant/hadamard/gemms")), ",");
-    a.is_baseline = group == baseline;
+    const std::string own_baseline = baseline_for(group);
+    a.is_baseline = group == own_baseline;
     const std::vector<RunOutcome> arm = outcomes(runs);
-    a.cost = extra_token_cost(arm, base);
+    a.cost = extra_token_cost(arm, outcomes(by_group[own_baseline]));
     a.seeds = static_cast<int>(runs.size());
     std::vector<double> finals;
     double first_divergence_tokens = INFINITY;

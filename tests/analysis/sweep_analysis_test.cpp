@@ -174,3 +174,35 @@ TEST_CASE("the resolved target is stored with the sweep, and the SQL view pairs 
   store.register_sweep(changed);
   CHECK_FALSE(analysis::load_sweep(store.db(), "golden").stored_target.has_value());
 }
+
+TEST_CASE("with another grid axis, each row is compared with the baseline at the same setting") {
+  // fp8 and FDW at two learning rates, one seed each. At lr=2 both are 1000 tokens slower.
+  analysis::SweepData sweep;
+  sweep.name = "lr";
+  sweep.target_spec = {{"val_loss", 6.0}};
+  const auto add = [&](const std::string& arm, const std::string& lr, double start) {
+    analysis::RunRecord r;
+    r.run_id = arm + "-" + lr;
+    r.arm = arm;
+    r.group = arm + " [train.lr=" + lr + "]";
+    r.pair_key = "seed=1";
+    r.status = "budget_exhausted";
+    r.max_tokens = 10000;
+    r.tokens_trained = 10000;
+    for (int k = 0; k <= 10; ++k) r.evals.push_back({1000.0 * k, start - 0.5 * k});
+    sweep.groups.push_back(r.group);
+    sweep.runs.push_back(r);
+  };
+  add("fp8", "1", 10.0);  // reaches 6.0 at 8000
+  add("fp8", "2", 10.5);  // 9000
+  add("FDW", "1", 10.4);  // 8800: +10 % against fp8 at lr=1
+  add("FDW", "2", 10.9);  // 9800: +8.9 % against fp8 at lr=2 (+22.5 % against lr=1)
+  sweep.target_spec["from_arm"] = "fp8";
+  CHECK(analysis::baseline_group(sweep, "") == "fp8 [train.lr=1]");
+  const auto rows = analysis::summarize(sweep, "fp8 [train.lr=1]", analysis::resolve_target(sweep));
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].is_baseline);
+  CHECK(rows[1].is_baseline);  // fp8 at lr=2 is the baseline of its own setting
+  CHECK(*rows[2].cost.median_pct == Approx(10.0));
+  CHECK(*rows[3].cost.median_pct == Approx(100.0 * (9800.0 / 9000 - 1)));
+}

@@ -59,10 +59,14 @@ ResolvedTarget resolve_target(const SweepData& sweep);
 // move again): the value to store with the sweep. nullopt otherwise.
 std::optional<double> target_to_store(const SweepData& sweep);
 
-// The baseline row: `requested` when given (must be a row), else the target's from_arm, else the
-// first row. Throws std::invalid_argument for an unknown row.
+// The baseline row: `requested` when given (must be a row), else the target's from_arm (its first
+// row when other grid axes split it), else the first row. Throws std::invalid_argument for an
+// unknown row.
 std::string baseline_group(const SweepData& sweep, const std::string& requested);
 
+// One table row per group. Each row's extra-token cost is against the baseline arm's row with the
+// same non-seed grid settings when there is one (else against `baseline`), as the SQL view
+// run_extra_tokens pairs runs.
 std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& baseline,
                                   const ResolvedTarget& target);
 
