@@ -19,9 +19,9 @@ using Catch::Approx;
 #if MXABLATE_CATCH_V3
 #define MXABLATE_SKIP(reason) SKIP(reason)
 #else
-#define MXABLATE_SKIP(reason) \
-  do {                        \
+#define MXABLATE_SKIP(reason)    \
+  do {                           \
     WARN("skipped: " << reason); \
-    return;                   \
+    return;                      \
   } while (0)
 #endif
