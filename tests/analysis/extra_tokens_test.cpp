@@ -58,9 +58,7 @@ TEST_CASE("no baseline run reached the target: the cost is undefined") {
 
 namespace {
 RunOutcome seeded(std::optional<double> ttt, double trained, const char* key) {
-  RunOutcome r{ttt, trained};
-  r.pair_key = key;
-  return r;
+  return RunOutcome(ttt, trained, key);
 }
 }  // namespace
 

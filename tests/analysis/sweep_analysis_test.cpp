@@ -34,7 +34,8 @@ struct Arm {
 
 void build_database(const std::string& path) {
   results::ResultsStore store(path);
-  results::SweepRecord sweep{"golden", "golden.yaml", "name: golden", "runs"};
+  results::SweepRecord sweep{"golden",       "golden.yaml",  "name: golden",
+                            "runs",         json::object(), std::nullopt};
   sweep.target = {{"from_arm", "fp8"}, {"at_fraction", 0.8}};
   const int64_t sweep_id = store.register_sweep(sweep);
   std::vector<results::PlannedRun> plan;
@@ -165,7 +166,8 @@ TEST_CASE("the resolved target is stored with the sweep, and the SQL view pairs 
   CHECK(std::get<1>(rows["fp8-2"]) == Approx(0.0));
 
   // Registering the same recipe keeps the stored target; a changed target section drops it.
-  results::SweepRecord same{"golden", "golden.yaml", "name: golden", "runs"};
+  results::SweepRecord same{"golden",       "golden.yaml",  "name: golden",
+                           "runs",         json::object(), std::nullopt};
   same.target = {{"from_arm", "fp8"}, {"at_fraction", 0.8}};
   store.register_sweep(same);
   CHECK(analysis::load_sweep(store.db(), "golden").stored_target.has_value());

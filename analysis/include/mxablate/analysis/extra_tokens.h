@@ -5,11 +5,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mxablate::analysis {
 
 struct RunOutcome {
+  RunOutcome(std::optional<double> to_target = std::nullopt, double trained = 0,
+             std::string key = {})
+      : tokens_to_target(to_target), tokens_trained(trained), pair_key(std::move(key)) {}
+
   std::optional<double> tokens_to_target;  // nullopt: never reached
   double tokens_trained = 0;               // how far the run got (the censoring point)
   // Which baseline run this one is compared with: runs of different arms with the same key
