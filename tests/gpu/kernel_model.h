@@ -18,21 +18,13 @@
 #include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "mxablate/kernels/quantize.h"
+#include "reference.h"
 #include "segment_quant.h"
 
 namespace mxablate::test {
 
-struct ModelOutput {
-  std::vector<float> dequant;
-  std::vector<uint16_t> dequant_bf16;
-  std::vector<uint8_t> packed;
-  std::vector<uint8_t> scales;
-  float tensor_scale = 0.0f;
-  std::vector<uint8_t> fp8_codes;
-  std::vector<float> fp8_scales;
-  int64_t fp8_inexact_chunks = 0;
-  kernels::QuantTelemetry telemetry;
-};
+// The model fills the same outputs the CPU reference does.
+using ModelOutput = Expected;
 
 namespace model_detail {
 

@@ -12,19 +12,15 @@
 
 #include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/quantize.h"
+#include "quant_test_util.h"
 
 namespace mxablate::test {
 
-struct Expected {
-  std::vector<float> dequant;
-  std::vector<uint16_t> dequant_bf16;
-  std::vector<uint8_t> packed;
-  std::vector<uint8_t> scales;
-  float tensor_scale = 0.0f;
+// Everything one quantize call can output, plus the FP8 re-expression of packed MXFP4.
+struct Expected : Quantized {
   std::vector<uint8_t> fp8_codes;
   std::vector<float> fp8_scales;
   int64_t fp8_inexact_chunks = 0;
-  kernels::QuantTelemetry telemetry;
 };
 
 inline Expected reference_quantize(const float* x, int64_t rows, int64_t cols, kernels::Axis axis,
@@ -32,21 +28,10 @@ inline Expected reference_quantize(const float* x, int64_t rows, int64_t cols, k
                                    bool want_fp8) {
   using namespace kernels;
   Expected e;
-  const size_t n = static_cast<size_t>(rows * cols);
-  e.dequant.assign(n, 0.0f);
-  e.dequant_bf16.assign(n, 0);
-  e.packed.assign(packed_bytes(spec.format, rows, cols), 0);
-  e.scales.assign(scale_bytes(spec.format, rows, cols), 0);
-  QuantOutputs out;
-  out.dequant = e.dequant.data();
-  out.dequant_bf16 = e.dequant_bf16.data();
-  if (!e.packed.empty()) out.packed = e.packed.data();
-  if (!e.scales.empty()) out.scales = e.scales.data();
-  if (element_format(spec.format)) out.tensor_scale = &e.tensor_scale;
-  e.telemetry = quantize(x, rows, cols, axis, spec, key, out);
+  static_cast<Quantized&>(e) = run_quantize(x, rows, cols, axis, spec, key);
   if (want_fp8) {
     const int64_t lines = axis == Axis::kRows ? rows : cols, length = axis == Axis::kRows ? cols : rows;
-    e.fp8_codes.assign(n, 0);
+    e.fp8_codes.assign(static_cast<size_t>(rows * cols), 0);
     e.fp8_scales.assign(static_cast<size_t>(lines * (length / kFp8ChunkSize)), 0.0f);
     e.fp8_inexact_chunks = mx_to_fp8_reference(e.packed.data(), e.scales.data(), lines, length,
                                                e.fp8_codes.data(), e.fp8_scales.data());

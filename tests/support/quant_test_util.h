@@ -20,13 +20,13 @@ struct Quantized {
   kernels::QuantTelemetry telemetry;
 };
 
-inline Quantized run_quantize(const std::vector<float>& x, int64_t rows, int64_t cols,
-                              kernels::Axis axis, const kernels::QuantSpec& spec,
-                              const kernels::RngKey& key = {}) {
+inline Quantized run_quantize(const float* x, int64_t rows, int64_t cols, kernels::Axis axis,
+                              const kernels::QuantSpec& spec, const kernels::RngKey& key = {}) {
   using namespace kernels;
   Quantized q;
-  q.dequant.assign(x.size(), -12345.0f);  // poison: every element must be written
-  q.dequant_bf16.assign(x.size(), 0xDEAD);
+  const size_t n = static_cast<size_t>(rows * cols);
+  q.dequant.assign(n, -12345.0f);  // poison: every element must be written
+  q.dequant_bf16.assign(n, 0xDEAD);
   q.packed.assign(packed_bytes(spec.format, rows, cols), 0xAB);
   q.scales.assign(scale_bytes(spec.format, rows, cols), 0xCD);
   QuantOutputs out;
@@ -35,8 +35,14 @@ inline Quantized run_quantize(const std::vector<float>& x, int64_t rows, int64_t
   if (!q.packed.empty()) out.packed = q.packed.data();
   if (!q.scales.empty()) out.scales = q.scales.data();
   if (element_format(spec.format)) out.tensor_scale = &q.tensor_scale;
-  q.telemetry = quantize(x.data(), rows, cols, axis, spec, key, out);
+  q.telemetry = quantize(x, rows, cols, axis, spec, key, out);
   return q;
+}
+
+inline Quantized run_quantize(const std::vector<float>& x, int64_t rows, int64_t cols,
+                              kernels::Axis axis, const kernels::QuantSpec& spec,
+                              const kernels::RngKey& key = {}) {
+  return run_quantize(x.data(), rows, cols, axis, spec, key);
 }
 
 // Gaussian values with a few large outlier columns: what LLM activations look like.
