@@ -48,15 +48,7 @@ struct RealSweep {
   }
   std::string db() const { return (dir.path() / "mxablate.db").string(); }
   std::vector<std::vector<std::string>> rows(const std::string& sql) const {
-    results::Database d(db(), results::Database::Mode::kReadOnly);
-    results::Statement st(d, sql);
-    std::vector<std::vector<std::string>> out;
-    while (st.step()) {
-      std::vector<std::string> row;
-      for (int c = 0; c < st.column_count(); ++c) row.push_back(st.get_text(c));
-      out.push_back(row);
-    }
-    return out;
+    return query_rows(db(), sql);
   }
   std::string one(const std::string& sql) const {
     const auto r = rows(sql);

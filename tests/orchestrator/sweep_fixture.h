@@ -94,15 +94,7 @@ struct SweepFixture {
     else return static_cast<T>(st.get_int(0));
   }
   std::vector<std::vector<std::string>> rows(const std::string& sql) {
-    results::Database db(db_path(), results::Database::Mode::kReadOnly);
-    results::Statement st(db, sql);
-    std::vector<std::vector<std::string>> out;
-    while (st.step()) {
-      std::vector<std::string> row;
-      for (int c = 0; c < st.column_count(); ++c) row.push_back(st.get_text(c));
-      out.push_back(row);
-    }
-    return out;
+    return query_rows(db_path(), sql);
   }
   const orchestrator::RunSpec& run_of(const std::string& arm, uint64_t seed) const {
     for (const auto& r : plan.runs)

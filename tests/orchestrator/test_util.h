@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../results/temp_dir.h"
+#include "mxablate/results/sqlite_db.h"
 #include "mxablate/orchestrator/boost_process.h"
 
 namespace mxablate::testing {
@@ -98,6 +99,20 @@ inline std::vector<std::string> lines_of(const std::string& text) {
     out.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
     if (nl == std::string::npos) break;
     start = nl + 1;
+  }
+  return out;
+}
+
+// Every row of a query on the database at `path`, opened read-only, as text.
+inline std::vector<std::vector<std::string>> query_rows(const std::string& path,
+                                                        const std::string& sql) {
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  results::Statement st(db, sql);
+  std::vector<std::vector<std::string>> out;
+  while (st.step()) {
+    std::vector<std::string> row;
+    for (int c = 0; c < st.column_count(); ++c) row.push_back(st.get_text(c));
+    out.push_back(row);
   }
   return out;
 }
