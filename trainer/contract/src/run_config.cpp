@@ -34,7 +34,9 @@ void read_value(const json& v, const std::string& path, int64_t& out) {
 void read_value(const json& v, const std::string& path, int& out) {
   int64_t wide = 0;
   read_value(v, path, wide);
-  if (wide < -(1ll << 31) || wide >= (1ll << 31)) throw ConfigError(path + ": out of range");
+  if (wide < -(1ll << 31) || wide >= (1ll << 31))
+    throw ConfigError(path + ": out of range (an integer from -2147483648 to 2147483647), got " +
+                      v.dump());
   out = static_cast<int>(wide);
 }
 
@@ -120,6 +122,28 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
   throw ConfigError(path + ": expected one of " + names + ", got \"" + value + "\"");
 }
 
+// Values that pass the per-key rules above yet make every attempt of the trainer fail or never
+// end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
+// reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
+// arithmetic (int64 steps) would overflow.
+void validate_runnable(const RunConfig& c) {
+  constexpr int kMaxThreads = 1024;
+  constexpr double kMaxTokens = 9.0e15;  // steps are int64; token counts stay exact doubles
+  require(c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
+          c.threads);
+  require(c.train.weight_decay >= 0, "train.weight_decay", "must be >= 0",
+          c.train.weight_decay);
+  require(c.train.lr * c.train.weight_decay < 1, "train.weight_decay",
+          "must keep train.lr * train.weight_decay below 1 (the decay step; lr " +
+              json(c.train.lr).dump() + ")",
+          c.train.weight_decay);
+  for (const auto& [name, value] : {std::pair{"train.max_tokens", c.train.max_tokens},
+                                    std::pair{"train.warmup_tokens", c.train.warmup_tokens},
+                                    std::pair{"eval.every_tokens", c.eval.every_tokens},
+                                    std::pair{"eval.tokens", c.eval.tokens}})
+    require(value <= kMaxTokens, name, "must be at most 9e15", value);
+}
+
 void validate(const RunConfig& c) {
   require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
   const TrainConfig& t = c.train;
@@ -179,6 +203,7 @@ void validate(const RunConfig& c) {
           c.telemetry.quant_every_steps);
   require_one_of(c.device, {"cpu", "cuda"}, "device");
   require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  validate_runnable(c);
 }
 
 }  // namespace
