@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -46,8 +47,12 @@ bool integral(const json& v) {
   if (v.is_number_integer() || v.is_number_unsigned()) return true;
   if (!v.is_number_float()) return false;
   const double d = v.get<double>();
-  return std::isfinite(d) && std::floor(d) == d && std::fabs(d) <= 9.0e15;
+  return std::isfinite(d) && std::floor(d) == d;
 }
+
+// Integers written as floats (1e6, or digits beyond int64) are exact only up to here; the
+// contract reads no larger ones.
+constexpr double kLargestFloatInteger = 9.0e15;
 
 }  // namespace
 
@@ -183,6 +188,20 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
   }
   if (expected.is_number_integer() || expected.is_number_unsigned()) {
     if (!value.is_number() || !integral(value)) throw type_error();
+    const auto range_error = [&](const std::string& range) {
+      return RecipeError(file, fragment.where(rel),
+                         fmt::format("{}: {} is out of range ({})", name, describe(value), range));
+    };
+    const std::string full_range =
+        fmt::format("an integer from {} to {}",
+                    expected.is_number_unsigned() ? "0" : "-9223372036854775808",
+                    std::numeric_limits<int64_t>::max());
+    if (value.is_number_float() && std::fabs(value.get<double>()) >= 0x1p63)
+      throw range_error(full_range);
+    if (value.is_number_float() && std::fabs(value.get<double>()) > kLargestFloatInteger)
+      throw range_error(full_range + "; beyond 9e15 write it digit by digit, without an exponent");
+    if (expected.is_number_unsigned() && value.get<double>() < 0)
+      throw range_error(fmt::format("an integer from 0 to {}", std::numeric_limits<int64_t>::max()));
     return;
   }
   if (expected.is_number()) {

@@ -141,6 +141,7 @@ class Expander {
                                       "axis values)",
                                       e));
     for (size_t i = 0; i < r_.include.size(); ++i) add_included(plan, i);
+    check_something_runs(plan, product);
     for (const RunSpec& run : plan.runs)
       for (const AxisValue& a : run.axes)
         if (std::find(plan.axis_names.begin(), plan.axis_names.end(), a.axis) ==
@@ -164,6 +165,24 @@ class Expander {
                                           "which would silently replace it; set it in one place",
                                           arm.name, leaf, axis.name, axis.at.line));
     }
+  }
+
+  // Excludes that together remove every run, or every run of the arm the target is derived from,
+  // leave a sweep that plans "cleanly" but can never give an answer.
+  void check_something_runs(const Plan& plan, double before_exclude) const {
+    if (plan.runs.empty())
+      throw RecipeError(r_.file, r_.exclude_at.known() ? r_.exclude_at : r_.name_at,
+                        fmt::format("exclude: removes every one of the {:.0f} runs; nothing would "
+                                    "run",
+                                    before_exclude));
+    if (!r_.target.from_arm) return;
+    const std::string& arm = *r_.target.from_arm;
+    if (std::none_of(plan.runs.begin(), plan.runs.end(),
+                     [&](const RunSpec& run) { return run.arm == arm; }))
+      throw RecipeError(r_.file, r_.target.from_arm_at,
+                        fmt::format("target.from_arm: every run of arm '{}' is excluded, so the "
+                                    "target could never be derived",
+                                    arm));
   }
 
   void for_each_combination(const std::function<void(const std::vector<size_t>&)>& fn) const {
@@ -317,6 +336,14 @@ Location RunSpec::where(const std::string& config_path) const {
     p = dot == std::string::npos ? "" : p.substr(0, dot);
   }
   return {};
+}
+
+std::string run_label(const RunSpec& spec) {
+  std::string s = spec.arm;
+  for (const AxisValue& a : spec.axes)
+    s += fmt::format(" {}={}", a.axis, a.value.is_string() ? a.value.get<std::string>()
+                                                           : a.value.dump());
+  return s;
 }
 
 double Plan::total_tokens() const {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,28 +47,19 @@ bool valid_name(const std::string& s, bool allow_plus) {
 // Position of the first byte that makes `text` not UTF-8 (or a NUL), for a precise error on
 // binary input; nullopt when the text is clean.
 std::optional<Location> first_bad_byte(const std::string& text) {
+  const size_t bad = first_invalid_utf8(text);
+  if (bad == std::string::npos) return std::nullopt;
   int line = 1, column = 1;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t len = 0;
-    if (c == 0) return Location{line, column};
-    if (c < 0x80) len = 1;
-    else if ((c & 0xE0) == 0xC0 && c >= 0xC2) len = 2;
-    else if ((c & 0xF0) == 0xE0) len = 3;
-    else if ((c & 0xF8) == 0xF0 && c <= 0xF4) len = 4;
-    else return Location{line, column};
-    if (i + len > text.size()) return Location{line, column};
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return Location{line, column};
-    if (c == '\n') {
+  for (size_t i = 0; i < bad;) {
+    if (text[i] == '\n') {
       ++line;
       column = 1;
     } else {
       ++column;
     }
-    i += len;
+    i += utf8_sequence_length(text, i);
   }
-  return std::nullopt;
+  return Location{line, column};
 }
 
 class Loader {
@@ -89,8 +81,7 @@ class Loader {
     Location target_at, include_at, exclude_at;
     for (auto it = root.begin(); it != root.end(); ++it) {
       const Location key_at = YamlConverter::location_of(it->first, root_at);
-      if (!it->first.IsScalar()) throw error(key_at, "recipe: keys must be plain names");
-      const std::string key = it->first.Scalar();
+      const std::string key = key_name(it->first, key_at, "recipe");
       if (!seen.insert(key).second)
         throw error(key_at, fmt::format("{}: duplicate key", key));
       const YAML::Node value = it->second;  // a copy: it-> yields a temporary
@@ -123,6 +114,7 @@ class Loader {
       } else if (key == "exclude") {
         exclude_node = value;
         exclude_at = key_at;
+        r.exclude_at = key_at;
       } else {
         std::string hint;
         for (const char* k : {"name", "description", "base", "arms", "grid", "include",
@@ -148,6 +140,17 @@ class Loader {
  private:
   RecipeError error(Location at, const std::string& message) const {
     return RecipeError(file_, at, message);
+  }
+
+  // A mapping key read as a plain name: escapes in a quoted key may decode to bytes that are not
+  // UTF-8, which no message could print.
+  std::string key_name(const YAML::Node& key, Location at, const std::string& what) const {
+    if (!key.IsScalar()) throw error(at, fmt::format("{}: keys must be plain names", what));
+    if (first_invalid_utf8(key.Scalar()) != std::string::npos)
+      throw error(at, fmt::format("{}: a key is not valid UTF-8 (or holds a NUL), e.g. from an "
+                                  "escape like \\xff or \\udc00",
+                                  what));
+    return key.Scalar();
   }
 
   YAML::Node parse_document() {
@@ -228,7 +231,7 @@ class Loader {
       ArmDef arm;
       arm.at = YamlConverter::location_of(it->first, key_at);
       if (!it->first.IsScalar()) throw error(arm.at, "arms: arm names must be plain names");
-      arm.name = it->first.Scalar();
+      arm.name = key_name(it->first, arm.at, "arms");
       if (!valid_name(arm.name, true))
         throw error(arm.at, fmt::format("arms: \"{}\" is not a valid arm name (letters, digits "
                                         "and _ - . + = @, at most 64)",
@@ -316,7 +319,7 @@ class Loader {
       GridAxis axis;
       axis.at = YamlConverter::location_of(it->first, key_at);
       if (!it->first.IsScalar()) throw error(axis.at, "grid: axis names must be plain names");
-      axis.name = it->first.Scalar();
+      axis.name = key_name(it->first, axis.at, "grid");
       const auto path = schema_.resolve(axis.name);
       if (!path) {
         const std::string why = (axis.name == "arm" || axis.name == "arms")
@@ -361,8 +364,9 @@ class Loader {
     if (node.IsNull()) return;
     const LocatedJson v = yaml_.convert(node, "target", key_at);
     if (!v.value.is_object())
-      throw error(v.where(""), fmt::format("target: expected a mapping ({{val_loss: 3.3}} or "
-                                           "{{from_arm: ARM, at_fraction: 0.8}}), got {}",
+      throw error(v.where(""), fmt::format("target: expected a mapping ({{val_loss: 3.3}}, "
+                                           "{{perplexity: 27.1}} or {{from_arm: ARM, "
+                                           "at_fraction: 0.8}}), got {}",
                                            v.value.dump().substr(0, 40)));
     for (const auto& item : v.value.items()) {
       const std::string& k = item.key();
@@ -373,10 +377,20 @@ class Loader {
           throw error(at, fmt::format("target.val_loss: expected a positive number, got {}",
                                       x.dump()));
         t.val_loss = x.get<double>();
+      } else if (k == "perplexity") {
+        // Perplexity is exp(validation loss): the target is kept as the loss it stands for, so
+        // the trainer, the store and every table compare against one number.
+        if (!x.is_number() || !(x.get<double>() > 1) || !std::isfinite(std::log(x.get<double>())))
+          throw error(at, fmt::format("target.perplexity: expected a finite number > 1 (the "
+                                      "loss is its logarithm), got {}",
+                                      x.dump()));
+        t.perplexity = x.get<double>();
+        t.val_loss = std::log(*t.perplexity);
       } else if (k == "from_arm") {
         if (!x.is_string())
           throw error(at, fmt::format("target.from_arm: expected an arm name, got {}", x.dump()));
         t.from_arm = x.get<std::string>();
+        t.from_arm_at = at;
         if (!r.find_arm(*t.from_arm))
           throw error(at, fmt::format("target.from_arm: no arm named '{}'{}", *t.from_arm,
                                       arm_hint(r, *t.from_arm)));
@@ -392,22 +406,28 @@ class Loader {
         t.stop_at_target = x.get<bool>();
       } else {
         throw error(v.where_key(k),
-                    fmt::format("target: unknown key '{}'; expected one of: val_loss, from_arm, "
-                                "at_fraction, stop_at_target",
+                    fmt::format("target: unknown key '{}'; expected one of: val_loss, perplexity, "
+                                "from_arm, at_fraction, stop_at_target",
                                 k));
       }
     }
+    if (v.value.contains("val_loss") && v.value.contains("perplexity"))
+      throw error(v.where_key("perplexity"),
+                  "target: give either val_loss or perplexity (its exponential), not both");
     if (t.val_loss && t.from_arm)
       throw error(v.where_key("from_arm"),
-                  "target: give either val_loss (a fixed target) or from_arm (derived from a "
-                  "baseline arm), not both");
+                  fmt::format("target: give either {} (a fixed target) or from_arm (derived from "
+                              "a baseline arm), not both",
+                              t.perplexity ? "perplexity" : "val_loss"));
     if (!t.val_loss && !t.from_arm)
-      throw error(v.where(""), "target: needs val_loss (e.g. 3.3) or from_arm (a baseline arm)");
+      throw error(v.where(""), "target: needs val_loss (e.g. 3.3), perplexity (e.g. 27.1) or "
+                               "from_arm (a baseline arm)");
     if (v.value.contains("at_fraction") && !t.from_arm)
       throw error(v.where_key("at_fraction"), "target.at_fraction: only meaningful with from_arm");
     if (t.stop_at_target && !t.val_loss)
       throw error(v.where_key("stop_at_target"),
-                  "target.stop_at_target: needs a fixed val_loss; a target derived from_arm is "
+                  "target.stop_at_target: needs a fixed val_loss or perplexity; a target derived "
+                  "from_arm is "
                   "only known after the baseline has run");
   }
 
@@ -429,8 +449,7 @@ class Loader {
                                       label, type_name(entry)));
       for (auto it = entry.begin(); it != entry.end(); ++it) {
         const Location at = YamlConverter::location_of(it->first, s.at);
-        if (!it->first.IsScalar()) throw error(at, fmt::format("{}: keys must be plain names", label));
-        const std::string name = it->first.Scalar();
+        const std::string name = key_name(it->first, at, label);
         if (name == "arm") {
           if (s.arm) throw error(at, fmt::format("{}.arm: given twice", label));
           const LocatedJson v = yaml_.convert(it->second, label + ".arm", at);
@@ -482,6 +501,8 @@ class Loader {
 
 }  // namespace
 
+// The stored target is the loss alone (a perplexity target is stored as its logarithm): one
+// definition for the trainer, the store's views and the tables.
 json TargetSpec::as_json() const {
   json j = json::object();
   if (val_loss) j["val_loss"] = *val_loss;
@@ -504,15 +525,27 @@ Recipe parse_recipe(const std::string& text, const std::string& file) {
 }
 
 Recipe load_recipe(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw RecipeError(path, {}, "is a directory, not a recipe file");
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) throw RecipeError(path, {}, "is a directory, not a recipe file");
+  // A device, FIFO or socket would be read until memory runs out (or block forever); opening a
+  // FIFO for reading already blocks, so the type is checked before the file is opened.
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw RecipeError(path, {}, "not a regular file (a device, FIFO or socket); a recipe is a "
+                                "YAML file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw RecipeError(path, {}, "cannot open the recipe (no such file, or not readable)");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
+  // Read at most one byte past the cap: a regular file can still be endless (/proc) or huge.
+  std::string text(kMaxRecipeBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) throw RecipeError(path, {}, "cannot read the recipe");
-  return parse_recipe(buffer.str(), path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxRecipeBytes)
+    throw RecipeError(path, {}, fmt::format("larger than {} bytes (1 MiB); a recipe is a short "
+                                            "YAML file",
+                                            kMaxRecipeBytes));
+  return parse_recipe(text, path);
 }
 
 }  // namespace mxablate::orchestrator

@@ -26,14 +26,6 @@ fs::path run_directory(const fs::path& runs_dir, const std::string& sweep,
   return runs_dir / sweep / run_id;
 }
 
-std::string run_label(const RunSpec& spec) {
-  std::string s = spec.arm;
-  for (const AxisValue& a : spec.axes)
-    s += fmt::format(" {}={}", a.axis, a.value.is_string() ? a.value.get<std::string>()
-                                                           : a.value.dump());
-  return s;
-}
-
 namespace {
 
 // The last line the trainer wrote to stderr in its latest attempt ("" if none).

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
+#include <limits>
 #include <set>
 
 namespace mxablate::orchestrator {
@@ -23,25 +24,43 @@ std::string parent_of(const std::string& path) {
   return cut == std::string::npos ? std::string() : path.substr(0, cut);
 }
 
-bool full_match_int(const std::string& s, int64_t& out) {
+// How a plain scalar reads as a number: not one, one, or one whose spelling is a number but whose
+// value the type cannot hold (so that "1e999" says "out of range", not "expected a number").
+enum class NumberRead { kNotANumber, kOk, kOutOfRange };
+
+NumberRead full_match_int(const std::string& s, int64_t& out) {
   const char* b = s.data();
   const char* e = s.data() + s.size();
   if (b != e && *b == '+') ++b;
-  if (b == e) return false;
+  if (b == e) return NumberRead::kNotANumber;
   const auto [p, ec] = std::from_chars(b, e, out);
-  return ec == std::errc() && p == e;
+  if (p != e) return NumberRead::kNotANumber;
+  if (ec == std::errc::result_out_of_range) return NumberRead::kOutOfRange;
+  return ec == std::errc() ? NumberRead::kOk : NumberRead::kNotANumber;
 }
 
 // YAML 1.2 core schema float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?, plus the
 // .inf/.nan spellings (recognised so that they can be rejected with a clear message).
-bool full_match_float(const std::string& s, double& out) {
+NumberRead full_match_float(const std::string& s, double& out) {
   std::string t = s;
   if (!t.empty() && t[0] == '+') t.erase(0, 1);
-  if (t.empty()) return false;
+  if (t.empty()) return NumberRead::kNotANumber;
   const char first = t[0] == '-' ? (t.size() > 1 ? t[1] : '\0') : t[0];
-  if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '.')) return false;
+  if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '.'))
+    return NumberRead::kNotANumber;
   const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
-  return ec == std::errc() && p == t.data() + t.size();
+  if (p != t.data() + t.size()) return NumberRead::kNotANumber;
+  if (ec == std::errc::result_out_of_range) return NumberRead::kOutOfRange;
+  if (ec != std::errc()) return NumberRead::kNotANumber;
+  return std::isfinite(out) ? NumberRead::kOk : NumberRead::kOutOfRange;
+}
+
+// Why a number-shaped spelling has no double value: too large, or too close to zero.
+std::string float_range_text(const std::string& s) {
+  const size_t e = s.find_first_of("eE");
+  const bool tiny = e != std::string::npos && e + 1 < s.size() && s[e + 1] == '-';
+  return tiny ? "too close to 0; a number must be 0 or at least about 2.2e-308 in magnitude"
+              : "a number must be at most about 1.8e308 in magnitude";
 }
 
 bool is_non_finite_spelling(const std::string& s) {
@@ -51,6 +70,42 @@ bool is_non_finite_spelling(const std::string& s) {
 }
 
 }  // namespace
+
+size_t utf8_sequence_length(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char c = byte(0);
+  if (c == 0) return 0;
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;  // overlong
+    if (c == 0xED) hi = 0x9F;  // UTF-16 surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;  // overlong
+    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  if (byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k)
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+size_t first_invalid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = utf8_sequence_length(text, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
 
 std::string join_path(const std::string& path, const std::string& key) {
   if (key.empty()) return path;
@@ -129,6 +184,11 @@ json YamlConverter::convert_node(const YAML::Node& node, const std::string& path
                             fmt::format("{}: mapping keys must be plain names",
                                         name.empty() ? "recipe" : name));
         const std::string k = key.Scalar();
+        if (first_invalid_utf8(k) != std::string::npos)
+          throw RecipeError(file_, key_at,
+                            fmt::format("{}: a key is not valid UTF-8 (or holds a NUL), e.g. "
+                                        "from an escape like \\xff or \\udc00",
+                                        name.empty() ? "recipe" : short_name));
         if (k == "<<")
           throw RecipeError(file_, key_at,
                             fmt::format("{}: YAML merge keys (<<) are not supported; use an "
@@ -161,6 +221,13 @@ json YamlConverter::convert_scalar(const YAML::Node& node, const std::string& na
                                    Location at) const {
   const std::string& s = node.Scalar();
   const std::string& tag = node.Tag();
+  // Escapes in quoted scalars ("\xff", "\udc00", "\0") decode to bytes the raw-text check
+  // never saw; the JSON library would later refuse them with an unlocated message.
+  if (first_invalid_utf8(s) != std::string::npos)
+    throw RecipeError(file_, at,
+                      fmt::format("{}: the value is not valid UTF-8 (or holds a NUL), e.g. from an "
+                                  "escape like \\xff or \\udc00",
+                                  name.empty() ? "recipe" : name));
   if (tag == "!" || tag == "tag:yaml.org,2002:str") return json(s);  // quoted or !!str
   const bool plain = tag == "?" || tag.empty();
   const auto bad_tag = [&] {
@@ -178,15 +245,25 @@ json YamlConverter::convert_scalar(const YAML::Node& node, const std::string& na
     if (!plain) throw bad_tag();
   }
   if (plain || tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float") {
+    const std::string label = name.empty() ? "recipe" : name;
     int64_t i = 0;
-    if (tag != "tag:yaml.org,2002:float" && full_match_int(s, i)) return json(i);
+    const NumberRead as_int =
+        tag == "tag:yaml.org,2002:float" ? NumberRead::kNotANumber : full_match_int(s, i);
+    if (as_int == NumberRead::kOk) return json(i);
+    if (as_int == NumberRead::kOutOfRange && tag == "tag:yaml.org,2002:int")
+      throw RecipeError(file_, at,
+                        fmt::format("{}: {} is out of range (an integer from {} to {})", label, s,
+                                    std::numeric_limits<int64_t>::min(),
+                                    std::numeric_limits<int64_t>::max()));
     double d = 0;
-    if (tag != "tag:yaml.org,2002:int" && full_match_float(s, d)) {
-      if (!std::isfinite(d))
-        throw RecipeError(file_, at,
-                          fmt::format("{}: {} is out of range", name.empty() ? "recipe" : name, s));
-      return json(d);
-    }
+    const NumberRead as_float =
+        tag == "tag:yaml.org,2002:int" ? NumberRead::kNotANumber : full_match_float(s, d);
+    // An integer beyond int64 stays a number (a float); the schema decides whether the key
+    // takes one that large.
+    if (as_float == NumberRead::kOk) return json(d);
+    if (as_float == NumberRead::kOutOfRange)
+      throw RecipeError(file_, at,
+                        fmt::format("{}: {} is out of range ({})", label, s, float_range_text(s)));
     if (is_non_finite_spelling(s))
       throw RecipeError(file_, at,
                         fmt::format("{}: non-finite numbers ({}) are not allowed",

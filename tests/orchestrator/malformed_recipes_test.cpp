@@ -1,6 +1,8 @@
 // Every malformed recipe in malformed/ (listed with its expected position and message in
 // malformed_expectations.txt) is rejected with one line naming file:line:column and the key —
 // by the loader in-process, and by `mxablate plan` with exit code 2. None crashes.
+#include <sys/stat.h>
+
 #include <fstream>
 #include <set>
 
@@ -96,4 +98,30 @@ TEST_CASE("a recipe that does not exist, or is a directory, is one clear error")
   r = run_process({kMxablate.string(), "plan", dir.path().string()}, dir.path());
   CHECK(r.code() == 2);
   CHECK(contains(r.err, "is a directory, not a recipe file"));
+}
+
+TEST_CASE("a recipe path that is a device, a FIFO or a huge file is refused unread") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.yaml");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {std::string("/dev/zero"), std::string("/dev/urandom"), fifo}) {
+    INFO(path);
+    const ProcessResult r = run_process({kMxablate.string(), "plan", path}, dir.path(), {},
+                                        std::chrono::seconds(20));
+    CHECK_FALSE(r.signal);
+    CHECK(r.code() == 2);
+    CHECK(r.err == "mxablate: " + path +
+                       ": not a regular file (a device, FIFO or socket); a recipe is a YAML file\n");
+  }
+  // One byte over the cap: refused before parsing; at the cap it is parsed (and is YAML).
+  const std::string big = dir.file("big.yaml");
+  write_file(big, "# " + std::string(kMaxRecipeBytes - 2, 'x') + "\n");
+  ProcessResult r = run_process({kMxablate.string(), "plan", big}, dir.path());
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: " + big +
+                     ": larger than 1048576 bytes (1 MiB); a recipe is a short YAML file\n");
+  write_file(big, "# " + std::string(kMaxRecipeBytes - 3, 'x') + "\n");
+  r = run_process({kMxablate.string(), "plan", big}, dir.path());
+  CHECK(r.code() == 2);
+  CHECK(contains(r.err, "holds no content"));
 }

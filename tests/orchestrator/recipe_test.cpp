@@ -1,5 +1,7 @@
 // Loading recipes: the DESIGN §5 example reads as written; values keep their YAML types; the
 // positions of keys and values are recorded for errors found after merging.
+#include <cmath>
+
 #include "catch.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/recipe.h"
@@ -152,4 +154,37 @@ arms: {a: {}}
   CHECK(plan.runs[0].config.target.val_loss == Approx(3.3));
   CHECK(plan.runs[0].config.target.stop_at_target);
   CHECK(plan.target_val_loss == Approx(3.3));
+}
+
+TEST_CASE("a perplexity target is its loss: stored, and given to every run, as ln(perplexity)") {
+  const std::string head = R"(name: ppl
+base:
+  model: smoke
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, max_tokens: 1e5}
+arms: {a: {}, b: {}}
+)";
+  const Recipe r = parse_recipe(head + "target: {perplexity: 27.1, stop_at_target: true}\n", "p.yaml");
+  REQUIRE(r.target.perplexity);
+  CHECK(*r.target.perplexity == 27.1);
+  REQUIRE(r.target.val_loss);
+  CHECK(*r.target.val_loss == std::log(27.1));
+  CHECK(r.target.as_json() ==
+        nlohmann::json{{"val_loss", std::log(27.1)}, {"stop_at_target", true}});
+  const Plan plan = expand_recipe(r);
+  CHECK(plan.target_val_loss == std::log(27.1));
+  CHECK(plan.runs[1].config.target.val_loss == std::log(27.1));
+  // The same run ids as the equivalent val_loss target: one definition, whichever way written.
+  const Recipe same = parse_recipe(
+      head + "target: {val_loss: " + nlohmann::json(std::log(27.1)).dump() +
+          ", stop_at_target: true}\n",
+      "l.yaml");
+  CHECK(expand_recipe(same).runs[1].run_id == plan.runs[1].run_id);
+  for (const char* bad : {"1", "0.5", "-3", "\"27\"", "true"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse_recipe(head + "target: {perplexity: " + bad + "}\n", "p.yaml"),
+                      std::string("p.yaml:7:22: target.perplexity: expected a finite number > 1 "
+                                  "(the loss is its logarithm), got ") +
+                          bad);
+  }
 }

@@ -46,4 +46,7 @@ struct Plan {
 
 Plan expand_recipe(const Recipe& recipe);
 
+// "FDW+H16 seed=2 train.lr=0.001": a run named by its arm and axes, for messages.
+std::string run_label(const RunSpec& spec);
+
 }  // namespace mxablate::orchestrator

@@ -46,8 +46,10 @@ struct Selector {
 };
 
 struct TargetSpec {
-  std::optional<double> val_loss;  // fixed target
+  std::optional<double> val_loss;    // fixed target (log of `perplexity` when that was given)
+  std::optional<double> perplexity;  // as written, when the target was given as a perplexity
   std::optional<std::string> from_arm;
+  Location from_arm_at;
   double at_fraction = 1.0;
   bool stop_at_target = false;
   Location at;
@@ -66,12 +68,17 @@ struct Recipe {
   std::vector<GridAxis> grid;
   std::vector<Selector> include;
   std::vector<Selector> exclude;
+  Location exclude_at;  // the `exclude` key
   TargetSpec target;
 
   const ArmDef* find_arm(const std::string& name) const;
 };
 
-// Reads and checks a recipe file. Throws RecipeError (also for an unreadable file).
+// A recipe is a short text file; anything larger is refused before it is parsed.
+inline constexpr size_t kMaxRecipeBytes = size_t{1} << 20;
+
+// Reads and checks a recipe file: a regular file of at most kMaxRecipeBytes (a device, FIFO or
+// socket is refused unread). Throws RecipeError (also for an unreadable file).
 Recipe load_recipe(const std::string& path);
 // Parses recipe text; `file` names it in messages.
 Recipe parse_recipe(const std::string& text, const std::string& file);

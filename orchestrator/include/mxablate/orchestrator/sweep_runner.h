@@ -67,7 +67,6 @@ class SweepRunner {
 std::filesystem::path run_directory(const std::filesystem::path& runs_dir,
                                     const std::string& sweep, const std::string& run_id);
 
-// "FDW+H16 seed=2 train.lr=0.001"
-std::string run_label(const RunSpec& spec);
+// run_label(spec) ("FDW+H16 seed=2 train.lr=0.001") is declared in plan.h.
 
 }  // namespace mxablate::orchestrator

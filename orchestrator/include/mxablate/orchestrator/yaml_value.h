@@ -33,6 +33,14 @@ struct LocatedJson {
   Location where_key(const std::string& path) const;  // falls back to where(path)
 };
 
+// Length of the UTF-8 sequence starting at text[i] (1-4), or 0 when it is not well-formed UTF-8
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) or is a NUL byte. Used for
+// raw recipe text and for values decoded from escapes ("\xff", "\udc00"), so that nothing the
+// JSON library would refuse to print gets past the recipe's own, located checks.
+size_t utf8_sequence_length(const std::string& text, size_t i);
+// Byte offset of the first byte that is not well-formed UTF-8 (or a NUL), or npos.
+size_t first_invalid_utf8(const std::string& text);
+
 // Joins a path and a key ("" + "a" = "a", "a" + "b" = "a.b").
 std::string join_path(const std::string& path, const std::string& key);
 
