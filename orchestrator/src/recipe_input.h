@@ -2,9 +2,11 @@
 // (exit code 2) whose message is the one-line "FILE:LINE:COL: key: …" of RecipeError.
 #pragma once
 
+#include <iostream>
 #include <string>
 
 #include "cli_errors.h"
+#include "mxablate/orchestrator/launch_checks.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/recipe.h"
 
@@ -23,6 +25,20 @@ inline RecipeInput load_recipe_input(const std::string& path) {
   } catch (const orchestrator::RecipeError& e) {
     throw InputError(e.what());
   }
+}
+
+// What `plan` and `run` check before anything runs: the recipe, then the plan against the
+// datasets it names (launch_checks.h). Errors are InputErrors; warnings go to stderr, one line
+// each.
+inline RecipeInput load_checked_recipe_input(const std::string& path) {
+  RecipeInput in = load_recipe_input(path);
+  try {
+    for (const std::string& warning : orchestrator::check_launch(in.recipe, in.plan))
+      std::cerr << "mxablate: warning: " << warning << "\n";
+  } catch (const orchestrator::RecipeError& e) {
+    throw InputError(e.what());
+  }
+  return in;
 }
 
 }  // namespace mxablate::cli

@@ -105,20 +105,6 @@ std::vector<Slot> choose_slots(const RunOptions& o, const Plan& plan) {
   return cpu_slots(o.cpu > 0 ? o.cpu : 1);
 }
 
-// A prepared dataset must exist before anything runs ("default" is the trainer's business).
-void check_data_paths(const Recipe& recipe, const Plan& plan) {
-  for (const RunSpec& r : plan.runs) {
-    const std::string& d = r.config.data.dataset;
-    std::error_code ec;
-    if (d != "default" && !fs::is_directory(d, ec))
-      throw InputError(RecipeError(recipe.file, r.where("data.dataset"),
-                                   fmt::format("data.dataset: no directory '{}' (a prepared data "
-                                               "directory, or \"default\"; run: {})",
-                                               d, run_label(r)))
-                           .what());
-  }
-}
-
 ProgressMode parse_progress(const std::string& s) {
   if (s == "auto") return ProgressMode::kAuto;
   if (s == "terminal") return ProgressMode::kTerminal;
@@ -174,8 +160,7 @@ void run_sweep(const RunOptions& o) {
     throw InputError("--gpus, --cpu, --per-gpu and --timeout are for the local executor; with "
                      "--executor slurm use --gpus-per-run, --max-parallel and --time");
   if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
-  const RecipeInput input = load_recipe_input(o.recipe);
-  check_data_paths(input.recipe, input.plan);
+  const RecipeInput input = load_checked_recipe_input(o.recipe);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
   fs::path trainer;
   try {

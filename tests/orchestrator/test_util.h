@@ -23,6 +23,10 @@ inline const std::filesystem::path kMxablate = MXABLATE_BIN;
 inline const std::filesystem::path kFakeTrainer = FAKE_TRAINER_BIN;
 inline const std::filesystem::path kTestData = TEST_DATA_DIR;    // tests/orchestrator
 inline const std::filesystem::path kRecipesDir = RECIPES_DIR;    // recipes/
+// A manifest-only dataset (no shards) standing in for the default corpus: `plan` and `run` check
+// a recipe's datasets before launching (they read manifests only), and the fake trainer reads
+// no data. Every process started here gets it as MXABLATE_DEFAULT_DATASET unless `env` says.
+inline const std::filesystem::path kFakeDefaultDataset = kTestData / "fake-dataset";
 
 struct ProcessResult {
   std::optional<int> exit_code;
@@ -41,6 +45,7 @@ class Process {
       : out_(dir / ("out-" + std::to_string(counter()) + ".txt")),
         err_(out_.string() + ".err") {
     bp::environment e = boost::this_process::environment();
+    e["MXABLATE_DEFAULT_DATASET"] = kFakeDefaultDataset.string();
     for (const auto& [k, v] : env) e[k] = v;
     std::vector<std::string> rest(args.begin() + 1, args.end());
     child_ = bp::child(args[0], bp::args(rest), e, bp::std_in < bp::null,

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "mxablate/contract/run_config.h"
+#include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/batches.h"
@@ -412,9 +413,8 @@ class TrainingRun {
 }  // namespace
 
 std::string resolve_dataset_dir(const std::string& dataset) {
-  if (dataset != "default") return dataset;
-  const char* env = std::getenv("MXABLATE_DEFAULT_DATASET");
-  const std::string dir = env && *env ? env : std::string(MXABLATE_SOURCE_DIR) + "/data/default";
+  if (dataset != data::kDefaultDataset) return dataset;
+  const std::string dir = data::dataset_dir(dataset);
   if (!fs::exists(fs::path(dir) / data::kManifestFile))
     throw ConfigError("data.dataset: the default corpus is not prepared at " + dir +
                       " (run scripts/build-corpus.sh, or set MXABLATE_DEFAULT_DATASET)");

@@ -1,0 +1,34 @@
+// Checks of an expanded plan against the prepared datasets its runs name, made by `mxablate plan`
+// and `mxablate run` before anything is launched: what would make every attempt of a run fail
+// once the trainer opens its data is refused here, at the recipe position of the key that decides
+// it. Only each dataset's manifest.json is read (token counts, vocabulary), never the shards.
+//
+// Errors (RecipeError): a dataset that does not exist or is not prepared; data.seq_len longer than
+// a split can hold; eval.tokens more than the validation split holds at that sequence length; a
+// data vocabulary larger than a model preset's own.
+// Warnings: a token budget of more than two epochs of the training split (small models overfit a
+// small corpus, and quantization noise then acts as a regularizer: an FP4 arm can look better
+// than BF16 for that reason alone).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxablate/orchestrator/plan.h"
+#include "mxablate/orchestrator/recipe.h"
+
+namespace mxablate::orchestrator {
+
+// More epochs than this draw the overfitting warning.
+inline constexpr double kMaxEpochsWithoutWarning = 2.0;
+
+// Throws RecipeError at the first problem; returns the warnings, each one line
+// "FILE:LINE:COL: key: …", one per distinct message.
+std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan);
+
+// The longest sequence a split of `tokens` tokens holds: every sequence is read with the token
+// after it (its last target), so a split holds (tokens - 1) / seq_len sequences.
+int64_t sequences_in_split(int64_t tokens, int64_t seq_len);
+
+}  // namespace mxablate::orchestrator

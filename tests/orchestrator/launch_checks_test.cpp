@@ -1,0 +1,172 @@
+// `mxablate plan` and `mxablate run` check a recipe's runs against the datasets they name before
+// anything is launched, at the key's file:line:column: a missing or unprepared dataset, a
+// sequence length no split can hold, more evaluation tokens than the validation split holds; and
+// warn about token budgets beyond two epochs. Datasets here are described by their manifest
+// alone (what the checks read), written with the same code `mxablate data prepare` uses.
+#include <fmt/format.h>
+
+#include "catch.h"
+#include "mxablate/data/manifest.h"
+#include "mxablate/orchestrator/launch_checks.h"
+#include "test_util.h"
+
+using namespace mxablate::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A prepared dataset's manifest: `train` and `validation` tokens, a 4096-token vocabulary.
+void write_dataset(const fs::path& dir, int64_t train, int64_t validation) {
+  fs::create_directories(dir);
+  mxablate::data::Manifest m;
+  m.tokenizer.file = "tokenizer.model";
+  m.tokenizer.model_type = "bpe";
+  m.tokenizer.vocab_size = 4096;
+  m.train.tokens = train;
+  m.validation.tokens = validation;
+  mxablate::data::write_manifest(dir.string(), m);
+}
+
+struct Settings {
+  std::string dataset;
+  int seq_len = 64;
+  int global_batch = 1024;
+  int max_tokens = 8192;
+  int eval_tokens = 1024;
+};
+
+// Every key on its own line, so that the positions in the messages do not move with the values:
+// dataset 5:14, seq_len 6:14, max_tokens 9:17, eval.tokens 12:13, arm A 14:3.
+std::string recipe(const Settings& s) {
+  return fmt::format(R"(name: checks
+base:
+  model: smoke
+  data:
+    dataset: {}
+    seq_len: {}
+  train:
+    global_batch_tokens: {}
+    max_tokens: {}
+  eval:
+    every_tokens: 4096
+    tokens: {}
+arms:
+  A: {{}}
+  B: {{precision: {{fprop: mxfp4}}}}
+)",
+                     s.dataset, s.seq_len, s.global_batch, s.max_tokens, s.eval_tokens);
+}
+
+struct Fixture {
+  TempDir dir;
+  fs::path data = dir.path() / "data";  // 10000 training tokens, 2000 validation tokens
+  fs::path file = dir.path() / "sweep.yaml";
+  Fixture() { write_dataset(data, 10000, 2000); }
+  ProcessResult mx(const std::string& command, const Settings& s,
+                   std::map<std::string, std::string> env = {}) {
+    write_file(file, recipe(s));
+    std::vector<std::string> args{kMxablate.string(), command, file.string()};
+    if (command == "run")
+      for (const char* a : {"--trainer", FAKE_TRAINER_BIN, "--cpu", "1", "--poll-ms", "20"})
+        args.push_back(a);
+    return run_process(args, dir.path(), env);
+  }
+  std::string at(const std::string& position) const { return "mxablate: " + file.string() + ":" + position + ": "; }
+};
+
+}  // namespace
+
+TEST_CASE("a dataset that holds the runs plans with no warning") {
+  Fixture f;
+  const ProcessResult r = f.mx("plan", {f.data.string()});
+  INFO(r.err);
+  CHECK(r.code() == 0);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("eval.tokens beyond the validation split is refused at its key") {
+  Fixture f;
+  const ProcessResult r = f.mx("plan", {f.data.string(), 64, 1024, 8192, 4096});
+  CHECK(r.code() == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err == f.at("12:13") +
+                     fmt::format("eval.tokens: 4096 tokens (64 sequences of 64) are more than the "
+                                 "validation split of {} holds (2000 tokens: 31 sequences, at "
+                                 "most 1984 tokens) (run: A)\n",
+                                 f.data.string()));
+  // The trainer's own rule: 31 sequences of 64 (each read with the token after it) fit, 32 not.
+  CHECK(mxablate::orchestrator::sequences_in_split(2000, 64) == 31);
+  CHECK(f.mx("plan", {f.data.string(), 64, 1024, 8192, 1984}).code() == 0);
+  CHECK(f.mx("plan", {f.data.string(), 64, 1024, 8192, 1985}).code() == 2);
+}
+
+TEST_CASE("a sequence length longer than a split holds is refused at data.seq_len") {
+  Fixture f;
+  const ProcessResult r = f.mx("plan", {f.data.string(), 2048, 4096, 8192, 2048});
+  CHECK(r.code() == 2);
+  CHECK(r.err == f.at("6:14") + fmt::format("data.seq_len: 2048 is longer than {} allows: its "
+                                            "validation split holds 2000 tokens, so a sequence "
+                                            "can be at most 1999 (run: A)\n",
+                                            f.data.string()));
+}
+
+TEST_CASE("a missing, unprepared or unreadable dataset is refused with how to prepare it") {
+  Fixture f;
+  const std::string missing = (f.dir.path() / "nope").string();
+  ProcessResult r = f.mx("plan", {missing});
+  CHECK(r.code() == 2);
+  CHECK(r.err == f.at("5:14") + fmt::format("data.dataset: '{0}' does not exist; prepare it with "
+                                            "`mxablate data prepare --input TEXT... --out {0}` "
+                                            "(run: A)\n",
+                                            missing));
+  const fs::path empty = f.dir.path() / "empty";
+  fs::create_directories(empty);
+  r = f.mx("plan", {empty.string()});
+  CHECK(r.code() == 2);
+  CHECK(r.err == f.at("5:14") +
+                     fmt::format("data.dataset: '{0}' is not a prepared dataset (no "
+                                 "manifest.json); prepare it with `mxablate data prepare --input "
+                                 "TEXT... --out {0}` (run: A)\n",
+                                 empty.string()));
+  write_file(empty / "manifest.json", "{\"version\": 1}");
+  r = f.mx("plan", {empty.string()});
+  CHECK(r.code() == 2);
+  CHECK(lines_of(r.err).size() == 1);
+  CHECK(r.err.rfind(f.at("5:14") + "data.dataset: '" + empty.string() + "' cannot be used: " +
+                        (empty / "manifest.json").string() + ": ",
+                    0) == 0);
+  // "default" names the corpus MXABLATE_DEFAULT_DATASET points at (or the checkout's data/default).
+  r = f.mx("plan", {"default"}, {{"MXABLATE_DEFAULT_DATASET", missing}});
+  CHECK(r.code() == 2);
+  CHECK(r.err == f.at("5:14") + fmt::format("data.dataset: the default dataset ({}) does not "
+                                            "exist; build it with scripts/build-corpus.sh, or "
+                                            "point MXABLATE_DEFAULT_DATASET at a directory made "
+                                            "by `mxablate data prepare` (run: A)\n",
+                                            missing));
+  CHECK(f.mx("plan", {"default"}, {{"MXABLATE_DEFAULT_DATASET", f.data.string()}}).code() == 0);
+}
+
+TEST_CASE("more than two epochs of the data is a warning with the epoch count") {
+  Fixture f;
+  const ProcessResult r = f.mx("plan", {f.data.string(), 64, 1024, 40960, 1024});
+  CHECK(r.code() == 0);
+  CHECK_FALSE(r.out.empty());
+  // Both arms share the budget: one warning.
+  CHECK(r.err == "mxablate: warning: " + f.file.string() + ":9:17: " +
+                     fmt::format("train.max_tokens: 40960 tokens are 4.1 epochs of the 10000 "
+                                 "training tokens of {}; beyond ~2 epochs a small model overfits, "
+                                 "and quantization noise then acts as a regularizer (FP4 arms can "
+                                 "look better than BF16 for that reason alone)\n",
+                                 f.data.string()));
+  CHECK(f.mx("plan", {f.data.string(), 64, 1024, 20000, 1024}).err.empty());  // 2.0 epochs
+}
+
+TEST_CASE("`run` makes the same checks before it creates anything") {
+  Fixture f;
+  const ProcessResult r = f.mx("run", {f.data.string(), 64, 1024, 8192, 4096});
+  CHECK(r.code() == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.rfind(f.at("12:13") + "eval.tokens: 4096 tokens (64 sequences of 64)", 0) == 0);
+  CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
+  CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
+}
