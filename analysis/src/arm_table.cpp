@@ -42,6 +42,20 @@ std::string loss_text(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? fmt::format("{:.4f}", *v) : "-";
 }
 
+std::string perplexity_text(const ArmSummary& a) {
+  const auto ppl = [](const std::optional<double>& loss) {
+    return loss && std::isfinite(*loss) && std::isfinite(std::exp(*loss))
+               ? fmt::format("{:.2f}", std::exp(*loss))
+               : std::string("-");
+  };
+  return ppl(a.final_val_loss) + " / " + ppl(a.best_val_loss);
+}
+
+std::optional<double> exp_of(const std::optional<double>& loss) {
+  if (!loss) return std::nullopt;
+  return std::exp(*loss);
+}
+
 std::string diverged_text(const ArmSummary& a) {
   if (a.diverged == 0) return "0";
   return fmt::format("{} ({})", a.diverged, a.first_divergence_reason);
@@ -100,18 +114,27 @@ void render_latex(const std::vector<std::vector<std::string>>& rows,
 }
 
 // Machine-readable: numbers in their own columns, empty where undefined.
-void render_csv(const std::vector<ArmSummary>& arms, std::string& out) {
-  out += "arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,ci_high_pct,"
-         "lower_bound,final_val_loss,seeds,reached,diverged,first_divergence_reason,not_reached,"
-         "paper\n";
+void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::string& out) {
+  const bool ppl = metric == TableMetric::kPerplexity;
+  out += fmt::format("arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,"
+                     "ci_high_pct,lower_bound,{},seeds,reached,diverged,first_divergence_reason,"
+                     "not_reached,paper\n",
+                     ppl ? "final_val_perplexity,best_val_perplexity" : "final_val_loss");
   for (const auto& a : arms) {
-    const std::vector<std::string> cells = {
+    std::vector<std::string> cells = {
         a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), a.is_baseline ? "true" : "false",
         optional_number(a.cost.median_pct), optional_number(a.cost.ci_low_pct),
-        optional_number(a.cost.ci_high_pct), a.cost.lower_bound ? "true" : "false",
-        optional_number(a.final_val_loss), std::to_string(a.seeds), std::to_string(a.converged),
-        std::to_string(a.diverged), a.first_divergence_reason, std::to_string(a.not_reached),
-        paper_figure(a).value_or("")};
+        optional_number(a.cost.ci_high_pct), a.cost.lower_bound ? "true" : "false"};
+    if (ppl) {
+      cells.push_back(optional_number(exp_of(a.final_val_loss)));
+      cells.push_back(optional_number(exp_of(a.best_val_loss)));
+    } else {
+      cells.push_back(optional_number(a.final_val_loss));
+    }
+    for (const std::string& c :
+         {std::to_string(a.seeds), std::to_string(a.converged), std::to_string(a.diverged),
+          a.first_divergence_reason, std::to_string(a.not_reached), paper_figure(a).value_or("")})
+      cells.push_back(c);
     for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
     out += "\n";
   }
@@ -159,22 +182,24 @@ std::string cost_method_note(const std::vector<ArmSummary>& arms) {
 }
 
 std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format,
-                         const std::string& given_caption) {
+                         const std::string& given_caption, TableMetric metric) {
+  const bool ppl = metric == TableMetric::kPerplexity;
   std::string out;
   const std::string caption =
       given_caption.empty() ? given_caption : given_caption + ". " + cost_method_note(arms);
   if (format == TableFormat::kCsv) {
-    render_csv(arms, out);
+    render_csv(arms, metric, out);
     return out;
   }
   const std::vector<std::string> header = {"arm",   "fprop",   "dgrad",    "wgrad",
                                            "interventions", "extra tokens [95% CI]",
-                                           "final val loss", "seeds", "reached", "diverged",
+                                           ppl ? "final / best val ppl" : "final val loss",
+                                           "seeds", "reached", "diverged",
                                            "not reached", "paper"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& a : arms) {
     rows.push_back({a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), cost_text(a, format),
-                    loss_text(a.final_val_loss), std::to_string(a.seeds),
+                    ppl ? perplexity_text(a) : loss_text(a.final_val_loss), std::to_string(a.seeds),
                     std::to_string(a.converged), diverged_text(a), std::to_string(a.not_reached),
                     paper_figure(a).value_or("-")});
   }

@@ -130,21 +130,36 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
   return data;
 }
 
+std::string ResolvedTarget::caption(bool perplexity_first) const {
+  if (!val_loss) return description;
+  const std::string both = perplexity_first
+                               ? fmt::format("target perplexity {:.2f} (val loss {:.4f})",
+                                             std::exp(*val_loss), *val_loss)
+                               : fmt::format("target val loss {:.4f} (perplexity {:.2f})",
+                                             *val_loss, std::exp(*val_loss));
+  return both + basis;
+}
+
 ResolvedTarget resolve_target(const SweepData& sweep) {
+  ResolvedTarget t = resolve_target_value(sweep);
+  if (t.val_loss) t.description = t.caption(false);
+  return t;
+}
+
+// The target's value and, in `basis`, how it was derived; the caption is made by the caller.
+ResolvedTarget resolve_target_value(const SweepData& sweep) {
   ResolvedTarget t;
   const json& spec = sweep.target_spec;
   if (sweep.stored_target) {
     t.val_loss = sweep.stored_target;
-    t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
     if (spec.contains("from_arm") && spec["from_arm"].is_string())
-      t.description += fmt::format(": median of arm {} at {} of its budget, stored with the sweep",
+      t.basis = fmt::format(": median of arm {} at {} of its budget, stored with the sweep",
                                    spec["from_arm"].get<std::string>(),
                                    pct_text(spec.value("at_fraction", 0.8)));
     return t;
   }
   if (spec.contains("val_loss") && spec["val_loss"].is_number()) {
     t.val_loss = spec["val_loss"].get<double>();
-    t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
     return t;
   }
   if (!spec.contains("from_arm")) {
@@ -162,8 +177,8 @@ ResolvedTarget resolve_target(const SweepData& sweep) {
   }
   t.val_loss = target_from_baseline(curves, budget, fraction);
   if (t.val_loss) {
-    t.description = fmt::format("target val loss {:.4f}: median of arm {} at {} of its {:.3g}-token budget",
-                                *t.val_loss, arm, pct_text(fraction), budget);
+    t.basis = fmt::format(": median of arm {} at {} of its {:.3g}-token budget", arm,
+                          pct_text(fraction), budget);
   } else {
     t.description = fmt::format("target not resolved yet: arm {} has not reached {} of its budget",
                                 arm, pct_text(fraction));
@@ -254,11 +269,15 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
     const std::vector<RunOutcome> arm = outcomes(runs);
     a.cost = extra_token_cost(arm, outcomes(by_group[own_baseline]));
     a.seeds = static_cast<int>(runs.size());
-    std::vector<double> finals;
+    std::vector<double> finals, bests;
     double first_divergence_tokens = INFINITY;
     for (size_t i = 0; i < runs.size(); ++i) {
       const RunRecord& r = *runs[i];
       if (r.final_val_loss && std::isfinite(*r.final_val_loss)) finals.push_back(*r.final_val_loss);
+      double best = INFINITY;
+      for (const EvalPoint& e : r.evals)
+        if (std::isfinite(e.val_loss)) best = std::min(best, e.val_loss);
+      if (std::isfinite(best)) bests.push_back(best);
       if (arm[i].tokens_to_target) {
         ++a.converged;
       } else if (r.status == "diverged") {
@@ -277,6 +296,7 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
         a.first_divergence_reason = "diverged";
     }
     if (!finals.empty()) a.final_val_loss = median(finals);
+    if (!bests.empty()) a.best_val_loss = median(bests);
     rows.push_back(a);
   }
   return rows;

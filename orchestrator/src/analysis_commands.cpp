@@ -19,6 +19,7 @@ struct AnalysisOptions {
   std::string sweep;
   std::string baseline;
   std::string format = "md";
+  std::string metric = "loss";
   std::string out = "report";
 };
 
@@ -54,9 +55,20 @@ void run_table(const AnalysisOptions& o) {
   } else {
     throw InputError("--format: '" + o.format + "' is not one of: md, latex, csv");
   }
+  analysis::TableMetric metric;
+  if (o.metric == "loss") {
+    metric = analysis::TableMetric::kLoss;
+  } else if (o.metric == "perplexity") {
+    metric = analysis::TableMetric::kPerplexity;
+  } else {
+    throw InputError("--metric: '" + o.metric + "' is not one of: loss, perplexity");
+  }
   const LoadedSweep s = load(o);
-  std::cout << analysis::render_table(s.table, format,
-                                      "Sweep " + s.data.name + ": " + s.target.description);
+  std::cout << analysis::render_table(
+      s.table, format,
+      "Sweep " + s.data.name + ": " +
+          s.target.caption(metric == analysis::TableMetric::kPerplexity),
+      metric);
 }
 
 void run_report(const AnalysisOptions& o) {
@@ -84,6 +96,10 @@ void register_analysis_commands(CLI::App& app) {
                "95% CI), final loss, divergences, and the paper's figure");
   add_common(t, *table);
   t->add_option("--format", table->format, "md | latex | csv")->capture_default_str();
+  t->add_option("--metric", table->metric,
+                "loss | perplexity: the final validation loss, or the final / best perplexity "
+                "exp(loss), and the target in that unit")
+      ->capture_default_str();
   t->callback([table] { run_table(*table); });
 
   auto report = std::make_shared<AnalysisOptions>();

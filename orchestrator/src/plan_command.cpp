@@ -1,7 +1,9 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
 // precisions, token budget) and the totals — without running anything. Every recipe error is
-// reported here exactly as `run` would report it.
+// reported here exactly as `run` would report it, and so is every launch check against the
+// datasets the runs name (launch_checks.h).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fmt/format.h>
 #include <iostream>
 #include <memory>
@@ -50,8 +52,13 @@ std::string quant_cell(const contract::RunConfig& c) {
 void print_plan(const Recipe& recipe, const Plan& plan) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
   if (!recipe.description.empty()) std::cout << "  " << recipe.description << "\n";
-  if (recipe.target.val_loss)
-    std::cout << fmt::format("target: validation loss {}{}\n", *recipe.target.val_loss,
+  if (recipe.target.perplexity)
+    std::cout << fmt::format("target: perplexity {} (validation loss {:.4f}){}\n",
+                             *recipe.target.perplexity, *recipe.target.val_loss,
+                             recipe.target.stop_at_target ? " (runs stop there)" : "");
+  else if (recipe.target.val_loss)
+    std::cout << fmt::format("target: validation loss {} (perplexity {:.2f}){}\n",
+                             *recipe.target.val_loss, std::exp(*recipe.target.val_loss),
                              recipe.target.stop_at_target ? " (runs stop there)" : "");
   else if (recipe.target.from_arm)
     std::cout << fmt::format("target: arm {}'s median validation loss at {:g} of its budget\n",
@@ -102,7 +109,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("recipe", opts->recipe, "recipe file (YAML)")->required();
   cmd->add_flag("--json", opts->json, "print the runs and their resolved configs as JSON");
   cmd->callback([opts] {
-    const RecipeInput input = load_recipe_input(opts->recipe);
+    const RecipeInput input = load_checked_recipe_input(opts->recipe);
     if (opts->json) print_json(input.plan);
     else print_plan(input.recipe, input.plan);
   });

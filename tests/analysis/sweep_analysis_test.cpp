@@ -93,7 +93,7 @@ TEST_CASE("table from a hand-made database") {
   REQUIRE(target.val_loss.has_value());
   CHECK(*target.val_loss == Approx(6.1));
   CHECK(target.description ==
-        "target val loss 6.1000: median of arm fp8 at 80 % of its 1e+04-token budget");
+        "target val loss 6.1000 (perplexity 445.86): median of arm fp8 at 80 % of its 1e+04-token budget");
 
   const std::string baseline = analysis::baseline_group(sweep, "");
   CHECK(baseline == "fp8");
@@ -148,7 +148,7 @@ TEST_CASE("the resolved target is stored with the sweep, and the SQL view pairs 
   CHECK(*after.stored_target == Approx(6.1));
   CHECK_FALSE(analysis::target_to_store(after).has_value());
   CHECK(analysis::resolve_target(after).description ==
-        "target val loss 6.1000: median of arm fp8 at 80 % of its budget, stored with the sweep");
+        "target val loss 6.1000 (perplexity 445.86): median of arm fp8 at 80 % of its budget, stored with the sweep");
 
   // Per run, what the table takes the median of: each run against fp8 of its own seed.
   results::Statement view(store.db(),

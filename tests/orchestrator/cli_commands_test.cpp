@@ -206,6 +206,51 @@ TEST_CASE("bad options are exit 2 with one line") {
                                       f.dir.path());
   CHECK(r.code() == 2);
   CHECK(r.err == "mxablate: " + f.dir.file("data.yaml") +
-                     ":15:37: data.dataset: no directory '/nonexistent/corpus' (a prepared data "
-                     "directory, or \"default\"; run: A seed=7 data.dataset=/nonexistent/corpus)\n");
+                     ":15:37: data.dataset: '/nonexistent/corpus' does not exist; prepare it with "
+                     "`mxablate data prepare --input TEXT... --out /nonexistent/corpus` (run: A "
+                     "seed=7 data.dataset=/nonexistent/corpus)\n");
+}
+
+TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivalent val_loss") {
+  // e^6 = 403.428793…: the fake trainer's losses pass 6.0 between steps 12 and 16.
+  CliFixture f(fake_recipe("ppl", 20, 4, 5) + "target: {perplexity: 403.4287934927351}\n");
+  write_file(f.dir.path() / "loss.yaml",
+             fake_recipe("loss", 20, 4, 5) + "target: {val_loss: 6.0}\n");
+  const ProcessResult plan = f.mx({"plan", f.recipe.string()});
+  REQUIRE(plan.code() == 0);
+  CHECK(lines_of(plan.out)[1] == "target: perplexity 403.4287934927351 (validation loss 6.0000)");
+  for (const std::string& recipe : {f.recipe.string(), f.dir.file("loss.yaml")}) {
+    std::vector<std::string> args = f.run_args({"--progress", "none"});
+    args[2] = recipe;
+    const ProcessResult r = run_process(args, f.dir.path());
+    INFO(r.err);
+    REQUIRE(r.code() == 0);
+  }
+  const auto tokens = [&](const std::string& sweep) {
+    return query_rows(f.dir.file("mxablate.db"),
+                      "SELECT t.arm, ROUND(t.tokens_to_target, 6), r.tokens_to_target, t.target "
+                      "FROM run_tokens_to_target t JOIN runs r USING (run_id) WHERE t.sweep = '" +
+                          sweep + "' ORDER BY t.arm, r.tokens_to_target, t.tokens_to_target");
+  };
+  const auto ppl = tokens("ppl"), loss = tokens("loss");
+  REQUIRE(ppl.size() == 4);
+  REQUIRE(loss.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    INFO(i);
+    CHECK(ppl[i][0] == loss[i][0]);
+    CHECK(ppl[i][1] == loss[i][1]);  // the store's view, interpolated
+    CHECK(ppl[i][2] == loss[i][2]);  // the trainer's target_reached
+    CHECK_FALSE(ppl[i][1].empty());
+    CHECK(std::stod(ppl[i][3]) == Approx(6.0).epsilon(1e-12));
+  }
+  ProcessResult t = f.mx({"table", "--sweep", "ppl", "--metric", "perplexity"});
+  REQUIRE(t.code() == 0);
+  CHECK(lines_of(t.out)[0].rfind("Sweep ppl: target perplexity 403.43 (val loss 6.0000). ", 0) == 0);
+  CHECK(contains(t.out, "| final / best val ppl |"));
+  t = f.mx({"table", "--sweep", "loss"});
+  REQUIRE(t.code() == 0);
+  CHECK(lines_of(t.out)[0].rfind("Sweep loss: target val loss 6.0000 (perplexity 403.43). ", 0) == 0);
+  t = f.mx({"table", "--sweep", "loss", "--metric", "bits"});
+  CHECK(t.code() == 2);
+  CHECK(t.err == "mxablate: --metric: 'bits' is not one of: loss, perplexity\n");
 }

@@ -20,6 +20,7 @@ struct ArmSummary {
   bool is_baseline = false;
   ExtraTokenCost cost;
   std::optional<double> final_val_loss;  // median over the arm's runs
+  std::optional<double> best_val_loss;   // median over the arm's runs of each run's lowest
   int seeds = 0;
   int converged = 0;    // reached the target
   int diverged = 0;
@@ -28,6 +29,9 @@ struct ArmSummary {
 };
 
 enum class TableFormat { kMarkdown, kLatex, kCsv };
+// What the loss column shows: the final validation loss, or the final and best perplexity
+// (exp of the median final / best loss; for an odd number of seeds that is the median perplexity).
+enum class TableMetric { kLoss, kPerplexity };
 
 // The reference paper's figure for an arm with these settings (DESIGN §1), or nullopt when the
 // arm is not one of the paper's.
@@ -39,6 +43,6 @@ std::string cost_method_note(const std::vector<ArmSummary>& arms);
 
 // `caption` says what the target was (e.g. "target val loss 4.213 (fp8 at 80 % of budget)").
 std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format,
-                         const std::string& caption);
+                         const std::string& caption, TableMetric metric = TableMetric::kLoss);
 
 }  // namespace mxablate::analysis

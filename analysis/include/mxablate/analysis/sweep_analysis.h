@@ -48,12 +48,18 @@ SweepData load_sweep(results::Database& db, const std::string& sweep);
 
 struct ResolvedTarget {
   std::optional<double> val_loss;
-  std::string description;  // for captions: "target val loss 4.213 (fp8 at 80 % of budget)"
+  // For captions: "target val loss 3.2995 (perplexity 27.10): median of arm fp8 at 80 % of its
+  // budget"; the loss and its perplexity exp(loss) are always both given.
+  std::string description;
+  std::string basis;  // how a derived target was found (": median of arm …"), or ""
+  // The caption with the perplexity first (`mxablate table --metric perplexity`) or the loss.
+  std::string caption(bool perplexity_first) const;
 };
 
 // The target of DESIGN §6: a fixed `val_loss`, or `from_arm` + `at_fraction` resolved on the
 // baseline arm's curves (or stored with the sweep once it was).
 ResolvedTarget resolve_target(const SweepData& sweep);
+ResolvedTarget resolve_target_value(const SweepData& sweep);  // without the description
 
 // A `from_arm` target not stored yet, once every run of that arm has ended (so that it will not
 // move again): the value to store with the sweep. nullopt otherwise.
