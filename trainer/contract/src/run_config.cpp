@@ -125,7 +125,7 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
 // Values that pass the per-key rules above yet make every attempt of the trainer fail or never
 // end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
 // reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
-// arithmetic (int64 steps) would overflow.
+// arithmetic (int64 steps) would overflow, a GPU-only GEMM path on the CPU.
 void validate_runnable(const RunConfig& c) {
   constexpr int kMaxThreads = 1024;
   constexpr double kMaxTokens = 9.0e15;  // steps are int64; token counts stay exact doubles
@@ -142,6 +142,10 @@ void validate_runnable(const RunConfig& c) {
                                     std::pair{"eval.every_tokens", c.eval.every_tokens},
                                     std::pair{"eval.tokens", c.eval.tokens}})
     require(value <= kMaxTokens, name, "must be at most 9e15", value);
+  // The trainer resolves the GEMM path before the first step, whatever the precisions.
+  if (c.quant.gemm_path == "fp8" && c.device != "cuda")
+    throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
+                      "needs device: cuda, this run's device is \"" + c.device + "\"");
 }
 
 void validate(const RunConfig& c) {
