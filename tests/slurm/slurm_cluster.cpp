@@ -109,6 +109,9 @@ Mxablate::Mxablate(const std::vector<std::string>& args,
                    const std::map<std::string, std::string>& env, const fs::path& output)
     : output_(output) {
   bp::environment e = boost::this_process::environment();
+  // `run` checks the datasets a recipe names before launching; the fake trainer reads none, so
+  // "default" is a manifest-only stand-in unless a test says otherwise.
+  e["MXABLATE_DEFAULT_DATASET"] = FAKE_DEFAULT_DATASET;
   for (const auto& [k, v] : env) e[k] = v;
   std::FILE* out = std::fopen(output.c_str(), "we");
   if (!out) throw std::runtime_error("cannot write " + output.string());
