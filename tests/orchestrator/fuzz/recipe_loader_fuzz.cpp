@@ -20,9 +20,19 @@
 using namespace mxablate::orchestrator;
 namespace fs = std::filesystem;
 
+namespace {
+fs::path data_dir;
+void remove_data_dir() {
+  std::error_code ec;
+  fs::remove_all(data_dir, ec);
+}
+}  // namespace
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const fs::path dir = fs::temp_directory_path() / ("mxablate-fuzz-data-" + std::to_string(::getpid()));
+  data_dir = fs::temp_directory_path() / ("mxablate-fuzz-data-" + std::to_string(::getpid()));
+  const fs::path& dir = data_dir;
   fs::create_directories(dir);
+  std::atexit(remove_data_dir);
   mxablate::data::Manifest m;
   m.tokenizer.vocab_size = 4096;
   m.train.tokens = 50000;
