@@ -9,6 +9,12 @@
 #include "mxablate/data/manifest.h"
 #include "mxablate/orchestrator/launch_checks.h"
 #include "test_util.h"
+#ifdef MXABLATE_HAVE_DATA_PREPARE
+#include <sstream>
+
+#include "mxablate/data/data_prepare.h"
+#include "test_text.h"
+#endif
 
 using namespace mxablate::testing;
 namespace fs = std::filesystem;
@@ -170,3 +176,35 @@ TEST_CASE("`run` makes the same checks before it creates anything") {
   CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
   CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
 }
+
+#ifdef MXABLATE_HAVE_DATA_PREPARE
+// The checks read what `mxablate data prepare` writes: a real (small) prepared dataset, whose
+// validation split holds exactly what its manifest says.
+TEST_CASE("a dataset made by data prepare: eval.tokens is checked against its validation split") {
+  Fixture f;
+  const fs::path prepared = f.dir.path() / "prepared";
+  fs::create_directories(f.dir.path() / "text");
+  mxablate::test::write_test_corpus((f.dir.path() / "text" / "stories.txt").string(), 400, 7);
+  mxablate::data::DataPrepareOptions o;
+  o.inputs = {(f.dir.path() / "text").string()};
+  o.out_dir = prepared.string();
+  o.vocab_size = 256;
+  o.val_fraction = 0.05;
+  o.threads = 1;
+  std::ostringstream log;
+  mxablate::data::prepare_data(o, log);
+  const mxablate::data::Manifest m = mxablate::data::read_manifest(prepared.string());
+  const int64_t fits = mxablate::orchestrator::sequences_in_split(m.validation.tokens, 64) * 64;
+  REQUIRE(fits >= 64);
+  CHECK(f.mx("plan", {prepared.string(), 64, 1024, 1024, static_cast<int>(fits)}).code() == 0);
+  const ProcessResult r =
+      f.mx("plan", {prepared.string(), 64, 1024, 1024, static_cast<int>(fits + 1)});
+  CHECK(r.code() == 2);
+  CHECK(r.err == f.at("12:13") +
+                     fmt::format("eval.tokens: {} tokens ({} sequences of 64) are more than the "
+                                 "validation split of {} holds ({} tokens: {} sequences, at most "
+                                 "{} tokens) (run: A)\n",
+                                 fits + 1, fits / 64 + 1, prepared.string(), m.validation.tokens,
+                                 fits / 64, fits));
+}
+#endif
