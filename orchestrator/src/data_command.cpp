@@ -37,7 +37,8 @@ void register_import_command(CLI::App& parent) {
                      "Tokenizer file to copy into the directory and record (not read)");
   import->add_option("--val-fraction", options->val_fraction,
                      "Fraction of documents held out for validation")->capture_default_str();
-  import->add_option("--split-seed", options->split_seed)->capture_default_str();
+  import->add_option("--split-seed", options->split_seed, "Seed of the train/validation split")
+      ->capture_default_str();
   import->add_option("--shard-tokens", options->shard_tokens, "Tokens per shard file at most")
       ->capture_default_str();
   import->add_flag("--force", options->force, "Replace an existing output directory");

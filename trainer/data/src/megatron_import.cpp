@@ -187,9 +187,13 @@ Manifest import_into(const MegatronImportOptions& o, const MegatronIndexedDatase
     for (int64_t s = first; s < end; ++s) tokens.copy(lengths.next(), doc, s, split);
     first = end;
   }
+  // The index was checked in a first pass; a file replaced or rewritten since shows up here.
   if (tokens.offset() != ds.bin().size())
-    throw std::logic_error(ds.bin().path() + ": read " + std::to_string(tokens.offset()) +
-                           " of its bytes after the index check said all");
+    throw std::invalid_argument(ds.bin().path() + ": size: the index's sequences cover " +
+                                std::to_string(tokens.offset()) + " of its " +
+                                std::to_string(ds.bin().size()) +
+                                " bytes on the second pass (did the files change during the "
+                                "import?)");
   m.train = train.finish();
   m.validation = validation.finish();
   if (m.train.tokens == 0)
