@@ -25,8 +25,9 @@ void register_import_command(CLI::App& parent) {
       "Import already-tokenized data as a prepared data directory. --megatron PREFIX reads a "
       "Megatron-LM indexed dataset (PREFIX.idx + PREFIX.bin); documents are kept whole and split "
       "into train/validation by the same rule as `data prepare`.");
-  import->add_option("--megatron", options->prefix,
-                     "PREFIX of a Megatron-LM indexed dataset (PREFIX.idx, PREFIX.bin)")
+  import->add_option("--megatron", options->prefixes,
+                     "PREFIX of a Megatron-LM indexed dataset (PREFIX.idx, PREFIX.bin); several "
+                     "make one corpus, their documents numbered in the order given")
       ->required();
   import->add_option("--out,-o", options->out_dir, "Output data directory")->required();
   import->add_option("--vocab-size", options->vocab_size,
@@ -54,7 +55,7 @@ void register_import_command(CLI::App& parent) {
 }  // namespace
 
 void register_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare and check token data for training");
+  CLI::App* data = app.add_subcommand("data", "Prepare (from text), import (already tokenized) and check token data for training");
   data->require_subcommand(1);
 
 #ifdef MXABLATE_HAVE_DATA_PREPARE

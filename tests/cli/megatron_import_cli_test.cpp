@@ -40,7 +40,8 @@ TEST_CASE("mxablate data import --megatron: a good dataset imports, verifies and
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("data import: largest token id 31999 (vocabulary 32000 from --vocab-size)") !=
         std::string::npos);
-  CHECK(r.output.find("uint16 ids from " + (dir / "c4") + ".{idx,bin}") != std::string::npos);
+  CHECK(r.output.find("data import: " + (dir / "c4") + ".{idx,bin}: 300 documents, ") !=
+        std::string::npos);
   const auto v = run_command(kBin + " data verify '" + (dir / "data") + "'");
   INFO(v.output);
   CHECK(v.exit_code == 0);
@@ -63,6 +64,7 @@ TEST_CASE("mxablate data import --megatron: malformed input is one exact line an
     std::string message;  // after "mxablate: "
     std::string extra = "--vocab-size 100";
     int dtype = 8;
+    std::string progress = "";  // stdout before the error (the dataset was read to the end)
   };
   const std::vector<Variant> variants = {
       {"bad magic", [](MegatronParts& m) { m.magic[6] = 'Y'; },
@@ -121,7 +123,10 @@ TEST_CASE("mxablate data import --megatron: malformed input is one exact line an
            "100) of --vocab-size",
        "--vocab-size 100", 4},
       {"too few documents for a validation split", [](MegatronParts&) {},
-       p + ": no tokens fell into the validation split (4 documents); raise --val-fraction"},
+       p + ": no tokens fell into the validation split (4 documents); raise --val-fraction",
+       "--vocab-size 100", 8,
+       "data import: " + p + ".{idx,bin}: 4 documents, 4 sequences, 20 bytes of uint16 ids, "
+                             "largest 10\n"},
       {"bad --vocab-size", [](MegatronParts&) {}, "--vocab-size: must be in [1, 2^31], got -3",
        "--vocab-size -3"},
       {"missing --vocab-size", [](MegatronParts&) {}, "--vocab-size is required (see --help)", ""},
@@ -132,7 +137,7 @@ TEST_CASE("mxablate data import --megatron: malformed input is one exact line an
       v.mutate(parts);
       test::write_megatron(p, parts);
       const auto r = import(p, dir / "out", v.extra);
-      CHECK(r.output == "mxablate: " + v.message + "\n");
+      CHECK(r.output == v.progress + "mxablate: " + v.message + "\n");
       CHECK(r.exit_code == 2);
       CHECK_FALSE(fs::exists(dir / "out"));
       CHECK_FALSE(fs::exists(dir / "out.partial"));

@@ -67,7 +67,7 @@ TEST_CASE("Megatron import: uint16 and int32 datasets land token for token in th
       test::write_megatron(dir / "c4_text_document", parts);
 
       MegatronImportOptions o;
-      o.prefix = dir / "c4_text_document";
+      o.prefixes = {dir / "c4_text_document"};
       o.out_dir = dir / "prepared";
       o.vocab_size = c.vocab;
       o.val_fraction = 0.25;
@@ -95,16 +95,20 @@ TEST_CASE("Megatron import: uint16 and int32 datasets land token for token in th
         CHECK(mm.validation.tokens == static_cast<int64_t>(e.validation.size()));
         CHECK(mm.train.shards.size() > 1);
         REQUIRE(mm.sources.size() == 2);
-        CHECK(mm.sources[0].path == o.prefix + ".idx");
+        const std::string prefix = o.prefixes[0];
+        CHECK(mm.sources[0].path == prefix + ".idx");
         CHECK(mm.sources[0].bytes == static_cast<int64_t>(parts.idx_bytes().size()));
-        CHECK(mm.sources[0].sha256 == sha256_file(o.prefix + ".idx"));
-        CHECK(mm.sources[1].path == o.prefix + ".bin");
+        CHECK(mm.sources[0].sha256 == sha256_file(prefix + ".idx"));
+        CHECK(mm.sources[1].path == prefix + ".bin");
         CHECK(mm.sources[1].bytes == static_cast<int64_t>(parts.bin.size()));
-        CHECK(mm.sources[1].sha256 == sha256_file(o.prefix + ".bin"));
+        CHECK(mm.sources[1].sha256 == sha256_file(prefix + ".bin"));
         CHECK(mm.sources[1].documents == 240);
         CHECK(mm.options["importer"] == "megatron");
-        CHECK(mm.options["megatron_prefix"] == o.prefix);
-        CHECK(mm.options["dtype"] == (c.dtype == 8 ? "uint16" : "int32"));
+        CHECK(mm.options["megatron_prefixes"] == nlohmann::json::array({prefix}));
+        CHECK(mm.options["datasets"][0]["prefix"] == prefix);
+        CHECK(mm.options["datasets"][0]["dtype"] == (c.dtype == 8 ? "uint16" : "int32"));
+        CHECK(mm.options["datasets"][0]["documents"] == 240);
+        CHECK(mm.options["datasets"][0]["sequence_modes"] == false);
         CHECK(mm.options["sequences"] == static_cast<int64_t>(parts.sequence_count));
         CHECK(mm.options["documents"] == 240);
         CHECK(mm.options["vocab_size"] == c.vocab);
@@ -132,7 +136,7 @@ TEST_CASE("Megatron import: every integer dtype is read with its width and sign"
       const auto docs = test::random_documents(120, vocab, static_cast<uint64_t>(code));
       test::write_megatron(dir / "d", test::megatron_parts(docs, code));
       MegatronImportOptions o;
-      o.prefix = dir / "d.idx";  // a trailing .idx is accepted
+      o.prefixes = {dir / "d.idx"};  // a trailing .idx is accepted
       o.out_dir = dir / "out";
       o.vocab_size = vocab;
       o.val_fraction = 0.2;
@@ -141,9 +145,41 @@ TEST_CASE("Megatron import: every integer dtype is read with its width and sign"
       const TokenDataset ds = open_dataset(o.out_dir);
       CHECK(all_tokens(ds.train) == e.train);
       CHECK(all_tokens(ds.validation) == e.validation);
-      CHECK(ds.manifest.options["megatron_prefix"] == dir / "d");
+      CHECK(ds.manifest.options["megatron_prefixes"][0] == dir / "d");
     }
   }
+}
+
+TEST_CASE("Megatron import: several datasets make one corpus, documents numbered in order") {
+  TempDir dir("mxablate_megatron_several");
+  const auto first = test::random_documents(150, 3000, 21);
+  const auto second = test::random_documents(170, 3000, 22);
+  test::write_megatron(dir / "en_6", test::megatron_parts(first, 8));
+  test::write_megatron(dir / "en_7", test::megatron_parts(second, 4));  // another dtype
+  MegatronImportOptions o;
+  o.prefixes = {dir / "en_6", dir / "en_7"};
+  o.out_dir = dir / "out";
+  o.vocab_size = 3000;
+  o.val_fraction = 0.2;
+  const Manifest m = import(o);
+  auto all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  const Expected e = expected_split(all, o);
+  const TokenDataset ds = open_dataset(o.out_dir);
+  CHECK(all_tokens(ds.train) == e.train);
+  CHECK(all_tokens(ds.validation) == e.validation);
+  REQUIRE(m.sources.size() == 4);
+  CHECK(m.sources[2].path == dir / "en_7.idx");
+  CHECK(m.sources[3].sha256 == sha256_file(dir / "en_7.bin"));
+  CHECK(m.options["documents"] == 320);
+  CHECK(m.options["datasets"][1]["dtype"] == "int32");
+  CHECK(m.options["datasets"][1]["documents"] == 170);
+  CHECK(verify_dataset(o.out_dir) == "");
+
+  o.prefixes = {dir / "en_6", dir / "en_7.bin", dir / "en_6.idx"};
+  o.out_dir = dir / "twice";
+  CHECK_THROWS_WITH(import(o), "--megatron: " + (dir / "en_6") +
+                                   " is given twice (its documents would be imported twice)");
 }
 
 TEST_CASE("Megatron import: a multimodal index whose sequences are all text is imported") {
@@ -156,12 +192,12 @@ TEST_CASE("Megatron import: a multimodal index whose sequences are all text is i
   CHECK(index.has_modes());
   CHECK(index.documents() == 80);
   MegatronImportOptions o;
-  o.prefix = dir / "mm";
+  o.prefixes = {dir / "mm"};
   o.out_dir = dir / "out";
   o.vocab_size = 500;
   o.val_fraction = 0.3;
   const Manifest m = import(o);
-  CHECK(m.options["sequence_modes"] == true);
+  CHECK(m.options["datasets"][0]["sequence_modes"] == true);
   CHECK(all_tokens(open_dataset(o.out_dir).train) == expected_split(docs, o).train);
 }
 
@@ -170,7 +206,7 @@ TEST_CASE("Megatron import: a given tokenizer file is copied and checksummed") {
   test::write_megatron(dir / "d", test::megatron_parts(test::random_documents(120, 900, 5), 8));
   test::write_file(dir / "llama.json", "{\"model\": {\"type\": \"BPE\"}}\n");
   MegatronImportOptions o;
-  o.prefix = dir / "d";
+  o.prefixes = {dir / "d"};
   o.out_dir = dir / "out";
   o.vocab_size = 900;
   o.tokenizer = dir / "llama.json";
@@ -191,7 +227,7 @@ TEST_CASE("Megatron import: a failure leaves nothing behind and an existing outp
   docs.back().push_back({5, 1000});  // the very last id is outside the vocabulary
   test::write_megatron(dir / "d", test::megatron_parts(docs, 8));
   MegatronImportOptions o;
-  o.prefix = dir / "d";
+  o.prefixes = {dir / "d"};
   o.out_dir = dir / "out";
   o.vocab_size = 1000;
   REQUIRE_THROWS_AS(import(o), std::invalid_argument);
@@ -215,7 +251,7 @@ TEST_CASE("Megatron import: a failure leaves nothing behind and an existing outp
 
 TEST_CASE("Megatron import: options are checked before any file is read") {
   MegatronImportOptions o;
-  o.prefix = "/nonexistent/d";
+  o.prefixes = {"/nonexistent/d"};
   o.out_dir = "/nonexistent/out";
   o.vocab_size = 0;
   CHECK_THROWS_WITH(import(o), "--vocab-size: must be in [1, 2^31], got 0");

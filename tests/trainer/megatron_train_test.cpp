@@ -29,7 +29,7 @@ TEST_CASE("mxablate-train trains the smoke model on an imported Megatron dataset
   }
   write_megatron(dir / "seq", megatron_parts(docs, 4));
   data::MegatronImportOptions o;
-  o.prefix = dir / "seq";
+  o.prefixes = {dir / "seq"};
   o.out_dir = dir / "data";
   o.vocab_size = 256;
   o.val_fraction = 0.1;

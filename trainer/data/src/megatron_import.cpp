@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <ostream>
 #include <stdexcept>
 #include <type_traits>
@@ -25,7 +26,8 @@ constexpr int64_t kChunkTokens = int64_t{1} << 20;
 constexpr int64_t kProgressBytes = int64_t{1} << 31;
 
 void validate(const MegatronImportOptions& o) {
-  if (o.prefix.empty()) throw std::invalid_argument("--megatron: required (PREFIX of PREFIX.idx)");
+  if (o.prefixes.empty())
+    throw std::invalid_argument("--megatron: required (PREFIX of PREFIX.idx and PREFIX.bin)");
   if (o.out_dir.empty()) throw std::invalid_argument("--out: required");
   if (o.vocab_size < 1 || o.vocab_size > (int64_t{1} << 31))
     throw std::invalid_argument("--vocab-size: must be in [1, 2^31], got " +
@@ -153,75 +155,103 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Writes the prepared directory into `partial`; returns its manifest.
-Manifest import_into(const MegatronImportOptions& o, const MegatronIndexedDataset& ds,
-                     const std::string& prefix, const fs::path& partial, std::ostream& log) {
-  Manifest m;
-  m.tokenizer.vocab_size = o.vocab_size;
-  m.tokenizer.trained_here = false;
-  m.tokenizer.model_type = "";
+// The tokenizer entry of the manifest; a given file is copied into `partial`.
+TokenizerInfo tokenizer_info(const MegatronImportOptions& o, const fs::path& partial) {
+  TokenizerInfo t;
+  t.vocab_size = o.vocab_size;
+  t.model_type = "";
   if (o.tokenizer.empty()) {
-    m.tokenizer.type = "none";  // ids only; nothing in mxablate decodes them
-  } else {
-    // Kept beside the shards so the directory says how its ids were made; mxablate never reads
-    // it (the trainer needs only the vocabulary size), so any tokenizer file is accepted.
-    m.tokenizer.type = "external";
-    m.tokenizer.file = "tokenizer" + fs::path(o.tokenizer).extension().string();
-    m.tokenizer.given_path = o.tokenizer;
-    fs::copy_file(o.tokenizer, partial / m.tokenizer.file);
-    m.tokenizer.sha256 = sha256_file((partial / m.tokenizer.file).string());
+    t.type = "none";  // ids only; nothing in mxablate decodes them
+    return t;
   }
+  // Kept beside the shards so the directory says how its ids were made; mxablate never reads it
+  // (the trainer needs only the vocabulary size), so any tokenizer file is accepted.
+  t.type = "external";
+  t.file = "tokenizer" + fs::path(o.tokenizer).extension().string();
+  t.given_path = o.tokenizer;
+  fs::copy_file(o.tokenizer, partial / t.file);
+  t.sha256 = sha256_file((partial / t.file).string());
+  return t;
+}
+
+// Writes the prepared directory into `partial`; returns its manifest. Documents are numbered
+// across the datasets in the order given, and that number decides the split.
+Manifest import_into(const MegatronImportOptions& o,
+                     const std::vector<std::unique_ptr<MegatronIndexedDataset>>& datasets,
+                     const fs::path& partial, std::ostream& log) {
+  Manifest m;
+  m.tokenizer = tokenizer_info(o, partial);
   m.bytes_per_token = o.vocab_size <= 65536 ? 2 : 4;
 
   SplitWriter train(partial.string(), "train", o.vocab_size, o.shard_tokens);
   SplitWriter validation(partial.string(), "validation", o.vocab_size, o.shard_tokens);
-  BinTokenReader tokens(ds, o.vocab_size, log);
-  IntArrayReader lengths = ds.sequence_lengths();
-  IntArrayReader indices = ds.document_indices();
-  int64_t first = indices.next();  // 0
-  for (int64_t doc = 0; doc < ds.documents(); ++doc) {
-    const int64_t end = indices.next();
-    SplitWriter& split =
-        is_validation_document(o.split_seed, doc, o.val_fraction) ? validation : train;
-    split.begin_document();
-    for (int64_t s = first; s < end; ++s) tokens.copy(lengths.next(), doc, s, split);
-    first = end;
+  int64_t document_number = 0, sequences = 0, max_id = -1;
+  nlohmann::json described = nlohmann::json::array();
+  for (const auto& ds : datasets) {
+    BinTokenReader tokens(*ds, o.vocab_size, log);
+    IntArrayReader lengths = ds->sequence_lengths();
+    IntArrayReader indices = ds->document_indices();
+    int64_t first = indices.next();  // 0
+    for (int64_t doc = 0; doc < ds->documents(); ++doc) {
+      const int64_t end = indices.next();
+      SplitWriter& split = is_validation_document(o.split_seed, document_number++, o.val_fraction)
+                               ? validation
+                               : train;
+      split.begin_document();
+      for (int64_t s = first; s < end; ++s) tokens.copy(lengths.next(), doc, s, split);
+      first = end;
+    }
+    // The index was checked in a first pass; a file rewritten since shows up here.
+    if (tokens.offset() != ds->bin().size())
+      throw std::invalid_argument(ds->bin().path() + ": size: the index's sequences cover " +
+                                  std::to_string(tokens.offset()) + " of its " +
+                                  std::to_string(ds->bin().size()) +
+                                  " bytes on the second pass (did the files change during the "
+                                  "import?)");
+    // The .bin's digest is of the bytes just imported; the index is small next to it.
+    m.sources.push_back(
+        {ds->idx().path(), ds->idx().size(), sha256_file(ds->idx().path()), ds->documents()});
+    m.sources.push_back(
+        {ds->bin().path(), ds->bin().size(), tokens.hex_digest(), ds->documents()});
+    described.push_back({{"prefix", ds->prefix()},
+                         {"dtype", std::string(ds->dtype().name)},
+                         {"sequences", ds->sequences()},
+                         {"documents", ds->documents()},
+                         {"sequence_modes", ds->has_modes()},
+                         {"max_token_id", tokens.max_id()}});
+    sequences += ds->sequences();
+    max_id = std::max(max_id, tokens.max_id());
+    log << "data import: " << ds->prefix() << ".{idx,bin}: " << ds->documents() << " documents, "
+        << ds->sequences() << " sequences, " << ds->bin().size() << " bytes of "
+        << ds->dtype().name << " ids, largest " << tokens.max_id() << std::endl;
   }
-  // The index was checked in a first pass; a file replaced or rewritten since shows up here.
-  if (tokens.offset() != ds.bin().size())
-    throw std::invalid_argument(ds.bin().path() + ": size: the index's sequences cover " +
-                                std::to_string(tokens.offset()) + " of its " +
-                                std::to_string(ds.bin().size()) +
-                                " bytes on the second pass (did the files change during the "
-                                "import?)");
   m.train = train.finish();
   m.validation = validation.finish();
+  const std::string what = datasets.size() == 1 ? datasets[0]->prefix()
+                                                : std::to_string(datasets.size()) + " datasets";
   if (m.train.tokens == 0)
-    throw std::invalid_argument(prefix + ": no training tokens (" +
-                                std::to_string(ds.documents()) + " documents, " +
-                                std::to_string(m.validation.tokens) + " validation tokens)");
+    throw std::invalid_argument(what + ": no training tokens (" + std::to_string(document_number) +
+                                " documents, " + std::to_string(m.validation.tokens) +
+                                " validation tokens)");
   if (m.validation.tokens == 0)
-    throw std::invalid_argument(prefix + ": no tokens fell into the validation split (" +
-                                std::to_string(ds.documents()) +
+    throw std::invalid_argument(what + ": no tokens fell into the validation split (" +
+                                std::to_string(document_number) +
                                 " documents); raise --val-fraction");
 
-  // The .bin's digest is of the bytes just imported; the index is small next to it.
-  m.sources.push_back(
-      {ds.idx().path(), ds.idx().size(), sha256_file(ds.idx().path()), ds.documents()});
-  m.sources.push_back({ds.bin().path(), ds.bin().size(), tokens.hex_digest(), ds.documents()});
+  nlohmann::json prefixes = nlohmann::json::array();
+  for (const auto& ds : datasets) prefixes.push_back(ds->prefix());
   m.options = {{"importer", "megatron"},
-               {"megatron_prefix", prefix},
-               {"dtype", std::string(ds.dtype().name)},
-               {"sequences", ds.sequences()},
-               {"documents", ds.documents()},
-               {"sequence_modes", ds.has_modes()},
+               {"megatron_prefixes", prefixes},
+               {"datasets", described},
+               {"sequences", sequences},
+               {"documents", document_number},
                {"vocab_size", o.vocab_size},
-               {"max_token_id", tokens.max_id()},
+               {"max_token_id", max_id},
                {"tokenizer", o.tokenizer},
                {"val_fraction", o.val_fraction},
                {"split_seed", o.split_seed},
                {"shard_tokens", o.shard_tokens}};
-  log << "data import: largest token id " << tokens.max_id() << " (vocabulary " << o.vocab_size
+  log << "data import: largest token id " << max_id << " (vocabulary " << o.vocab_size
       << " from --vocab-size)\n";
   return m;
 }
@@ -243,24 +273,35 @@ std::string megatron_prefix(const std::string& given) {
 Manifest import_megatron(const MegatronImportOptions& o, std::ostream& log) {
   validate(o);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string prefix = megatron_prefix(o.prefix);
-  const MegatronIndexedDataset ds(prefix);  // every index check happens here
+  // Every index is checked, in full, before anything is written.
+  std::vector<std::unique_ptr<MegatronIndexedDataset>> datasets;
+  int64_t bin_bytes = 0;
+  for (const auto& given : o.prefixes) {
+    auto ds = std::make_unique<MegatronIndexedDataset>(megatron_prefix(given));
+    for (const auto& other : datasets)
+      if (fs::equivalent(other->idx().path(), ds->idx().path()))
+        throw std::invalid_argument("--megatron: " + ds->prefix() +
+                                    " is given twice (its documents would be imported twice)");
+    bin_bytes += ds->bin().size();
+    datasets.push_back(std::move(ds));
+  }
 
   const fs::path out(o.out_dir);
   const fs::path partial = out.string() + ".partial";
   if (fs::exists(out) && !o.force)
     throw std::invalid_argument("--out: " + o.out_dir + " already exists; remove it or pass --force");
   for (const fs::path& dir : {out, partial})
-    for (const auto& source : {ds.idx().path(), ds.bin().path()})
-      if (is_within(source, dir))
-        throw std::invalid_argument("--out: " + o.out_dir + " holds the source " + source +
-                                    ", which the import would delete");
+    for (const auto& ds : datasets)
+      for (const auto& source : {ds->idx().path(), ds->bin().path()})
+        if (is_within(source, dir))
+          throw std::invalid_argument("--out: " + o.out_dir + " holds the source " + source +
+                                      ", which the import would delete");
 
   fs::remove_all(partial);
   fs::create_directories(partial);
   Manifest m;
   try {
-    m = import_into(o, ds, prefix, partial, log);
+    m = import_into(o, datasets, partial, log);
     write_manifest(partial.string(), m);
   } catch (...) {
     std::error_code ignored;
@@ -272,9 +313,9 @@ Manifest import_megatron(const MegatronImportOptions& o, std::ostream& log) {
   log << "data import: " << m.train.tokens << " train tokens (" << m.train.documents
       << " documents, " << m.train.shards.size() << " shards), " << m.validation.tokens
       << " validation tokens (" << m.validation.documents << " documents), vocabulary "
-      << m.tokenizer.vocab_size << ", " << ds.dtype().name << " ids from " << prefix
-      << ".{idx,bin} (" << ds.bin().size() << " bytes of tokens) in " << seconds_since(t0)
-      << " s -> " << o.out_dir << "\n";
+      << m.tokenizer.vocab_size << ", from " << datasets.size() << " Megatron dataset(s) ("
+      << bin_bytes << " bytes of tokens) in " << seconds_since(t0) << " s -> " << o.out_dir
+      << "\n";
   return m;
 }
 

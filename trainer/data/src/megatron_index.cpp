@@ -116,7 +116,7 @@ int64_t IntArrayReader::next() {
 }
 
 MegatronIndexedDataset::MegatronIndexedDataset(const std::string& prefix)
-    : idx_(prefix + ".idx"), bin_(prefix + ".bin") {
+    : prefix_(prefix), idx_(prefix + ".idx"), bin_(prefix + ".bin") {
   read_header();
   check_arrays();
 }

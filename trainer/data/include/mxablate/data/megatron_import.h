@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/split_writer.h"
@@ -19,7 +20,9 @@
 namespace mxablate::data {
 
 struct MegatronImportOptions {
-  std::string prefix;           // PREFIX of PREFIX.idx / PREFIX.bin (a trailing .idx/.bin is dropped)
+  // PREFIX of PREFIX.idx / PREFIX.bin (a trailing .idx/.bin is dropped); several are imported
+  // as one corpus, their documents numbered in the order given.
+  std::vector<std::string> prefixes;
   std::string out_dir;
   int64_t vocab_size = 0;       // required: every token id must be in [0, vocab_size)
   std::string tokenizer;        // optional: a file copied into the directory and recorded

@@ -92,6 +92,7 @@ class MegatronIndexedDataset {
  public:
   explicit MegatronIndexedDataset(const std::string& prefix);
 
+  const std::string& prefix() const { return prefix_; }
   const ReadOnlyFile& idx() const { return idx_; }
   const ReadOnlyFile& bin() const { return bin_; }
   const MegatronDtype& dtype() const { return *dtype_; }
@@ -108,6 +109,7 @@ class MegatronIndexedDataset {
   void read_header();
   void check_arrays() const;
 
+  std::string prefix_;
   ReadOnlyFile idx_;
   ReadOnlyFile bin_;
   const MegatronDtype* dtype_ = nullptr;
