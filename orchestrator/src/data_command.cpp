@@ -55,7 +55,8 @@ void register_import_command(CLI::App& parent) {
 }  // namespace
 
 void register_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare (from text), import (already tokenized) and check token data for training");
+  CLI::App* data = app.add_subcommand(
+      "data", "Prepare (from text), import (already tokenized) and check token data for training");
   data->require_subcommand(1);
 
 #ifdef MXABLATE_HAVE_DATA_PREPARE

@@ -20,7 +20,8 @@ const std::string kBin = MXABLATE_BIN;
 
 test::CommandResult import(const std::string& prefix, const std::string& out,
                            const std::string& extra = "--vocab-size 100") {
-  return run_command(kBin + " data import --megatron '" + prefix + "' --out '" + out + "' " + extra);
+  return run_command(kBin + " data import --megatron '" + prefix + "' --out '" + out + "' " +
+                     extra);
 }
 
 // Four documents (the third empty) in four sequences: lengths 3 2 1 4, pointers 0 6 10 12,
@@ -77,10 +78,12 @@ TEST_CASE("mxablate data import --megatron: malformed input is one exact line an
       {"float dtype", [](MegatronParts& m) { m.dtype = 7; },
        p + ".idx: dtype: float32 (code 7) cannot hold token ids; expected an integer dtype "
            "(Megatron-LM writes uint16 or int32)"},
-      {"sequence count larger than the file", [](MegatronParts& m) { m.sequence_count = 1ull << 40; },
+      {"sequence count larger than the file",
+       [](MegatronParts& m) { m.sequence_count = 1ull << 40; },
        p + ".idx: sequence_count: 1099511627776 sequences need 12 bytes each (length and pointer) "
            "but only 88 bytes follow the header (truncated, or not this index)"},
-      {"document count larger than the file", [](MegatronParts& m) { m.document_count = 1ull << 62; },
+      {"document count larger than the file",
+       [](MegatronParts& m) { m.document_count = 1ull << 62; },
        p + ".idx: document_count: 4611686018427387904 document indices need 8 bytes each but only "
            "40 bytes follow the sequence arrays (truncated)"},
       {"no document indices", [](MegatronParts& m) { m.document_count = 0; },
@@ -118,7 +121,8 @@ TEST_CASE("mxablate data import --megatron: malformed input is one exact line an
        p + ".bin: token id 10 at byte 18 (document 3, sequence 3) is outside the vocabulary [0, "
            "10) of --vocab-size",
        "--vocab-size 10"},
-      {"negative token id", [](MegatronParts& m) { m.bin[4] = m.bin[5] = m.bin[6] = m.bin[7] = '\xff'; },
+      {"negative token id",  // int32 tokens: the second one becomes -1
+       [](MegatronParts& m) { m.bin[4] = m.bin[5] = m.bin[6] = m.bin[7] = '\xff'; },
        p + ".bin: token id -1 at byte 4 (document 0, sequence 0) is outside the vocabulary [0, "
            "100) of --vocab-size",
        "--vocab-size 100", 4},
@@ -177,6 +181,7 @@ TEST_CASE("mxablate data import --megatron: a truncated index or missing files a
   CHECK(r.output == "mxablate: " + p + ".bin: cannot open: No such file or directory\n");
   CHECK(r.exit_code == 2);
   r = import(dir / "nothing", dir / "out");
-  CHECK(r.output == "mxablate: " + (dir / "nothing") + ".idx: cannot open: No such file or directory\n");
+  CHECK(r.output ==
+        "mxablate: " + (dir / "nothing") + ".idx: cannot open: No such file or directory\n");
   CHECK(r.exit_code == 2);
 }

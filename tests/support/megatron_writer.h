@@ -75,8 +75,8 @@ inline MegatronParts megatron_parts(const std::vector<MegatronDocument>& documen
 }
 
 inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(),
-                                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 inline void write_megatron(const std::string& prefix, const MegatronParts& p) {

@@ -218,7 +218,8 @@ TEST_CASE("Megatron import: a given tokenizer file is copied and checksummed") {
   CHECK(m.tokenizer.vocab_size == 900);
   CHECK(verify_dataset(o.out_dir) == "");
   test::write_file(o.out_dir + "/tokenizer.json", "changed");
-  CHECK(verify_dataset(o.out_dir) == o.out_dir + "/tokenizer.json: checksum does not match the manifest");
+  CHECK(verify_dataset(o.out_dir) ==
+        o.out_dir + "/tokenizer.json: checksum does not match the manifest");
 }
 
 TEST_CASE("Megatron import: a failure leaves nothing behind and an existing output untouched") {
@@ -237,12 +238,19 @@ TEST_CASE("Megatron import: a failure leaves nothing behind and an existing outp
   fs::create_directories(o.out_dir);
   test::write_file(o.out_dir + "/keep", "x");
   o.vocab_size = 1001;
-  REQUIRE_THROWS_WITH(import(o), "--out: " + o.out_dir + " already exists; remove it or pass --force");
+  REQUIRE_THROWS_WITH(import(o),
+                      "--out: " + o.out_dir + " already exists; remove it or pass --force");
   o.force = true;
   o.out_dir = dir.path.string();  // would delete the sources
   REQUIRE_THROWS_WITH(import(o), "--out: " + dir.path.string() + " holds the source " +
                                      (dir / "d.idx") + ", which the import would delete");
+  o.out_dir = dir.path.string() + "/";
+  REQUIRE_THROWS_WITH(import(o), "--out: " + dir.path.string() + "/ holds the source " +
+                                     (dir / "d.idx") + ", which the import would delete");
   CHECK(fs::exists(dir / "d.bin"));
+  o.out_dir = dir / "d";  // named like the prefix, beside the sources: allowed
+  import(o);
+  CHECK(verify_dataset(o.out_dir) == "");
   o.out_dir = dir / "out";
   import(o);
   CHECK_FALSE(fs::exists(o.out_dir + "/keep"));

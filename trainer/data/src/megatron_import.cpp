@@ -20,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Tokens are decoded with memcpy into the host's integers; Megatron-LM writes little-endian.
-static_assert(std::endian::native == std::endian::little, "the importer assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "the importer assumes a little-endian host");
 
 constexpr int64_t kChunkTokens = int64_t{1} << 20;
 constexpr int64_t kProgressBytes = int64_t{1} << 31;
@@ -44,13 +45,8 @@ void validate(const MegatronImportOptions& o) {
 
 // True when `path` is `dir` or lies under it (after resolving what exists of both).
 bool is_within(const fs::path& path, const fs::path& dir) {
-  const fs::path p = fs::weakly_canonical(path), d = fs::weakly_canonical(dir);
-  auto pi = p.begin();
-  for (auto di = d.begin(); di != d.end(); ++di, ++pi) {
-    if (di->empty()) continue;  // a trailing separator
-    if (pi == p.end() || *pi != *di) return false;
-  }
-  return true;
+  const fs::path rel = fs::weakly_canonical(path).lexically_relative(fs::weakly_canonical(dir));
+  return !rel.empty() && *rel.begin() != "..";
 }
 
 // Decodes n tokens of type T into out; returns the index of the first one outside
@@ -289,7 +285,8 @@ Manifest import_megatron(const MegatronImportOptions& o, std::ostream& log) {
   const fs::path out(o.out_dir);
   const fs::path partial = out.string() + ".partial";
   if (fs::exists(out) && !o.force)
-    throw std::invalid_argument("--out: " + o.out_dir + " already exists; remove it or pass --force");
+    throw std::invalid_argument("--out: " + o.out_dir +
+                                " already exists; remove it or pass --force");
   for (const fs::path& dir : {out, partial})
     for (const auto& ds : datasets)
       for (const auto& source : {ds->idx().path(), ds->bin().path()})
