@@ -23,7 +23,7 @@ namespace bp = boost::process;
 namespace fs = std::filesystem;
 
 // A key entry longer than this would squeeze the plot to nothing; the table has the full name.
-constexpr size_t kLabelColumns = 60;
+constexpr size_t kLabelColumns = 40;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

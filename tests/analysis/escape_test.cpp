@@ -3,11 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "arm_fixture.h"
 #include "catch.h"
 #include "mxablate/analysis/arm_table.h"
 #include "mxablate/analysis/escape.h"
 
 using namespace mxablate;
+using mxablate::test::make_arm;
 
 namespace {
 
@@ -26,7 +28,7 @@ const std::vector<Case> kCases = {
     {"a\n!touch /tmp/x", R"(a\x0a!touch /tmp/x)", R"(a\x0a!touch /tmp/x)",
      R"(a\\x0a!touch /tmp/x)", R"(a\textbackslash{}x0a!touch /tmp/x)", R"(a\x0a!touch /tmp/x)"},
     {R"(system("id"))", R"(system("id"))", "system(&quot;id&quot;)", R"(system("id"))",
-     R"(system("id"))", R"("system(""id"")")"},
+     R"(system("id"))", R"~("system(""id"")")~"},
     {"`id`", "`id`", "`id`", "`id`", "`id`", "`id`"},
     {"a|b", "a|b", "a|b", R"(a\|b)", R"(a\textbar{}b)", "a|b"},
     {R"(x\y)", R"(x\y)", R"(x\y)", R"(x\\y)", R"(x\textbackslash{}y)", R"(x\y)"},
@@ -104,7 +106,7 @@ TEST_CASE("clipping counts code points and never splits one") {
 
 TEST_CASE("a hostile arm name stays one cell of one row in every table format") {
   using namespace mxablate::analysis;
-  ArmSummary a{"a|b\n\\input{/etc/passwd}", "mxfp4", "mxfp4", "mxfp4", "", "none", 16, "wgrad"};
+  ArmSummary a = make_arm("a|b\n\\input{/etc/passwd}", "mxfp4", "mxfp4", "mxfp4", "", "none");
   a.seeds = 1;
   a.diverged = 1;
   a.first_divergence_reason = "=cmd|' /C calc'!A0";

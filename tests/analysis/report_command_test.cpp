@@ -82,7 +82,7 @@ struct Cli {
   int exit_code;
   std::string out, err;
 };
-Cli mxablate(const TempDir& dir, const std::string& args, const std::string& env = "") {
+Cli run_cli(const TempDir& dir, const std::string& args, const std::string& env = "") {
   const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
   const auto r = run_command("{ " + env + " " MXABLATE_BIN " " + args + " >" + out + " 2>" + err +
                              "; }");
@@ -98,7 +98,7 @@ TEST_CASE("mxablate report without gnuplot says so first on stderr and in the pa
   const std::string db = dir / "m.db";
   build_database(db, dir / "MARK");
   const std::string missing = dir / "no-gnuplot-here";
-  const Cli r = mxablate(dir, "report --db " + db + " --out " + dir / "report" + " --gnuplot " +
+  const Cli r = run_cli(dir, "report --db " + db + " --out " + dir / "report" + " --gnuplot " +
                                   missing);
   INFO(r.err);
   CHECK(r.exit_code == 0);
@@ -115,7 +115,7 @@ TEST_CASE("mxablate report without gnuplot says so first on stderr and in the pa
   CHECK(html.find("<h2>Extra tokens to target, per arm</h2>") != std::string::npos);
 
   // The same through the environment, for a machine where every report should say so.
-  const Cli by_env = mxablate(dir, "report --db " + db + " --out " + dir / "report2",
+  const Cli by_env = run_cli(dir, "report --db " + db + " --out " + dir / "report2",
                               "MXABLATE_GNUPLOT=" + missing);
   CHECK(by_env.exit_code == 0);
   CHECK(first_line(by_env.err).find("(no executable program at " + missing + ")") !=
@@ -128,21 +128,21 @@ TEST_CASE("hostile names in a database: report, tables and status print them as 
   const std::string mark = dir / "MARK";
   const HostileDb h = build_database(db, mark);
 
-  const Cli md = mxablate(dir, "table --db " + db);
+  const Cli md = run_cli(dir, "table --db " + db);
   REQUIRE(md.exit_code == 0);
   CHECK(md.out.find("\n| e\\|vil\\\\x0a!touch " + mark + "1\\\\x0a`touch " + mark +
                     "2` \\\\input{/etc/passwd} \\\\x1b\\[31m=1+2 | fp8 |") != std::string::npos);
-  const Cli tex = mxablate(dir, "table --format latex --db " + db);
+  const Cli tex = run_cli(dir, "table --format latex --db " + db);
   REQUIRE(tex.exit_code == 0);
   CHECK(tex.out.find("\ne\\textbar{}vil\\textbackslash{}x0a!touch ") != std::string::npos);
   CHECK(tex.out.find("\\input{") == std::string::npos);
   CHECK(tex.out.find("\\caption{Sweep sw\\textbackslash{}x1b[2Jeep: ") != std::string::npos);
-  const Cli csv = mxablate(dir, "table --format csv --db " + db);
+  const Cli csv = run_cli(dir, "table --format csv --db " + db);
   REQUIRE(csv.exit_code == 0);
   CHECK(csv.out.find("\ne|vil\\x0a!touch " + mark + "1\\x0a`touch " + mark +
                      "2` \\input{/etc/passwd} \\x1b[31m=1+2,fp8,") != std::string::npos);
   CHECK(csv.out.find(",boom\\x0a!touch " + mark + "3,") != std::string::npos);
-  const Cli status = mxablate(dir, "status --db " + db);
+  const Cli status = run_cli(dir, "status --db " + db);
   REQUIRE(status.exit_code == 0);
   CHECK(status.out.rfind("sweep sw\\x1b[2Jeep: 4 runs", 0) == 0);
   CHECK(status.out.find("note \\x1b]0;pwned\\x07 \\xff end") != std::string::npos);
@@ -152,14 +152,14 @@ TEST_CASE("hostile names in a database: report, tables and status print them as 
     CHECK(c->out.find('\xff') == std::string::npos);
   }
   // An error that quotes a name from the command line (or the data) reaches stderr escaped.
-  const Cli bad = mxablate(dir, "table --db " + db + " --baseline \"$(printf 'x\\033[2Jy')\"");
+  const Cli bad = run_cli(dir, "table --db " + db + " --baseline \"$(printf 'x\\033[2Jy')\"");
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("has no arm 'x\\x1b[2Jy'") != std::string::npos);
   CHECK(bad.err.find('\x1b') == std::string::npos);
 
   if (run_command("command -v gnuplot").exit_code != 0)
     MXABLATE_SKIP("gnuplot is not installed (scripts/setup.sh installs it): no plots to check");
-  const Cli report = mxablate(dir, "report --db " + db + " --out " + dir / "report");
+  const Cli report = run_cli(dir, "report --db " + db + " --out " + dir / "report");
   INFO(report.err);
   CHECK(report.exit_code == 0);
   CHECK(report.err.empty());

@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "arm_fixture.h"
 #include "catch.h"
 #include "mxablate/analysis/escape.h"
 #include "mxablate/analysis/report.h"
@@ -17,6 +18,7 @@
 using namespace mxablate::analysis;
 using mxablate::test::run_command;
 using mxablate::test::TempDir;
+using mxablate::test::make_arm;
 
 namespace {
 
@@ -53,12 +55,12 @@ ReportData sample_report(const Names& n = {}) {
       d.telemetry.push_back({n.fdw, gemm, n.operand_b, i * 1000.0, 0.10});
     }
   }
-  ArmSummary base{n.base, "fp8", "fp8", "fp8", "", "none", 16, "wgrad", true};
+  ArmSummary base = make_arm(n.base, "fp8", "fp8", "fp8", "", "none", true);
   base.seeds = 2;
-  ArmSummary fdw{n.fdw, "mxfp4", "mxfp4", "mxfp4", "", "none", 16, "wgrad"};
+  ArmSummary fdw = make_arm(n.fdw, "mxfp4", "mxfp4", "mxfp4", "", "none");
   fdw.cost.median_pct = 12.5;
   fdw.seeds = 2;
-  ArmSummary sr{n.sr, "mxfp4", "mxfp4", "mxfp4", "grad", "none", 16, "wgrad"};
+  ArmSummary sr = make_arm(n.sr, "mxfp4", "mxfp4", "mxfp4", "grad", "none");
   sr.seeds = 2;
   sr.diverged = 2;
   sr.first_divergence_reason = n.reason;
@@ -236,16 +238,16 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
   }
   CHECK(scripts == 5);
 
-  // The figures show the names as text: visible form, long ones clipped.
+  // The figures show the names as text: visible form, clipped to 40 columns.
   const std::vector<std::string> loss = svg_texts(read((dir.path / "hostile" / "plots" / "loss.svg").string()));
   for (const std::string& arm : {names.base, names.fdw, names.sr}) {
-    const std::string shown = escape::clip(escape::visible(arm), 60);
+    const std::string shown = mxablate::escape::clip(mxablate::escape::visible(arm), 40);
     CHECK(std::find(loss.begin(), loss.end(), shown) != loss.end());
   }
   const std::vector<std::string> tele =
       svg_texts(read((dir.path / "hostile" / "plots" / "telemetry_fprop.svg").string()));
   CHECK(std::find(tele.begin(), tele.end(),
-                  escape::clip(escape::visible(names.fdw + " " + names.operand_a), 60)) != tele.end());
+                  mxablate::escape::clip(mxablate::escape::visible(names.fdw + " " + names.operand_a), 40)) != tele.end());
 
   // The page: names as text only, never markup or raw control bytes.
   const std::string html = read(r.html_path);
