@@ -64,9 +64,10 @@ void run_table(const AnalysisOptions& o) {
 void run_report(const AnalysisOptions& o) {
   // Said first, before any work: where the GPUs are there is often no gnuplot, and a page
   // without figures must not pass for a complete report.
-  if (!analysis::find_gnuplot(o.gnuplot))
-    std::cerr << "mxablate report: " << escape::terminal(analysis::gnuplot_missing_message(o.gnuplot))
-              << std::endl;
+  if (!analysis::find_gnuplot(o.gnuplot)) {
+    std::cerr << "mxablate report: "
+              << escape::terminal(analysis::gnuplot_missing_message(o.gnuplot)) << std::endl;
+  }
   const LoadedSweep s = load(o);
   const auto result =
       analysis::write_report(analysis::report_data(s.data, s.table, s.target), o.out, o.gnuplot);
