@@ -144,3 +144,118 @@ TEST_CASE("a hostile arm name stays one cell of one row in every table format") 
         "<td>-</td><td>+12.5 %</td><td>-</td><td>1</td><td>0</td>"
         "<td>1 (=cmd|&#39; /C calc&#39;!A0)</td><td>0</td><td>+26-27 %</td></tr>\n</table>\n");
 }
+
+namespace {
+
+// Well-formed UTF-8 by the byte ranges of the Unicode standard (Table 3-7), written
+// independently of the decoder in escape.cpp.
+bool well_formed_utf8(const std::string& s) {
+  const auto in = [](unsigned char c, int lo, int hi) { return c >= lo && c <= hi; };
+  for (size_t i = 0; i < s.size();) {
+    const auto b = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0; };
+    const unsigned char c = b(0);
+    size_t n = 0;
+    if (c <= 0x7F) n = 1;
+    else if (in(c, 0xC2, 0xDF) && in(b(1), 0x80, 0xBF)) n = 2;
+    else if (c == 0xE0 && in(b(1), 0xA0, 0xBF) && in(b(2), 0x80, 0xBF)) n = 3;
+    else if ((in(c, 0xE1, 0xEC) || in(c, 0xEE, 0xEF)) && in(b(1), 0x80, 0xBF) && in(b(2), 0x80, 0xBF)) n = 3;
+    else if (c == 0xED && in(b(1), 0x80, 0x9F) && in(b(2), 0x80, 0xBF)) n = 3;
+    else if (c == 0xF0 && in(b(1), 0x90, 0xBF) && in(b(2), 0x80, 0xBF) && in(b(3), 0x80, 0xBF)) n = 4;
+    else if (in(c, 0xF1, 0xF3) && in(b(1), 0x80, 0xBF) && in(b(2), 0x80, 0xBF) && in(b(3), 0x80, 0xBF)) n = 4;
+    else if (c == 0xF4 && in(b(1), 0x80, 0x8F) && in(b(2), 0x80, 0xBF) && in(b(3), 0x80, 0xBF)) n = 4;
+    else return false;
+    i += n;
+  }
+  return true;
+}
+
+// RFC 4180 reader for one record without line breaks.
+std::vector<std::string> parse_csv_record(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else fields.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+}  // namespace
+
+// Random strings biased towards the dangerous bytes: whatever the input, each format's output
+// holds no raw control byte, no invalid UTF-8, and no character its format would act on.
+TEST_CASE("random bytes: every format's output is inert text") {
+  const std::string alphabet = std::string("\x00\x01\x07\x08\t\n\r\x1b\x7f", 9) +
+                               "\"'`\\|<>&[]{}$#%_^~*=+-@!,;: aZ09" + "\xc2\x9b\xe2\x80\xae\xff\xc3\xed\xa0";
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  const auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  for (int n = 0; n < 5000; ++n) {
+    std::string s;
+    const size_t length = next() % 24;
+    for (size_t i = 0; i < length; ++i) s += alphabet[next() % alphabet.size()];
+    INFO("input: " << escape::visible(s));
+
+    const std::string shown = escape::visible(s);
+    REQUIRE(well_formed_utf8(shown));
+    for (unsigned char c : shown) REQUIRE((c >= 0x20 && c != 0x7F));
+    REQUIRE(shown.find("\xc2\x9b") == std::string::npos);
+    REQUIRE(shown.find("\xe2\x80\xae") == std::string::npos);
+
+    const std::string html = escape::html(s);
+    REQUIRE(html.find_first_of("<>\"'") == std::string::npos);
+
+    // Markdown: every | < > & [ ] is preceded by an odd number of backslashes.
+    const std::string md = escape::markdown_cell(s);
+    for (size_t i = 0; i < md.size(); ++i) {
+      if (std::string("|<>&[]").find(md[i]) == std::string::npos) continue;
+      size_t slashes = 0;
+      while (slashes < i && md[i - 1 - slashes] == '\\') ++slashes;
+      REQUIRE(slashes % 2 == 1);
+    }
+
+    // LaTeX: a backslash only starts one of our commands; no bare special character.
+    const std::string tex = escape::latex(s);
+    for (size_t i = 0; i < tex.size(); ++i) {
+      if (tex[i] == '\\') {
+        bool known = false;
+        for (const char* cmd : {"\\textbackslash{}", "\\textasciicircum{}", "\\textasciitilde{}",
+                                "\\textless{}", "\\textgreater{}", "\\textbar{}", "\\{", "\\}",
+                                "\\$", "\\&", "\\#", "\\%", "\\_"}) {
+          if (tex.compare(i, std::string(cmd).size(), cmd) == 0) {
+            i += std::string(cmd).size() - 1;
+            known = true;
+            break;
+          }
+        }
+        REQUIRE(known);
+      } else if (tex[i] == '{' && tex.compare(i, 2, "{}") == 0 && i == 0) {
+        ++i;  // the guard before a leading [ or *
+      } else {
+        REQUIRE(std::string("{}$&#%_^~<>|").find(tex[i]) == std::string::npos);
+      }
+    }
+
+    // CSV: one record with one field that reads back as the shown text (after the guard).
+    const std::string csv = escape::csv_field(s);
+    REQUIRE(csv.find_first_of("\r\n") == std::string::npos);
+    const auto fields = parse_csv_record(csv);
+    REQUIRE(fields.size() == 1);
+    const bool guarded = fields[0].size() == shown.size() + 1 && fields[0][0] == '\'';
+    CHECK(fields[0] == (guarded ? "'" + shown : shown));
+    if (shown.size() > 1 && std::string("=+-@").find(shown[0]) != std::string::npos)
+      CHECK((guarded || shown.find_first_not_of("+-.0123456789eE") == std::string::npos));
+  }
+}
