@@ -253,6 +253,10 @@ TEST_CASE("a stored config or target of the wrong type is an error naming run, s
     CHECK_THROWS_WITH(analysis::baseline_group(sweep, ""),
                       "sweep golden: its stored target has from_arm as number, not a string");
   });
+  with("UPDATE sweeps SET target_json = '{\"val_loss\": \"4.2\"}'", [&](results::Database& db) {
+    CHECK_THROWS_WITH(analysis::resolve_target(analysis::load_sweep(db, "golden")),
+                      "sweep golden: its stored target has val_loss as string, not a number");
+  });
   with("UPDATE sweeps SET target_json = '\"x\"'", [&](results::Database& db) {
     CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
                       path + ": sweep golden: its stored target is not a JSON object");
