@@ -45,7 +45,8 @@ bool invisible(char32_t cp) {
          cp == 0x200E || cp == 0x200F ||                              // LRM, RLM
          cp == 0x2028 || cp == 0x2029 ||                              // line/paragraph separator
          (cp >= 0x202A && cp <= 0x202E) ||                            // bidi embeddings/overrides
-         (cp >= 0x2066 && cp <= 0x2069);                              // bidi isolates
+         (cp >= 0x2066 && cp <= 0x2069) ||                            // bidi isolates
+         cp == 0xFFFE || cp == 0xFFFF;  // not characters: an SVG or XML holding them is broken
 }
 
 bool plain_number(std::string_view s) {

@@ -54,6 +54,10 @@ const std::vector<Case> kCases = {
      R"(\u009b2J\u202eevil\u2028)", R"(\\u009b2J\\u202eevil\\u2028)",
      R"(\textbackslash{}u009b2J\textbackslash{}u202eevil\textbackslash{}u2028)",
      R"(\u009b2J\u202eevil\u2028)"},
+    // Not allowed in XML, so they would break an SVG figure.
+    {"a\xef\xbf\xbe" "b\xef\xbf\xbf", R"(a\ufffeb\uffff)", R"(a\ufffeb\uffff)",
+     R"(a\\ufffeb\\uffff)", R"(a\textbackslash{}ufffeb\textbackslash{}uffff)",
+     R"(a\ufffeb\uffff)"},
     {"[x](javascript:f)", "[x](javascript:f)", "[x](javascript:f)", R"(\[x\](javascript:f))",
      "{}[x](javascript:f)", "[x](javascript:f)"},
     {"*star", "*star", "*star", "*star", "{}*star", "*star"},
@@ -196,7 +200,8 @@ std::vector<std::string> parse_csv_record(const std::string& line) {
 // holds no raw control byte, no invalid UTF-8, and no character its format would act on.
 TEST_CASE("random bytes: every format's output is inert text") {
   const std::string alphabet = std::string("\x00\x01\x07\x08\t\n\r\x1b\x7f", 9) +
-                               "\"'`\\|<>&[]{}$#%_^~*=+-@!,;: aZ09" + "\xc2\x9b\xe2\x80\xae\xff\xc3\xed\xa0";
+                               "\"'`\\|<>&[]{}$#%_^~*=+-@!,;: aZ09" +
+                               "\xc2\x9b\xe2\x80\xae\xff\xc3\xed\xa0\xef\xbf\xbe";
   uint64_t state = 0x9E3779B97F4A7C15ull;
   const auto next = [&] {
     state ^= state << 13, state ^= state >> 7, state ^= state << 17;
@@ -213,6 +218,7 @@ TEST_CASE("random bytes: every format's output is inert text") {
     for (unsigned char c : shown) REQUIRE((c >= 0x20 && c != 0x7F));
     REQUIRE(shown.find("\xc2\x9b") == std::string::npos);
     REQUIRE(shown.find("\xe2\x80\xae") == std::string::npos);
+    REQUIRE(shown.find("\xef\xbf\xbe") == std::string::npos);
 
     const std::string html = escape::html(s);
     REQUIRE(html.find_first_of("<>\"'") == std::string::npos);

@@ -169,7 +169,7 @@ Names hostile_names(const std::string& mark) {
   n.sr = "`touch " + mark + "4` <img src=x onerror=f()> bad\xff\xfe \x1b[31m " +
          std::string(300, 'L');
   n.operand_a = "a'\n!touch " + mark + "5";
-  n.operand_b = "b\r\n set output '" + mark + "6'";
+  n.operand_b = "b\xef\xbf\xbf\r\n set output '" + mark + "6'";  // U+FFFF: not allowed in XML
   n.reason = "r\n!touch " + mark + "7 <b>";
   n.severity = "fatal\x1b]0;t\x07";
   return n;

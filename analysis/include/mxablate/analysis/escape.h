@@ -16,7 +16,8 @@
 namespace mxablate::escape {
 
 // Printable form: invalid UTF-8 bytes, C0 controls (newline and tab included) and DEL become
-// "\xHH"; C1 controls, line/paragraph separators and bidirectional overrides become "\uHHHH".
+// "\xHH"; C1 controls, line/paragraph separators, bidirectional overrides and the
+// non-characters U+FFFE/U+FFFF (which XML, and so SVG, refuses) become "\uHHHH".
 std::string visible(std::string_view s);
 
 // A terminal (status, plan, query, progress, error lines): visible().
