@@ -10,6 +10,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/recipe.h"
@@ -51,7 +52,9 @@ std::string quant_cell(const contract::RunConfig& c) {
 
 void print_plan(const Recipe& recipe, const Plan& plan) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
-  if (!recipe.description.empty()) std::cout << "  " << recipe.description << "\n";
+  // Free text from the recipe (names are validated by the loader): shown, never sent raw.
+  if (!recipe.description.empty())
+    std::cout << "  " << escape::terminal(recipe.description) << "\n";
   if (recipe.target.perplexity)
     std::cout << fmt::format("target: perplexity {} (validation loss {:.4f}){}\n",
                              *recipe.target.perplexity, *recipe.target.val_loss,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli_errors.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/launch_checks.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/recipe.h"
@@ -34,7 +35,8 @@ inline RecipeInput load_checked_recipe_input(const std::string& path) {
   RecipeInput in = load_recipe_input(path);
   try {
     for (const std::string& warning : orchestrator::check_launch(in.recipe, in.plan))
-      std::cerr << "mxablate: warning: " << warning << "\n";
+      // Dataset paths come from the recipe: shown, never sent raw to the terminal.
+      std::cerr << "mxablate: warning: " << escape::terminal(warning) << "\n";
   } catch (const orchestrator::RecipeError& e) {
     throw InputError(e.what());
   }
