@@ -26,7 +26,10 @@ std::string prepare_hint(const std::string& dataset) {
   if (dataset == data::kDefaultDataset)
     return "build it with scripts/build-corpus.sh, or point MXABLATE_DEFAULT_DATASET at a "
            "directory made by `mxablate data prepare`";
-  return fmt::format("prepare it with `mxablate data prepare --input TEXT... --out {}`", dataset);
+  return fmt::format("prepare it with `mxablate data prepare --input TEXT... --out {0}` (or import "
+                     "tokenized data with `mxablate data import --megatron PREFIX --vocab-size N "
+                     "--out {0}`)",
+                     dataset);
 }
 
 std::string count_text(int64_t n) {

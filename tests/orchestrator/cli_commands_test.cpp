@@ -207,8 +207,10 @@ TEST_CASE("bad options are exit 2 with one line") {
   CHECK(r.code() == 2);
   CHECK(r.err == "mxablate: " + f.dir.file("data.yaml") +
                      ":15:37: data.dataset: '/nonexistent/corpus' does not exist; prepare it with "
-                     "`mxablate data prepare --input TEXT... --out /nonexistent/corpus` (run: A "
-                     "seed=7 data.dataset=/nonexistent/corpus)\n");
+                     "`mxablate data prepare --input TEXT... --out /nonexistent/corpus` (or import "
+                     "tokenized data with `mxablate data import --megatron PREFIX --vocab-size N "
+                     "--out /nonexistent/corpus`) (run: A seed=7 "
+                     "data.dataset=/nonexistent/corpus)\n");
 }
 
 TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivalent val_loss") {

@@ -122,8 +122,10 @@ TEST_CASE("a missing, unprepared or unreadable dataset is refused with how to pr
   ProcessResult r = f.mx("plan", {missing});
   CHECK(r.code() == 2);
   CHECK(r.err == f.at("5:14") + fmt::format("data.dataset: '{0}' does not exist; prepare it with "
-                                            "`mxablate data prepare --input TEXT... --out {0}` "
-                                            "(run: A)\n",
+                                            "`mxablate data prepare --input TEXT... --out {0}` (or "
+                                            "import tokenized data with `mxablate data import "
+                                            "--megatron PREFIX --vocab-size N --out {0}`) (run: "
+                                            "A)\n",
                                             missing));
   const fs::path empty = f.dir.path() / "empty";
   fs::create_directories(empty);
@@ -132,7 +134,9 @@ TEST_CASE("a missing, unprepared or unreadable dataset is refused with how to pr
   CHECK(r.err == f.at("5:14") +
                      fmt::format("data.dataset: '{0}' is not a prepared dataset (no "
                                  "manifest.json); prepare it with `mxablate data prepare --input "
-                                 "TEXT... --out {0}` (run: A)\n",
+                                 "TEXT... --out {0}` (or import tokenized data with `mxablate "
+                                 "data import --megatron PREFIX --vocab-size N --out {0}`) (run: "
+                                 "A)\n",
                                  empty.string()));
   write_file(empty / "manifest.json", "{\"version\": 1}");
   r = f.mx("plan", {empty.string()});
