@@ -201,7 +201,8 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
     if (value.is_number_float() && std::fabs(value.get<double>()) > kLargestFloatInteger)
       throw range_error(full_range + "; beyond 9e15 write it digit by digit, without an exponent");
     if (expected.is_number_unsigned() && value.get<double>() < 0)
-      throw range_error(fmt::format("an integer from 0 to {}", std::numeric_limits<int64_t>::max()));
+      throw range_error(
+          fmt::format("an integer from 0 to {}", std::numeric_limits<int64_t>::max()));
     return;
   }
   if (expected.is_number()) {

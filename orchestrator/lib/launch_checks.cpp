@@ -108,7 +108,8 @@ class LaunchChecker {
       throw error(run, "data.seq_len",
                   fmt::format("{} is longer than {} allows: its {} split holds {} tokens, so a "
                               "sequence can be at most {}",
-                              seq_len, d.dir, train_tokens <= val_tokens ? "training" : "validation",
+                              seq_len, d.dir,
+                              train_tokens <= val_tokens ? "training" : "validation",
                               std::min(train_tokens, val_tokens), std::max<int64_t>(0, longest)));
 
     const trainer::TrainingPlan tp = trainer::make_training_plan(c);

@@ -247,11 +247,13 @@ TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivale
   }
   ProcessResult t = f.mx({"table", "--sweep", "ppl", "--metric", "perplexity"});
   REQUIRE(t.code() == 0);
-  CHECK(lines_of(t.out)[0].rfind("Sweep ppl: target perplexity 403.43 (val loss 6.0000). ", 0) == 0);
+  CHECK(lines_of(t.out)[0].rfind("Sweep ppl: target perplexity 403.43 (val loss 6.0000). ", 0) ==
+        0);
   CHECK(contains(t.out, "| final / best val ppl |"));
   t = f.mx({"table", "--sweep", "loss"});
   REQUIRE(t.code() == 0);
-  CHECK(lines_of(t.out)[0].rfind("Sweep loss: target val loss 6.0000 (perplexity 403.43). ", 0) == 0);
+  CHECK(lines_of(t.out)[0].rfind("Sweep loss: target val loss 6.0000 (perplexity 403.43). ", 0) ==
+        0);
   t = f.mx({"table", "--sweep", "loss", "--metric", "bits"});
   CHECK(t.code() == 2);
   CHECK(t.err == "mxablate: --metric: 'bits' is not one of: loss, perplexity\n");

@@ -77,7 +77,9 @@ struct Fixture {
         args.push_back(a);
     return run_process(args, dir.path(), env);
   }
-  std::string at(const std::string& position) const { return "mxablate: " + file.string() + ":" + position + ": "; }
+  std::string at(const std::string& position) const {
+    return "mxablate: " + file.string() + ":" + position + ": ";
+  }
 };
 
 }  // namespace

@@ -164,7 +164,8 @@ base:
   train: {global_batch_tokens: 1024, max_tokens: 1e5}
 arms: {a: {}, b: {}}
 )";
-  const Recipe r = parse_recipe(head + "target: {perplexity: 27.1, stop_at_target: true}\n", "p.yaml");
+  const Recipe r =
+      parse_recipe(head + "target: {perplexity: 27.1, stop_at_target: true}\n", "p.yaml");
   REQUIRE(r.target.perplexity);
   CHECK(*r.target.perplexity == 27.1);
   REQUIRE(r.target.val_loss);
