@@ -101,10 +101,11 @@ bool create_database_if_missing(const std::string& path) {
       Database check(tmp, Database::Mode::kReadOnly);
       if (schema_version(check) != latest_schema_version())
         throw SqliteError(tmp + ": the new database did not get its schema", SQLITE_IOERR);
-      Statement quick(check, "PRAGMA quick_check");
-      if (!quick.step() || quick.get_text(0) != "ok")
-        throw SqliteError(tmp + ": the new database does not read back intact", SQLITE_CORRUPT);
-      quick.reset();
+      {
+        Statement quick(check, "PRAGMA quick_check");
+        if (!quick.step() || quick.get_text(0) != "ok")
+          throw SqliteError(tmp + ": the new database does not read back intact", SQLITE_CORRUPT);
+      }
       check.close();
     }
     fsync_path(tmp, O_RDONLY, path, "the new database");
