@@ -222,6 +222,11 @@ TEST_CASE("a partial last line is not consumed, however long; an overlong line i
   CHECK(batch.bad_lines[0].line == 2);
   CHECK(batch.bad_lines[0].reason == "line longer than 1 MiB");
   CHECK(r.offset() == first + (3 << 20) + 1 + static_cast<int64_t>(train(2, 2).size()) + 1);
+  // The overlong line is behind the reader now; reading on checks the last line, not it.
+  log.write(train(3, 3) + "\n", true);
+  batch = r.poll();
+  CHECK_FALSE(batch.restarted);
+  CHECK(seqs(batch.events) == std::vector<int64_t>{3});
 }
 
 TEST_CASE("a position survives a round trip and resumes at the same line number") {
