@@ -328,3 +328,18 @@ TEST_CASE("an offset without identity (an older store) is adopted where it ends 
   REQUIRE(b2.restarted);
   CHECK(seqs(b2.events) == std::vector<int64_t>{1, 2});
 }
+
+TEST_CASE("a reopened writer continues after the last line a reader accepts") {
+  TempLog log;
+  log.write(train(1, 1) + "\n" +
+            R"({"seq":9007199254740993,"kind":"train","time":1,"step":2,"tokens":20,"loss":1})" "\n" +
+            R"({"seq":7,"kind":"eval","time":1,"step":2,"tokens":20,"val_loss":1e999})" "\n");
+  {
+    EventWriter w(log.path);
+    CHECK(w.last_seq() == 1);
+    CHECK(w.append(event_kind::kTrain, {{"step", 3}, {"tokens", 30}, {"loss", 2.0}}) == 2);
+  }
+  const auto batch = EventReader(log.path).poll();
+  CHECK(seqs(batch.events) == std::vector<int64_t>{1, 2});
+  CHECK(batch.bad_lines.size() == 2);
+}

@@ -23,18 +23,8 @@ double unix_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-// A complete line is an event when it parses to an object with an integer seq and a kind.
-bool parse_event(const std::string& line, json& out) {
-  try {
-    out = json::parse(line);
-  } catch (const json::exception&) {  // parse errors, and numbers beyond a double (1e999)
-    return false;
-  }
-  return out.is_object() && out.contains("seq") && out["seq"].is_number_integer() &&
-         out.contains("kind") && out["kind"].is_string();
-}
-
-// Scans an existing log: the byte length of its complete lines and the last seq among them.
+// Scans an existing log: the byte length of its complete lines and the seq of the last line a
+// reader accepts as an event (parse_event_line), so the next event always follows it.
 struct ExistingLog {
   int64_t complete_bytes = 0;
   int64_t last_seq = 0;
@@ -46,13 +36,14 @@ ExistingLog scan_existing(const std::string& path) {
   if (!in) return log;
   std::string line;
   int64_t pos = 0;
+  EventLineState state;
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no newline after it: a torn tail
     pos += static_cast<int64_t>(line.size()) + 1;
     log.complete_bytes = pos;
-    json ev;
-    if (parse_event(line, ev)) log.last_seq = std::max(log.last_seq, ev["seq"].get<int64_t>());
+    parse_event_line(line, state);
   }
+  log.last_seq = state.last_seq;
   return log;
 }
 
