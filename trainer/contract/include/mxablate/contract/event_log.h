@@ -56,7 +56,8 @@ inline constexpr const char* kFailed = "failed";
 inline constexpr const char* kInterrupted = "interrupted";
 }  // namespace run_status
 
-// Appends events. Opening an existing log continues its seq after the last complete line.
+// Appends events. Opening an existing log continues its seq after the last line a reader accepts
+// as an event (event_line.h).
 class EventWriter {
  public:
   explicit EventWriter(const std::string& path);
