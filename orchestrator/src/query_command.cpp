@@ -8,6 +8,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
 #include "read_database.h"
@@ -44,7 +45,7 @@ class RowPrinter {
     columns_ = columns;
     if (o_.csv) {
       for (size_t c = 0; c < columns_.size(); ++c)
-        std::cout << (c ? "," : "") << csv_cell(columns_[c]);
+        std::cout << (c ? "," : "") << mxablate::escape::csv_field(columns_[c]);
       std::cout << "\n";
     }
   }
@@ -54,7 +55,8 @@ class RowPrinter {
     if (o_.json) {
       nlohmann::json obj = nlohmann::json::object();
       for (size_t c = 0; c < columns_.size(); ++c) obj[columns_[c]] = r[c];
-      std::string text = obj.dump(2);  // indented one level more, as inside an array
+      // Indented one level more, as inside an array; text that is not UTF-8 is shown replaced.
+      std::string text = obj.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
       std::string indented = "  ";
       for (char ch : text) {
         indented += ch;
@@ -62,7 +64,7 @@ class RowPrinter {
       }
       std::cout << (rows_ == 1 ? "[\n" : ",\n") << indented;
     } else if (o_.csv) {
-      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << csv_cell(cell_text(r[c]));
+      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << mxablate::escape::csv_field(cell_text(r[c]));
       std::cout << "\n";
     } else {
       std::vector<std::string> cells;

@@ -170,6 +170,7 @@ std::string verify_dataset(const std::string& data_dir) {
       const std::string path = (fs::path(data_dir) / sh.file).string();
       if (sha256_file(path) != sh.sha256) return path + ": checksum does not match the manifest";
     }
+  if (m.tokenizer.file.empty()) return "";  // imported ids with no tokenizer file
   const std::string tok = (fs::path(data_dir) / m.tokenizer.file).string();
   if (sha256_file(tok) != m.tokenizer.sha256) return tok + ": checksum does not match the manifest";
   return "";
