@@ -237,7 +237,10 @@ TEST_CASE("every read command answers a missing or foreign database the same way
       INFO(cmd[0] << " --db " << db.path);
       CHECK(r.code() == 2);
       CHECK(r.out.empty());
-      CHECK(r.err == "mxablate: " + db.path + db.message + "\n");
+      // (`report` may first say that gnuplot is missing, on a machine without it)
+      REQUIRE_FALSE(lines_of(r.err).empty());
+      CHECK(lines_of(r.err).back() == "mxablate: " + db.path + db.message);
+      if (cmd[0] != "report") CHECK(lines_of(r.err).size() == 1);
     }
   }
   CHECK(fs::exists(f.dir.path() / "empty.db"));  // left alone
