@@ -12,7 +12,7 @@
 #include "mxablate/contract/event_log.h"
 #include "mxablate/orchestrator/run_outcome.h"
 #include "mxablate/orchestrator/sweep_lock.h"
-#include "mxablate/results/ingest.h"
+#include "mxablate/results/run_log.h"
 #include "mxablate/results/schema.h"
 
 namespace mxablate::orchestrator {
@@ -62,20 +62,18 @@ std::string result_phrase(const std::string& status, const RunProgress& p) {
 
 struct SweepRunner::Impl {
   struct Active {
-    Active(std::string id, int n, int64_t seq, const fs::path& log, int64_t offset)
+    Active(std::string id, int n, int64_t seq, results::Database& db, const fs::path& log)
         : run_id(std::move(id)), attempt(n), start_seq(seq), started(Clock::now()),
-          reader(log.string(), offset), committed_offset(offset) {}
+          log(db, run_id, log.string()) {}
     std::string run_id;
     int attempt = 0;
     int64_t start_seq = 0;
     Clock::time_point started;
-    contract::EventReader reader;
-    int64_t committed_offset = 0;
+    results::RunLog log;
     bool saw_event = false;
     bool stop_requested = false;
     bool timed_out = false;
     bool killed = false;
-    bool warned_malformed = false;
     std::optional<Clock::time_point> kill_at;
     RunProgress progress;
   };
@@ -98,7 +96,7 @@ struct SweepRunner::Impl {
   std::map<std::string, int> attempts_used;
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
-  std::map<std::string, int64_t> prepared_seq, prepared_offset;  // between prepare and record
+  std::map<std::string, int64_t> prepared_seq;  // between prepare and record
   bool stopping = false;
   bool detached = false;  // stopped with attempts left running in the executor
   bool killed_all = false;
@@ -150,11 +148,10 @@ struct SweepRunner::Impl {
     for (const results::RunState& r : store.planned_runs(sweep_id)) status[r.run_id] = r.status;
   }
 
-  Active& start_tracking(const std::string& run_id, int attempt, int64_t start_seq,
-                         int64_t offset) {
+  Active& start_tracking(const std::string& run_id, int attempt, int64_t start_seq) {
     const RunSpec* spec = specs.count(run_id) ? specs.at(run_id) : nullptr;
-    auto [it, inserted] = active.try_emplace(run_id, run_id, attempt, start_seq,
-                                             dir_of(run_id) / "events.jsonl", offset);
+    auto [it, inserted] = active.try_emplace(run_id, run_id, attempt, start_seq, store.db(),
+                                             dir_of(run_id) / "events.jsonl");
     Active& a = it->second;
     a.progress.run_id = run_id;
     a.progress.label = label(run_id);
@@ -169,16 +166,12 @@ struct SweepRunner::Impl {
   void recover() {
     for (const results::OpenAttempt& oa : store.open_attempts(sweep_id)) {
       if (executor.recover(oa, opt.grace)) {
-        const results::RunState rs = store.run(oa.run_id);
-        start_tracking(oa.run_id, oa.attempt, oa.start_seq, rs.ingest_offset);
+        start_tracking(oa.run_id, oa.attempt, oa.start_seq);
         progress.message(fmt::format("re-attached to {} [{}]", label(oa.run_id), oa.run_id));
         continue;
       }
-      const results::RunState rs = store.run(oa.run_id);
-      contract::EventReader reader((fs::path(oa.run_dir) / "events.jsonl").string(),
-                                   rs.ingest_offset);
-      const auto batch = reader.poll();
-      results::ingest_events(store.db(), oa.run_id, batch.events, reader.offset());
+      results::RunLog log(store.db(), oa.run_id, (fs::path(oa.run_dir) / "events.jsonl").string());
+      warn(oa.run_id, log.poll().warnings);  // the same checks and warnings as while it runs
       AttemptObservation o;
       o.how_it_ended = "the previous mxablate stopped while it ran";
       o.run_end_status = store.run_end_status_after(oa.run_id, oa.start_seq);
@@ -205,6 +198,11 @@ struct SweepRunner::Impl {
       }
   }
 
+  void warn(const std::string& run_id, const std::vector<std::string>& warnings) {
+    for (const std::string& w : warnings)
+      progress.message(fmt::format("warning: {} [{}]: {}", label(run_id), run_id, w));
+  }
+
   void build_queue() {
     for (const RunSpec& spec : plan.runs) {
       const std::string& s = status[spec.run_id];
@@ -226,6 +224,12 @@ struct SweepRunner::Impl {
   std::optional<LaunchRequest> prepare_launch(const std::string& run_id) {
     const RunSpec& spec = *specs.at(run_id);
     results::RunState rs = store.run(run_id);
+    if (results::is_final_result(rs.status)) {
+      // Only this process writes the database (its writer lock), so this cannot happen unless
+      // the lock was bypassed; a run with its result is never trained again either way.
+      status[run_id] = rs.status;
+      return std::nullopt;
+    }
     const fs::path dir = dir_of(run_id);
     const bool resume = store.has_checkpoint(run_id);
     try {
@@ -249,7 +253,6 @@ struct SweepRunner::Impl {
       return std::nullopt;
     }
     prepared_seq[run_id] = rs.last_seq;
-    prepared_offset[run_id] = rs.ingest_offset;
     return LaunchRequest{run_id, dir, opt.trainer, resume, rs.attempts + 1};
   }
 
@@ -274,12 +277,11 @@ struct SweepRunner::Impl {
     const std::string& run_id = req.run_id;
     const bool resume = req.resume;
     const int64_t start_seq = prepared_seq.at(run_id);
-    const int64_t offset = prepared_offset.at(run_id);
     const auto now = Clock::now();
     const int attempt = store.begin_attempt(
         run_id, {executor.name(), l.executor_ref, l.slot, l.host, l.device, resume, start_seq});
     ++attempts_used[run_id];
-    start_tracking(run_id, attempt, start_seq, offset).started = now;
+    start_tracking(run_id, attempt, start_seq).started = now;
     if (hooks.launched) hooks.launched(run_id, now);
     progress.message(fmt::format("launched {} [{}] in {}{}", label(run_id), run_id, l.slot,
                                  resume ? fmt::format(", resuming (attempt {})", attempt)
@@ -289,26 +291,17 @@ struct SweepRunner::Impl {
 
   void ingest(Active& a) {
     const auto t0 = Clock::now();
-    const contract::EventReader::Batch batch = a.reader.poll();
-    if (batch.malformed_lines > 0 && !a.warned_malformed) {
-      a.warned_malformed = true;
-      progress.message(fmt::format("warning: {} [{}]: skipped {} malformed line(s) in "
-                                   "events.jsonl",
-                                   label(a.run_id), a.run_id, batch.malformed_lines));
-    }
-    if (batch.events.empty() && a.reader.offset() == a.committed_offset) return;
-    const results::IngestSummary sum =
-        results::ingest_events(store.db(), a.run_id, batch.events, a.reader.offset());
-    a.committed_offset = a.reader.offset();
-    if (!batch.events.empty() && !a.saw_event) {
+    const results::RunLog::Update up = a.log.poll();
+    warn(a.run_id, up.warnings);
+    if (up.events == 0) return;
+    const results::IngestSummary& sum = up.summary;
+    if (!a.saw_event) {
       a.saw_event = true;
       if (hooks.first_event) hooks.first_event(a.run_id, Clock::now());
     }
     RunProgress& p = a.progress;
-    for (const auto& ev : batch.events) {
-      if (ev.contains("step") && ev["step"].is_number()) p.step = ev["step"].get<int64_t>();
-      if (ev.contains("tokens") && ev["tokens"].is_number()) p.tokens = ev["tokens"].get<double>();
-    }
+    if (up.step) p.step = *up.step;
+    if (up.tokens) p.tokens = static_cast<double>(*up.tokens);
     if (sum.last_train) {
       const auto& t = *sum.last_train;
       if (t.contains("loss") && t["loss"].is_number()) p.loss = t["loss"].get<double>();
@@ -322,7 +315,7 @@ struct SweepRunner::Impl {
       progress.message(fmt::format("{}: divergence at step {}: {} ({})", label(a.run_id),
                                    d.value("step", int64_t{-1}), d.value("reason", "?"),
                                    d.value("severity", "?")));
-    if (hooks.ingested) hooks.ingested(batch.events.size(), Clock::now() - t0);
+    if (hooks.ingested) hooks.ingested(up.events, Clock::now() - t0);
   }
 
   void finish(const AttemptExit& exit) {

@@ -11,6 +11,7 @@
 #include "mxablate/analysis/escape.h"
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/results/sqlite_db.h"
+#include "read_database.h"
 
 namespace mxablate::cli {
 namespace {
@@ -32,11 +33,10 @@ struct LoadedSweep {
 };
 
 LoadedSweep load(const AnalysisOptions& o) {
-  if (!std::filesystem::exists(o.db)) throw InputError(o.db + ": no such results database");
-  results::Database db(o.db, results::Database::Mode::kReadOnly);
+  const std::unique_ptr<results::Database> db = open_results_for_reading(o.db);
   LoadedSweep s;
   try {
-    s.data = analysis::load_sweep(db, o.sweep);
+    s.data = analysis::load_sweep(*db, o.sweep);
     s.target = analysis::resolve_target(s.data);
     const std::string baseline = analysis::baseline_group(s.data, o.baseline);
     s.table = analysis::summarize(s.data, baseline, s.target);

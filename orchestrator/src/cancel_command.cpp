@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_errors.h"
+#include "read_database.h"
 #include "commands.h"
 #include "mxablate/orchestrator/command_runner.h"
 #include "mxablate/orchestrator/executor_local.h"
@@ -54,7 +55,7 @@ std::string join(const std::vector<std::string>& items) {
 void cancel(const CancelOptions& o) {
   std::vector<SweepRow> sweeps;
   try {
-    auto db = results::open_read_only(o.db);
+    auto db = open_results_for_reading(o.db);
     Statement st(*db, "SELECT sweep_id, name, runs_dir FROM sweeps WHERE ?1 = '' OR name = ?1 "
                       "ORDER BY created_at");
     st.bind(1, o.sweep);

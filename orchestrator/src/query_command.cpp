@@ -11,6 +11,7 @@
 #include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
+#include "read_database.h"
 
 namespace mxablate::cli {
 namespace {
@@ -31,11 +32,79 @@ std::string cell_text(const nlohmann::json& v) {
   return v.dump();
 }
 
+// Rows are printed as SQLite steps them: a query over millions of rows needs no memory for
+// them. The text table is aligned per block of kTableBlock rows (its header repeated), since
+// alignment needs the widths of the rows it covers.
+constexpr size_t kTableBlock = 1000;
+
+class RowPrinter {
+ public:
+  explicit RowPrinter(const QueryOptions& o) : o_(o) {}
+
+  void columns(const std::vector<std::string>& columns) {
+    columns_ = columns;
+    if (o_.csv) {
+      for (size_t c = 0; c < columns_.size(); ++c)
+        std::cout << (c ? "," : "") << mxablate::escape::csv_field(columns_[c]);
+      std::cout << "\n";
+    }
+  }
+
+  void row(const std::vector<nlohmann::json>& r) {
+    ++rows_;
+    if (o_.json) {
+      nlohmann::json obj = nlohmann::json::object();
+      for (size_t c = 0; c < columns_.size(); ++c) obj[columns_[c]] = r[c];
+      // Indented one level more, as inside an array; text that is not UTF-8 is shown replaced.
+      std::string text = obj.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+      std::string indented = "  ";
+      for (char ch : text) {
+        indented += ch;
+        if (ch == '\n') indented += "  ";
+      }
+      std::cout << (rows_ == 1 ? "[\n" : ",\n") << indented;
+    } else if (o_.csv) {
+      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << mxablate::escape::csv_field(cell_text(r[c]));
+      std::cout << "\n";
+    } else {
+      std::vector<std::string> cells;
+      for (const auto& v : r) cells.push_back(v.is_null() ? "-" : cell_text(v));
+      block_.push_back(std::move(cells));
+      if (block_.size() == kTableBlock) flush_block();
+    }
+  }
+
+  void finish() {
+    if (o_.json) {
+      std::cout << (rows_ == 0 ? "[]\n" : "\n]\n");
+    } else if (!o_.csv) {
+      if (rows_ == 0 || !block_.empty()) flush_block();
+      std::cout << fmt::format("({} row{})\n", rows_, rows_ == 1 ? "" : "s");
+    }
+    std::cout << std::flush;
+  }
+
+ private:
+  void flush_block() {
+    TextTable table(columns_);
+    for (auto& cells : block_) table.add_row(std::move(cells));
+    block_.clear();
+    std::cout << table.render();
+  }
+
+  const QueryOptions& o_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::string>> block_;
+  size_t rows_ = 0;
+};
+
 void run_query(const QueryOptions& o) {
-  results::QueryResult result;
+  const std::unique_ptr<results::Database> db = open_results_for_reading(o.db);
+  RowPrinter printer(o);
   try {
-    auto db = results::open_read_only(o.db);
-    result = results::run_read_only_query(*db, o.sql);
+    results::stream_read_only_query(
+        *db, o.sql, [&](const std::vector<std::string>& c) { printer.columns(c); },
+        [&](const std::vector<nlohmann::json>& r) { printer.row(r); });
   } catch (const results::WriteRefused& e) {
     throw InputError(e.what());
   } catch (const results::SqliteError& e) {
@@ -43,32 +112,7 @@ void run_query(const QueryOptions& o) {
     if (std::string(e.what()).rfind("query:", 0) == 0) throw InputError(e.what());
     throw std::runtime_error(e.what());
   }
-  if (o.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& r : result.rows) {
-      nlohmann::json obj = nlohmann::json::object();
-      for (size_t c = 0; c < result.columns.size(); ++c) obj[result.columns[c]] = r[c];
-      rows.push_back(obj);
-    }
-    std::cout << rows.dump(2) << "\n";
-  } else if (o.csv) {
-    for (size_t c = 0; c < result.columns.size(); ++c)
-      std::cout << (c ? "," : "") << mxablate::escape::csv_field(result.columns[c]);
-    std::cout << "\n";
-    for (const auto& r : result.rows) {
-      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << mxablate::escape::csv_field(cell_text(r[c]));
-      std::cout << "\n";
-    }
-  } else {
-    TextTable table(result.columns);
-    for (const auto& r : result.rows) {
-      std::vector<std::string> row;
-      for (const auto& v : r) row.push_back(v.is_null() ? "-" : cell_text(v));
-      table.add_row(row);
-    }
-    std::cout << table.render();
-    std::cout << fmt::format("({} row{})\n", result.rows.size(), result.rows.size() == 1 ? "" : "s");
-  }
+  printer.finish();
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "mxablate/orchestrator/sweep_runner.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/orchestrator/trainer_locator.h"
+#include "mxablate/results/database_file.h"
 #include "mxablate/results/sqlite_db.h"
 #include "mxablate/results/store.h"
 #include "recipe_input.h"
@@ -113,9 +114,15 @@ ProgressMode parse_progress(const std::string& s) {
   throw InputError("--progress: expected auto, terminal, plain or none, got '" + s + "'");
 }
 
+// Opens the database as its only writer, for the whole command (the store holds the database's
+// writer lock until it is destroyed).
 std::unique_ptr<results::ResultsStore> open_store(const std::string& path) {
   try {
     return std::make_unique<results::ResultsStore>(path);
+  } catch (const results::NotAResultsDatabase& e) {
+    throw InputError(e.what());
+  } catch (const results::DatabaseLocked& e) {
+    throw std::runtime_error(e.what());
   } catch (const results::SqliteError& e) {
     std::string hint;
     if (e.code == 14 /*SQLITE_CANTOPEN*/ || e.code == 8 /*SQLITE_READONLY*/)
@@ -179,9 +186,11 @@ void run_sweep(const RunOptions& o) {
   }
   // Writes past a file-size limit must fail with an error we can report, not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
+  // The database's writer lock before anything else is written: a second `mxablate run` on the
+  // same database (from any directory, with any runs directory) stops here.
+  auto store = open_store(o.db);
   std::unique_ptr<SlurmExecutor> slurm =
       on_slurm ? make_slurm_executor(o.slurm, input.plan.sweep, sweep_dir) : nullptr;
-  auto store = open_store(o.db);
   if (!on_slurm) refuse_local_run_over_slurm_jobs(*store, input.plan.sweep);
 
   std::unique_ptr<Executor> executor =

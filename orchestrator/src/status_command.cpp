@@ -13,6 +13,7 @@
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
+#include "read_database.h"
 #include "slurm_status.h"
 
 namespace mxablate::cli {
@@ -111,9 +112,8 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
 }
 
 void show_status(const StatusOptions& o) {
-  std::unique_ptr<results::Database> db;
+  const std::unique_ptr<results::Database> db = open_results_for_reading(o.db);
   try {
-    db = results::open_read_only(o.db);
     Statement sweeps(*db,
                      "SELECT sweep_id, name, recipe_path, updated_at FROM sweeps "
                      "WHERE ?1 = '' OR name = ?1 ORDER BY created_at");

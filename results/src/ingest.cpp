@@ -34,7 +34,7 @@ std::optional<std::string> text(const json& ev, const char* key) {
 std::string detail_of(const json& ev) {
   json d = ev;
   for (const char* k : {"seq", "kind", "time", "step", "tokens"}) d.erase(k);
-  return d.dump();
+  return d.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 struct Statements {
@@ -111,12 +111,12 @@ int64_t discard_lost_timeline(Database& db, const std::string& run_id, int64_t a
   return removed;
 }
 
-}  // namespace
-
-IngestSummary ingest_events(Database& db, const std::string& run_id,
-                            const std::vector<json>& events, int64_t new_offset) {
+IngestSummary ingest(Database& db, const std::string& run_id, const std::vector<json>& events,
+                     int64_t new_offset, const std::optional<std::string>& position,
+                     bool forget_first) {
   IngestSummary summary;
   Transaction tx(db);
+  if (forget_first) forget_run_events(db, run_id);
   Statements statements(db);
   int64_t max_seq = 0;
   std::optional<int64_t> latest_step, latest_tokens;
@@ -155,6 +155,7 @@ IngestSummary ingest_events(Database& db, const std::string& run_id,
   // can never leave a stale best loss or target crossing behind.
   Statement upd(db,
                 "UPDATE runs SET ingest_offset = ?2, last_seq = MAX(last_seq, ?3), "
+                "ingest_position = ?8, "
                 "step = COALESCE(?4, step), tokens = COALESCE(?5, tokens), "
                 "train_loss = CASE WHEN ?6 THEN ?7 ELSE train_loss END, "
                 "final_val_loss = (SELECT val_loss FROM evals WHERE run_id = ?1 "
@@ -165,6 +166,7 @@ IngestSummary ingest_events(Database& db, const std::string& run_id,
                 "WHERE run_id = ?1");
   upd.bind(1, run_id).bind(2, new_offset).bind(3, max_seq).bind(4, latest_step);
   upd.bind(5, latest_tokens).bind(6, summary.last_train ? 1 : 0).bind(7, latest_loss);
+  upd.bind(8, position);
   upd.run();
   if (summary.last_run_end) {
     const json& e = *summary.last_run_end;
@@ -188,6 +190,32 @@ IngestSummary ingest_events(Database& db, const std::string& run_id,
   }
   tx.commit();
   return summary;
+}
+
+}  // namespace
+
+void forget_run_events(Database& db, const std::string& run_id) {
+  for (const char* table : {"evals", "train_steps", "quant_stats", "events"}) {
+    Statement del(db, std::string("DELETE FROM ") + table + " WHERE run_id = ?1");
+    del.bind(1, run_id).run();
+  }
+  Statement upd(db,
+                "UPDATE runs SET ingest_offset = 0, last_seq = 0, ingest_position = NULL, "
+                "step = NULL, tokens = NULL, train_loss = NULL, final_val_loss = NULL, "
+                "best_val_loss = NULL, tokens_to_target = NULL, trainer_status = NULL "
+                "WHERE run_id = ?1");
+  upd.bind(1, run_id).run();
+}
+
+IngestSummary ingest_events(Database& db, const std::string& run_id,
+                            const std::vector<json>& events, const contract::LogPosition& reached,
+                            bool forget_first) {
+  return ingest(db, run_id, events, reached.offset, reached.to_json().dump(), forget_first);
+}
+
+IngestSummary ingest_events(Database& db, const std::string& run_id,
+                            const std::vector<json>& events, int64_t new_offset) {
+  return ingest(db, run_id, events, new_offset, std::nullopt, false);
 }
 
 }  // namespace mxablate::results

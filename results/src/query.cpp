@@ -1,10 +1,10 @@
 #include "mxablate/results/query.h"
 
 #include <sqlite3.h>
-#include <sys/stat.h>
 
 #include <fmt/format.h>
 
+#include "mxablate/results/database_file.h"
 #include "mxablate/results/schema.h"
 
 namespace mxablate::results {
@@ -30,26 +30,15 @@ std::string first_words(const std::string& sql) {
 }  // namespace
 
 std::unique_ptr<Database> open_read_only(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw SqliteError(fmt::format("{}: no results database here (run a sweep first, or pass "
-                                  "--db)",
-                                  path),
-                      SQLITE_CANTOPEN);
+  check_database_file(path);
   auto db = std::make_unique<Database>(path, Database::Mode::kReadOnly);
-  const int version = schema_version(*db);
-  if (version > latest_schema_version())
-    throw SqliteError(fmt::format("{}: schema version {} is newer than this mxablate knows ({})",
-                                  path, version, latest_schema_version()),
-                      0);
-  if (version == 0)
-    throw SqliteError(fmt::format("{}: not an mxablate results database (schema version 0)", path),
-                      0);
+  check_results_schema(*db);
   sqlite3_set_authorizer(db->handle(), deny_attach, nullptr);
   return db;
 }
 
-QueryResult run_read_only_query(Database& db, const std::string& sql) {
+void stream_read_only_query(Database& db, const std::string& sql, const QueryColumns& on_columns,
+                            const QueryRow& on_row) {
   // Prepare everything first: a write in the third statement must stop the first two as well.
   std::vector<sqlite3_stmt*> prepared;
   struct Finalizer {
@@ -78,15 +67,23 @@ QueryResult run_read_only_query(Database& db, const std::string& sql) {
   }
   if (prepared.empty()) throw SqliteError("query: no SQL statement given", SQLITE_MISUSE);
 
-  QueryResult result;
+  // Only the last statement with columns is shown; its rows go out as they are stepped, so a
+  // result of any size never has to fit in memory.
+  sqlite3_stmt* shown = nullptr;
+  for (sqlite3_stmt* st : prepared)
+    if (sqlite3_column_count(st) > 0) shown = st;
   for (sqlite3_stmt* st : prepared) {
     const int ncol = sqlite3_column_count(st);
-    QueryResult current;
-    for (int c = 0; c < ncol; ++c) current.columns.emplace_back(sqlite3_column_name(st, c));
+    if (st == shown) {
+      std::vector<std::string> columns;
+      for (int c = 0; c < ncol; ++c) columns.emplace_back(sqlite3_column_name(st, c));
+      on_columns(columns);
+    }
+    std::vector<nlohmann::json> row;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      std::vector<nlohmann::json> row;
-      row.reserve(static_cast<size_t>(ncol));
+      if (st != shown) continue;
+      row.clear();
       for (int c = 0; c < ncol; ++c) {
         switch (sqlite3_column_type(st, c)) {
           case SQLITE_INTEGER: row.emplace_back(sqlite3_column_int64(st, c)); break;
@@ -100,12 +97,18 @@ QueryResult run_read_only_query(Database& db, const std::string& sql) {
                                          static_cast<size_t>(sqlite3_column_bytes(st, c))));
         }
       }
-      current.rows.push_back(std::move(row));
+      on_row(row);
     }
     if (rc != SQLITE_DONE)
       throw SqliteError(fmt::format("query: {}", sqlite3_errmsg(db.handle())), rc);
-    if (ncol > 0) result = std::move(current);
   }
+}
+
+QueryResult run_read_only_query(Database& db, const std::string& sql) {
+  QueryResult result;
+  stream_read_only_query(
+      db, sql, [&](const std::vector<std::string>& columns) { result.columns = columns; },
+      [&](const std::vector<nlohmann::json>& row) { result.rows.push_back(row); });
   return result;
 }
 

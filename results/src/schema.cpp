@@ -239,11 +239,20 @@ SELECT k.sweep, k.run_id, k.arm, k.seeds, k.settings, b.arm AS baseline_arm,
                       AND base.seeds IS k.seeds AND base.settings IS k.settings;
 )sql";
 
-constexpr std::array<Migration, 2> kMigrations{{
+// What was ingested of each run's event log, beyond the byte offset: enough to recognise the
+// same log again (contract::LogPosition as JSON: hashes of the consumed prefix and of the last
+// consumed line, the file's device and inode, the seq/step state for checking the next line).
+// NULL: unknown (a store from before version 3); the next read adopts the log at the offset.
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE runs ADD COLUMN ingest_position TEXT;
+)sql";
+
+constexpr std::array<Migration, 3> kMigrations{{
     {1, "initial schema: sweeps, runs, run_axes, attempts, evals, train_steps, quant_stats, "
         "events; views run_summary, run_tokens_to_target, arm_summary, divergence_events",
      kSchemaV1},
     {2, "view run_extra_tokens", kSchemaV2},
+    {3, "runs.ingest_position: the identity of what was ingested of each event log", kSchemaV3},
 }};
 
 }  // namespace

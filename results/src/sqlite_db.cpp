@@ -19,9 +19,10 @@ std::string message(const std::string& path, sqlite3* db, int rc, std::string_vi
 
 Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
     : path_(path), mode_(mode) {
-  const int flags = (mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
-                                             : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-                    SQLITE_OPEN_NOMUTEX;
+  const int access = mode == Mode::kReadOnly    ? SQLITE_OPEN_READONLY
+                     : mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE
+                                                : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int flags = access | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string what = message(path, db_, rc, "opening the results database");
@@ -33,7 +34,16 @@ Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
   sqlite3_busy_timeout(db_, busy_timeout_ms);
 }
 
-Database::~Database() { sqlite3_close_v2(db_); }
+Database::~Database() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+void Database::close() {
+  if (!db_) return;
+  const int rc = sqlite3_close(db_);
+  if (rc != SQLITE_OK) fail(rc, "closing");
+  db_ = nullptr;
+}
 
 void Database::fail(int rc, std::string_view context) const {
   throw SqliteError(message(path_, db_, rc & 0xff, context), rc & 0xff);

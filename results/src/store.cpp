@@ -1,11 +1,9 @@
 #include "mxablate/results/store.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <filesystem>
 
+#include "mxablate/results/database_file.h"
+#include "mxablate/results/ingest.h"
 #include "mxablate/results/schema.h"
 
 namespace mxablate::results {
@@ -34,38 +32,21 @@ void configure_writer(Database& db) {
   db.exec("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;", "configuring");
 }
 
-// A new database appears at `path` fully migrated or not at all: it is built under a temporary
-// name and hard-linked into place, so a reader started at the same moment (`mxablate status`
-// in a loop) never opens a half-created, schema-less file.
-const std::string& created_if_missing(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) return path;
-  const std::string tmp = path + ".creating-" + std::to_string(::getpid());
-  const auto cleanup = [&] {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
-      std::filesystem::remove(tmp + suffix, ec);
-  };
-  cleanup();
-  try {
-    Database db(tmp, Database::Mode::kReadWriteCreate);
-    configure_writer(db);
-    migrate(db);
-  } catch (const SqliteError& e) {
-    cleanup();
-    std::string what = e.what();  // name the file the user asked for, not the temporary one
-    for (size_t at; (at = what.find(tmp)) != std::string::npos;) what.replace(at, tmp.size(), path);
-    throw SqliteError(what, e.code);
-  }
-  if (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST && !std::filesystem::exists(path, ec))
-    std::filesystem::rename(tmp, path, ec);  // a filesystem without hard links
-  cleanup();
+// Creates the database if needed and checks what is there before anything locks or opens it.
+const std::string& prepared(const std::string& path) {
+  create_database_if_missing(path);
+  check_database_file(path);
   return path;
 }
 
 }  // namespace
 
 ResultsStore::ResultsStore(const std::string& path)
-    : db_(created_if_missing(path), Database::Mode::kReadWriteCreate) {
+    : lock_(prepared(path)), db_(path, Database::Mode::kReadWrite) {
+  if (!lock_.covers(path))
+    throw DatabaseLocked(path + ": the database file was replaced while it was being opened; "
+                                "run the command again");
+  check_results_schema(db_);
   configure_writer(db_);
   migrate(db_);  // an existing database from an older mxablate
 }
@@ -237,15 +218,7 @@ void ResultsStore::set_status(const std::string& run_id, const std::string& s,
 
 void ResultsStore::reset_run_events(const std::string& run_id) {
   Transaction tx(db_);
-  for (const char* table : {"evals", "train_steps", "quant_stats", "events"}) {
-    Statement del(db_, std::string("DELETE FROM ") + table + " WHERE run_id = ?1");
-    del.bind(1, run_id).run();
-  }
-  Statement upd(db_,
-                "UPDATE runs SET ingest_offset = 0, last_seq = 0, step = NULL, tokens = NULL, "
-                "train_loss = NULL, final_val_loss = NULL, best_val_loss = NULL, "
-                "tokens_to_target = NULL, trainer_status = NULL WHERE run_id = ?1");
-  upd.bind(1, run_id).run();
+  forget_run_events(db_, run_id);
   tx.commit();
 }
 

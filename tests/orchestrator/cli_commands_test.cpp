@@ -3,6 +3,8 @@
 // database on a read-only or full filesystem).
 #include <sys/mount.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "catch.h"
@@ -257,4 +259,73 @@ TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivale
   t = f.mx({"table", "--sweep", "loss", "--metric", "bits"});
   CHECK(t.code() == 2);
   CHECK(t.err == "mxablate: --metric: 'bits' is not one of: loss, perplexity\n");
+}
+
+TEST_CASE("every read command answers a missing or foreign database the same way: exit 2, one line") {
+  CliFixture f;
+  write_file(f.dir.path() / "notes.db", "not a database\n");
+  write_file(f.dir.path() / "empty.db", "");
+  struct Db {
+    std::string path, message;
+  };
+  const std::vector<Db> dbs{
+      {f.dir.file("none.db"), ": no results database here (run a sweep first, or pass --db)"},
+      {f.dir.file("notes.db"), ": not a results database (not an SQLite file); it is left alone — pass another --db"},
+      {f.dir.file("empty.db"), ": an empty file, not a results database; it is left alone — remove it or pass another --db"},
+  };
+  for (const Db& db : dbs) {
+    for (const std::vector<std::string>& cmd :
+         std::vector<std::vector<std::string>>{{"status"},
+                                               {"query", "SELECT 1"},
+                                               {"table"},
+                                               {"report", "--out", f.dir.file("report")},
+                                               {"cancel"}}) {
+      std::vector<std::string> args = cmd;
+      args.insert(args.end(), {"--db", db.path});
+      const ProcessResult r = f.mx(args);
+      INFO(cmd[0] << " --db " << db.path);
+      CHECK(r.code() == 2);
+      CHECK(r.out.empty());
+      // (`report` may first say that gnuplot is missing, on a machine without it)
+      REQUIRE_FALSE(lines_of(r.err).empty());
+      CHECK(lines_of(r.err).back() == "mxablate: " + db.path + db.message);
+      if (cmd[0] != "report") CHECK(lines_of(r.err).size() == 1);
+    }
+  }
+  CHECK(fs::exists(f.dir.path() / "empty.db"));  // left alone
+  CHECK_FALSE(fs::exists(f.dir.path() / "none.db"));  // readers never create one
+  // `run` refuses to write into a file that is not a results database, and leaves it as it was.
+  const ProcessResult r = run_process(f.run_args({"--db", f.dir.file("notes.db")}), f.dir.path());
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: " + f.dir.file("notes.db") + dbs[1].message + "\n");
+  CHECK(read_file(f.dir.path() / "notes.db") == "not a database\n");
+}
+
+TEST_CASE("query streams rows of any number: CSV and JSON as before, tables in aligned blocks") {
+  CliFixture f;
+  REQUIRE(run_process(f.run_args(), f.dir.path()).code() == 0);
+  const std::string many =
+      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) "
+      "SELECT i, 'row ' || i AS label FROM n";
+  ProcessResult q = f.mx({"query", "--csv", many});
+  REQUIRE(q.code() == 0);
+  auto lines = lines_of(q.out);
+  REQUIRE(lines.size() == 2501);
+  CHECK(lines[0] == "i,label");
+  CHECK(lines[2500] == "2500,row 2500");
+  q = f.mx({"query", "--json", "SELECT 1 AS a, 'x' AS b UNION ALL SELECT 2, NULL"});
+  REQUIRE(q.code() == 0);
+  CHECK(q.out == nlohmann::json::parse(q.out).dump(2) + "\n");  // the layout of a dumped array
+  CHECK(nlohmann::json::parse(q.out) ==
+        nlohmann::json::parse(R"([{"a":1,"b":"x"},{"a":2,"b":null}])"));
+  q = f.mx({"query", "--json", "SELECT 1 WHERE 0"});
+  CHECK(q.out == "[]\n");
+  q = f.mx({"query", many});
+  REQUIRE(q.code() == 0);
+  lines = lines_of(q.out);
+  CHECK(lines.back() == "(2500 rows)");
+  // One header (and rule) per block of 1000 rows.
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+          return l.find("label") != std::string::npos;
+        }) == 3);
 }

@@ -1,11 +1,13 @@
 // Faults around the orchestrator process itself: Ctrl-C / SIGTERM, SIGKILL mid-sweep, readers in
 // a loop while it writes, a second orchestrator on the same sweep.
 #include <fstream>
+#include <random>
 #include <atomic>
 #include <set>
 #include <thread>
 
 #include "catch.h"
+#include "mxablate/contract/event_log.h"
 #include "mxablate/results/sqlite_db.h"
 #include "test_util.h"
 
@@ -169,8 +171,127 @@ TEST_CASE("a second orchestrator on the same sweep is refused while the first ru
   REQUIRE(eventually([&] { return s.count_or_zero("SELECT COUNT(*) FROM attempts") >= 1; }));
   const ProcessResult second = run_process(s.args(), s.dir.path(), s.env);
   CHECK(second.code() == 1);
-  CHECK(contains(second.err, "mxablate: another mxablate (pid " + std::to_string(first->pid()) +
-                                 ") is running this sweep"));
+  // The database's writer lock refuses it before the sweep's own lock is reached.
+  CHECK(contains(second.err, "mxablate: " + fs::canonical(s.db()).string() +
+                                 ": another mxablate (pid " + std::to_string(first->pid()) +
+                                 " on "));
   CHECK(first->wait().code() == 0);
   s.check_every_run_complete_once();
+}
+
+TEST_CASE("two orchestrators on one database from two directories: one writer, nothing run "
+          "twice, nothing lost when both are killed at random moments") {
+  // The same recipe started from two directories: the default runs directory (relative) differs,
+  // so only the database ties them together.
+  SweepCli s("two-dirs");
+  const fs::path a = s.dir.path() / "a", b = s.dir.path() / "b";
+  fs::create_directories(a);
+  fs::create_directories(b);
+  const std::string db = (s.dir.path() / "shared.db").string();
+  std::vector<std::string> args = s.args();
+  args.insert(args.end(), {"--db", db});
+  std::map<std::string, std::string> slow = s.env;
+  slow["MXABLATE_FAKE_STEP_MS"] = "40";  // ~1.2 s per run: kills land mid-run
+  const auto scalar = [&](const std::string& sql) {
+    results::Database d(db, results::Database::Mode::kReadOnly);
+    results::Statement st(d, sql);
+    st.step();
+    return st.get_int(0);
+  };
+  const auto trainers_gone = [&] {
+    for (const auto& p : fs::directory_iterator("/proc")) {
+      std::ifstream cmd(p.path() / "cmdline");
+      std::string line((std::istreambuf_iterator<char>(cmd)), {});
+      std::ifstream stat(p.path() / "stat");
+      std::string st;
+      std::getline(stat, st);
+      const size_t paren = st.rfind(')');
+      const bool zombie = paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
+      if (!zombie && contains(line, "mxablate-fake-train") && contains(line, s.dir.path().string()))
+        return false;
+    }
+    return true;
+  };
+
+  // While one runs, the other is refused with a message naming the database and the pid.
+  {
+    auto first = std::make_unique<Process>(args, a, slow);
+    REQUIRE(eventually([&] { return fs::exists(db) && scalar("SELECT COUNT(*) FROM attempts") >= 1; }));
+    const ProcessResult second = run_process(args, b, slow);
+    CHECK(second.code() == 1);
+    CHECK(second.err == "mxablate: " + fs::canonical(db).string() + ": another mxablate (pid " +
+                            std::to_string(first->pid()) + " on " + [] {
+                              char h[256] = {};
+                              ::gethostname(h, sizeof h - 1);
+                              return std::string(h);
+                            }() + ") is writing to this results database; one database has one "
+                            "writer at a time — wait for it to finish or stop it (status, query, "
+                            "table and report can read it meanwhile)\n");
+    CHECK(fs::is_empty(b / "runs" / "two-dirs"));  // it launched nothing
+    first->signal(SIGKILL);
+    first->wait();
+    REQUIRE(eventually(trainers_gone, std::chrono::seconds(20)));
+  }
+
+  // Both started and killed at random moments, in either order.
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int> ms(50, 450);
+  for (int round = 0; round < 4; ++round) {
+    INFO("round " << round);
+    const fs::path first_dir = round % 2 ? b : a, second_dir = round % 2 ? a : b;
+    auto p1 = std::make_unique<Process>(args, first_dir, slow);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms(rng)));
+    auto p2 = std::make_unique<Process>(args, second_dir, slow);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms(rng)));
+    p1->signal(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms(rng)));
+    p2->signal(SIGKILL);
+    for (auto* p : {p1.get(), p2.get()}) {
+      const ProcessResult r = p->wait();
+      INFO(r.err);
+      // Killed, or refused because the other one held the database.
+      CHECK((r.signal == SIGKILL || (r.code() == 1 && contains(r.err, "is writing to this results database"))));
+    }
+    REQUIRE(eventually(trainers_gone, std::chrono::seconds(20)));
+  }
+
+  const ProcessResult last = run_process(args, a, s.env);
+  INFO(last.err);
+  CHECK(last.code() == 0);
+  CHECK(scalar("SELECT COUNT(*) FROM runs WHERE status = 'budget_exhausted'") == 6);
+  // Nothing launched after a run had its result.
+  CHECK(scalar("SELECT COUNT(*) FROM attempts a JOIN attempts f USING (run_id) WHERE f.outcome "
+               "IN ('converged', 'budget_exhausted', 'diverged') AND a.attempt > f.attempt") == 0);
+  // Each run reached its result once (in one of the two runs directories), and the database
+  // holds exactly the rows of the log it was last read from: nothing lost, nothing extra.
+  results::Database d(db, results::Database::Mode::kReadOnly);
+  results::Statement runs(d, "SELECT run_id FROM runs");
+  int checked = 0;
+  while (runs.step()) {
+    const std::string run_id = runs.get_text(0);
+    INFO(run_id);
+    std::set<int64_t> in_db;
+    for (const char* table : {"evals", "train_steps", "quant_stats", "events"}) {
+      results::Statement st(d, std::string("SELECT seq FROM ") + table + " WHERE run_id = ?1");
+      st.bind(1, run_id);
+      while (st.step()) in_db.insert(st.get_int(0));
+    }
+    int results_in_logs = 0, matching_logs = 0;
+    for (const fs::path& dir : {a, b}) {
+      const fs::path log = dir / "runs" / "two-dirs" / run_id / "events.jsonl";
+      if (!fs::exists(log)) continue;
+      std::set<int64_t> in_log;
+      bool finished = false;
+      for (const auto& e : contract::read_effective_events(log.string())) {
+        in_log.insert(e["seq"].get<int64_t>());
+        if (e["kind"] == "run_end" && e["status"] == "budget_exhausted") finished = true;
+      }
+      results_in_logs += finished ? 1 : 0;
+      if (finished && in_log == in_db) ++matching_logs;
+    }
+    CHECK(results_in_logs == 1);
+    CHECK(matching_logs == 1);
+    ++checked;
+  }
+  CHECK(checked == 6);
 }

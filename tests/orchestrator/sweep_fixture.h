@@ -63,6 +63,8 @@ struct SweepFixture {
     options.grace = std::chrono::seconds(10);
   }
 
+  orchestrator::ProgressSink* progress_sink = nullptr;  // to see the messages; none by default
+
   std::string db_path() const { return (dir.path() / "results.db").string(); }
 
   orchestrator::SweepResult run(TestWaker& waker, orchestrator::SweepHooks hooks = {},
@@ -74,7 +76,8 @@ struct SweepFixture {
     }
     orchestrator::LocalExecutor executor(orchestrator::cpu_slots(slots));
     auto progress = orchestrator::make_progress(orchestrator::ProgressMode::kNone, stderr);
-    orchestrator::SweepRunner runner(recipe, plan, *store, executor, waker, *progress, options);
+    orchestrator::SweepRunner runner(recipe, plan, *store, executor, waker,
+                                     progress_sink ? *progress_sink : *progress, options);
     runner.set_hooks(std::move(hooks));
     return runner.run();
   }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "catch.h"
+#include "mxablate/contract/event_log.h"
 #include "mxablate/orchestrator/sweep_lock.h"
 #include "mxablate/results/sqlite_db.h"
 #include "sweep_fixture.h"
@@ -33,6 +34,19 @@ void check_complete_and_unduplicated(SweepFixture& f) {
     CHECK(f.scalar("SELECT COUNT(DISTINCT step) FROM train_steps" + where) == kSteps);
   }
 }
+
+// Keeps the sweep's messages (warnings, launches, results) for the test to read.
+struct MessageLog : ProgressSink {
+  std::vector<std::string> lines;
+  void message(const std::string& line) override { lines.push_back(line); }
+  void update(const SweepSnapshot&) override {}
+  void finish(const SweepSnapshot&) override {}
+  int count(const std::string& part) const {
+    return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(part) != std::string::npos;
+    }));
+  }
+};
 
 }  // namespace
 
@@ -278,4 +292,111 @@ TEST_CASE("an unwritable runs directory is one clear error before anything runs"
                                  (f.dir.path() / "a-file" / "runs" / "nowrite").string() +
                                  ": Not a directory"));
   }
+}
+
+TEST_CASE("impossible event lines are one warning each, never data, and never block the sweep") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "25"}});
+  SweepFixture f(fake_recipe("badlines", kSteps, 4, 5));
+  std::atomic<int> events_seen{0};
+  SweepHooks hooks;
+  hooks.ingested = [&](size_t n, auto) { events_seen += static_cast<int>(n); };
+  TestWaker waker;
+  waker.stops = [&] { return events_seen > 12 ? 1 : 0; };
+  REQUIRE(f.run(waker, hooks).interrupted == 2);
+
+  // Hostile lines after what one interrupted run wrote, and an attempt left open as if the
+  // orchestrator had died: the next run recovers it (the recovery path reads these lines).
+  std::string run_id;
+  {
+    results::ResultsStore store(f.db_path());
+    for (const auto& r : store.planned_runs(1))
+      if (r.status == "interrupted") run_id = r.run_id;
+    REQUIRE_FALSE(run_id.empty());
+    store.begin_attempt(run_id, {"local", "999999999", "cpu0", "host", "cpu", true, 0});
+  }
+  const fs::path log = f.options.runs_dir / "badlines" / run_id / "events.jsonl";
+  int64_t lines_before = 0;
+  {
+    std::ifstream in(log);
+    for (std::string l; std::getline(in, l);) ++lines_before;
+  }
+  {
+    std::ofstream out(log, std::ios::app | std::ios::binary);
+    out << R"({"seq":100000,"kind":"eval","time":1,"step":30,"tokens":3000,"val_loss":1e999})" "\n"
+        << R"({"seq":1,"kind":"eval","time":1,"step":30,"tokens":3000,"val_loss":0.001})" "\n"
+        << R"({"seq":2,"kind":"target_reached","time":1,"step":30,"tokens":3000,"val_loss":0.001})" "\n";
+    const char nul_line[] = "{\"seq\":3,\"kind\":\"eval\",\0}\n";
+    out.write(nul_line, sizeof nul_line - 1);
+  }
+  MessageLog messages;
+  f.progress_sink = &messages;
+  const SweepResult again = f.run();
+  INFO([&] {
+    std::string all;
+    for (const auto& l : messages.lines) all += l + "\n";
+    return all;
+  }());
+  CHECK(again.budget_exhausted == 4);
+  CHECK(messages.count("[" + run_id + "]: events.jsonl line " + std::to_string(lines_before + 1) +
+                       ": a number does not fit a double; line skipped") == 1);
+  CHECK(messages.count("[" + run_id + "]: events.jsonl line " + std::to_string(lines_before + 2) +
+                       ": seq 1 does not follow seq") == 1);
+  CHECK(messages.count("[" + run_id + "]: events.jsonl line " + std::to_string(lines_before + 3) +
+                       ": seq 2 does not follow seq") == 1);
+  CHECK(messages.count("[" + run_id + "]: events.jsonl line " + std::to_string(lines_before + 4) +
+                       ": NUL byte in the line; line skipped") == 1);
+  CHECK(messages.count("recovered ") == 1);
+  // None of it became data.
+  CHECK(f.scalar("SELECT COUNT(*) FROM evals WHERE val_loss < 0.01 OR val_loss IS NULL") == 0);
+  CHECK(f.scalar("SELECT COUNT(*) FROM events WHERE kind = 'target_reached'") == 0);
+  CHECK(f.scalar("SELECT COUNT(*) FROM runs WHERE tokens_to_target IS NOT NULL") == 0);
+  check_complete_and_unduplicated(f);
+}
+
+TEST_CASE("a run directory deleted during the sweep: its rows are re-read, never misattributed") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "25"}});
+  SweepFixture f(fake_recipe("deleted", kSteps, 4, 5));
+  f.slots = 1;
+  MessageLog messages;
+  f.progress_sink = &messages;
+  std::atomic<bool> deleted{false};
+  std::string victim;
+  SweepHooks hooks;
+  std::atomic<int> events_seen{0};
+  hooks.launched = [&](const std::string& run_id, auto) {
+    if (victim.empty()) victim = run_id;
+  };
+  hooks.ingested = [&](size_t n, auto) {
+    events_seen += static_cast<int>(n);
+    // Mid-run: the user deletes the run directory (the trainer keeps writing to the unlinked
+    // log, then its run_end is gone with it).
+    if (!deleted && events_seen > 10) {
+      deleted = true;
+      fs::remove_all(f.options.runs_dir / "deleted" / victim);
+    }
+  };
+  TestWaker waker;
+  const SweepResult r = f.run(waker, hooks);
+  INFO([&] {
+    std::string all;
+    for (const auto& l : messages.lines) all += l + "\n";
+    return all;
+  }());
+  REQUIRE(deleted);
+  CHECK(messages.count("[" + victim + "]: events.jsonl is gone") == 1);
+  CHECK(r.total == 4);
+  // Whatever the victim ended as, its rows are exactly those of the log now in its directory.
+  const fs::path log = f.options.runs_dir / "deleted" / victim / "events.jsonl";
+  const auto events = fs::exists(log) ? contract::read_effective_events(log.string())
+                                      : std::vector<nlohmann::json>{};
+  const std::string where = " WHERE run_id = '" + victim + "'";
+  CHECK(f.scalar("SELECT (SELECT COUNT(*) FROM evals" + where + ") + (SELECT COUNT(*) FROM "
+                 "train_steps" + where + ") + (SELECT COUNT(*) FROM quant_stats" + where +
+                 ") + (SELECT COUNT(*) FROM events" + where + ")") ==
+        static_cast<int64_t>(events.size()));
+  // A second run of the sweep finishes it, every run complete once.
+  f.progress_sink = nullptr;
+  const SweepResult again = f.run();
+  CHECK(again.budget_exhausted + r.budget_exhausted >= 4);
+  check_complete_and_unduplicated(f);
 }

@@ -177,7 +177,7 @@ TEST_CASE("a torn last line is ingested only once the writer completes it") {
   contract::EventReader reader(log);
   auto batch = reader.poll();
   CHECK(batch.events.size() == 2);
-  CHECK(batch.malformed_lines == 0);
+  CHECK(batch.bad_lines.empty());
   ingest_events(f.store.db(), "run-a", batch.events, reader.offset());
   CHECK(f.scalar<int>("SELECT COUNT(*) FROM evals") == 2);
   CHECK(f.scalar<int64_t>("SELECT ingest_offset FROM runs") == reader.offset());
@@ -192,7 +192,7 @@ TEST_CASE("a torn last line is ingested only once the writer completes it") {
   batch = resumed.poll();
   REQUIRE(batch.events.size() == 1);
   CHECK(batch.events[0]["seq"] == 3);
-  CHECK(batch.malformed_lines == 0);
+  CHECK(batch.bad_lines.empty());
   ingest_events(f.store.db(), "run-a", batch.events, resumed.offset());
   CHECK(f.scalar<int>("SELECT COUNT(*) FROM evals") == 3);
   CHECK(f.scalar<double>("SELECT final_val_loss FROM runs") == Approx(2.5));

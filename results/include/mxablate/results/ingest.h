@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mxablate/contract/event_log.h"
 #include "mxablate/results/sqlite_db.h"
 
 namespace mxablate::results {
@@ -30,8 +31,21 @@ struct IngestSummary {
   std::vector<nlohmann::json> divergences;
 };
 
-// `events` in file order; `new_offset` is the reader's offset after them.
+// `events` in file order (checked by contract::parse_event_line); `reached` is the reader's
+// position after them, stored with them. `forget_first`: the log is not the one ingested so far
+// (contract::EventReader::Batch::restarted); the run's event rows are deleted in the same
+// transaction, so the store never mixes two logs.
+IngestSummary ingest_events(Database& db, const std::string& run_id,
+                            const std::vector<nlohmann::json>& events,
+                            const contract::LogPosition& reached, bool forget_first = false);
+
+// The same with only a byte offset (no identity of the log): the next reader adopts the log
+// found at that offset. For tools and tests that feed events directly.
 IngestSummary ingest_events(Database& db, const std::string& run_id,
                             const std::vector<nlohmann::json>& events, int64_t new_offset);
+
+// Deletes everything ingested for the run and its position in the log (no transaction of its
+// own: the caller's).
+void forget_run_events(Database& db, const std::string& run_id);
 
 }  // namespace mxablate::results

@@ -21,13 +21,18 @@ struct SqliteError : std::runtime_error {
 
 class Database {
  public:
-  enum class Mode { kReadWriteCreate, kReadOnly };
+  // kReadWrite never creates a file: only database_file.h creates databases (atomically).
+  enum class Mode { kReadWriteCreate, kReadWrite, kReadOnly };
   // Opens with a busy timeout so that short lock waits (checkpoints, another writer's commit)
   // are waited out instead of failing with "database is locked".
   Database(const std::string& path, Mode mode, int busy_timeout_ms = 10000);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
+
+  // Closes now and reports a failure (the destructor cannot): a close may write (a WAL
+  // checkpoint), and a database being created must not be used unless that worked.
+  void close();
 
   // Runs one or more statements that return no rows.
   void exec(std::string_view sql, std::string_view context = {});

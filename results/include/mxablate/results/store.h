@@ -1,4 +1,4 @@
-// The writer side of the results store: the orchestrator (the single writer, DESIGN §2) records
+// The writer side of the results store: the orchestrator (the single writer) records
 // sweeps, their planned runs, every launch attempt and each run's status here. Event ingestion
 // lives in ingest.h; read-only access in query.h.
 #pragma once
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mxablate/results/sqlite_db.h"
+#include "mxablate/results/writer_lock.h"
 
 namespace mxablate::results {
 
@@ -79,7 +80,10 @@ double unix_now();
 
 class ResultsStore {
  public:
-  // Opens (creating if needed) for writing: WAL journal, busy timeout, foreign keys, migrations.
+  // Opens for writing, creating the database when there is none (database_file.h): takes the
+  // database's writer lock for the store's lifetime (writer_lock.h; DatabaseLocked when another
+  // process holds it), refuses a file that is not an mxablate database (NotAResultsDatabase),
+  // then WAL journal, busy timeout, foreign keys, migrations.
   explicit ResultsStore(const std::string& path);
 
   Database& db() { return db_; }
@@ -120,6 +124,7 @@ class ResultsStore {
   bool has_checkpoint(const std::string& run_id);
 
  private:
+  WriterLock lock_;  // before db_: held from before the first write until after the close
   Database db_;
 };
 

@@ -21,14 +21,18 @@
 // Durability: the writer flushes and fsyncs at eval, checkpoint and run_end boundaries, so a
 // crash loses at most the sampled train events since the last of those. A torn final line (no
 // newline) is never consumed by the reader, and the writer truncates it away when it reopens.
+// What makes a line an event (types, ranges, seq order) is event_line.h.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "mxablate/contract/event_line.h"
 
 namespace mxablate::contract {
 
@@ -52,7 +56,8 @@ inline constexpr const char* kFailed = "failed";
 inline constexpr const char* kInterrupted = "interrupted";
 }  // namespace run_status
 
-// Appends events. Opening an existing log continues its seq after the last complete line.
+// Appends events. Opening an existing log continues its seq after the last line a reader accepts
+// as an event (event_line.h).
 class EventWriter {
  public:
   explicit EventWriter(const std::string& path);
@@ -72,22 +77,60 @@ class EventWriter {
   int64_t last_seq_ = 0;
 };
 
-// Incremental reader: each poll returns the complete lines appended since the last poll.
+// How far a log has been consumed, and how to recognise that log again: the orchestrator keeps
+// it in the results store with what it ingested, so a log that was truncated, replaced or
+// deleted meanwhile is noticed instead of being read from the wrong offset.
+struct LogPosition {
+  int64_t offset = 0;  // bytes of complete lines consumed
+  int64_t lines = 0;   // lines consumed (for line numbers in warnings)
+  EventLineState state;
+  // FNV-1a 64 of bytes [0, offset) and of the last consumed line (newline included).
+  uint64_t prefix_hash = 0xcbf29ce484222325ull;
+  uint64_t tail_hash = 0xcbf29ce484222325ull;
+  int64_t tail_bytes = 0;
+  bool hashes_known = true;  // false: only the offset is known (an older store); adopt on read
+  uint64_t device = 0, inode = 0;  // the file last read (0: none yet)
+
+  nlohmann::json to_json() const;
+  // Throws std::invalid_argument when `j` is not a position.
+  static LogPosition from_json(const nlohmann::json& j);
+};
+
+struct BadLine {
+  int64_t line = 0;  // 1-based line number in the log
+  std::string reason;
+};
+
+// Incremental reader: each poll returns the complete lines appended since the last poll,
+// checked by parse_event_line; a bad line is reported (and skipped), never returned.
 class EventReader {
  public:
-  explicit EventReader(std::string path, int64_t start_offset = 0);
+  explicit EventReader(std::string path, LogPosition start = {});
+  // Only an offset (no identity, no line count): the first poll adopts what is there.
+  EventReader(std::string path, int64_t start_offset);
 
   struct Batch {
-    std::vector<nlohmann::json> events;  // parsed, in file order
-    int64_t malformed_lines = 0;         // complete lines that were not valid events (skipped)
+    std::vector<nlohmann::json> events;  // checked, in file order
+    std::vector<BadLine> bad_lines;
+    // Set when the log is not the one consumed so far (shorter, replaced, gone): the position
+    // was reset and `events` are read from its start. Says what was found.
+    std::optional<std::string> restarted;
+    bool more = false;  // stopped at the per-poll byte limit; poll again
   };
-  // Missing file: an empty batch (the run may not have started yet).
+  // Missing file with nothing consumed: an empty batch (the run may not have started yet).
   Batch poll();
-  int64_t offset() const { return offset_; }  // byte offset just past the last consumed line
+  int64_t offset() const { return pos_.offset; }  // byte offset just past the last consumed line
+  const LogPosition& position() const { return pos_; }
+
+  static constexpr int64_t kMaxBytesPerPoll = int64_t{8} << 20;
 
  private:
+  std::optional<std::string> identity_mismatch(int fd, int64_t size, uint64_t device,
+                                               uint64_t inode);
+
   std::string path_;
-  int64_t offset_;
+  LogPosition pos_;
+  bool verified_ = false;  // the whole consumed prefix was compared once in this process
 };
 
 // Reads a whole log and applies `resume` events: returns the events of the surviving timeline.
