@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_errors.h"
+#include "mxablate/analysis/escape.h"
 #include "read_database.h"
 #include "commands.h"
 #include "mxablate/orchestrator/command_runner.h"
@@ -74,7 +75,7 @@ void cancel(const CancelOptions& o) {
   }
   if (sweeps.empty()) {
     if (!o.sweep.empty()) throw InputError(fmt::format("{}: no sweep named '{}'", o.db, o.sweep));
-    std::cout << fmt::format("{}: no sweeps yet\n", o.db);
+    std::cout << fmt::format("{}: no sweeps yet\n", escape::terminal(o.db));
     return;
   }
   // Sweeps that never used Slurm have nothing to cancel (and need no squeue).
@@ -85,10 +86,11 @@ void cancel(const CancelOptions& o) {
       slurm_sweeps.push_back(&s);
     else if (!o.sweep.empty())
       std::cout << fmt::format("sweep {}: no Slurm jobs (it did not run with --executor slurm)\n",
-                               s.name);
+                               escape::terminal(s.name));
   }
   if (slurm_sweeps.empty()) {
-    if (o.sweep.empty()) std::cout << fmt::format("{}: no sweep ran with --executor slurm\n", o.db);
+    if (o.sweep.empty()) std::cout << fmt::format("{}: no sweep ran with --executor slurm\n",
+                                                   escape::terminal(o.db));
     return;
   }
   if (!find_program("squeue") || !find_program("scancel"))
@@ -102,15 +104,18 @@ void cancel(const CancelOptions& o) {
     } catch (const SlurmError& e) {
       throw std::runtime_error(fmt::format("sweep {}: {}", s->name, e.what()));
     }
-    if (!r.warning.empty()) std::cerr << fmt::format("mxablate: warning: sweep {}: {}\n", s->name, r.warning);
+    if (!r.warning.empty()) std::cerr << fmt::format("mxablate: warning: sweep {}: {}\n",
+                                                   escape::terminal(s->name),
+                                                   escape::terminal(r.warning));
     if (r.job_ids.empty()) {
-      std::cout << fmt::format("sweep {}: no Slurm jobs queued or running\n", s->name);
+      std::cout << fmt::format("sweep {}: no Slurm jobs queued or running\n",
+                               escape::terminal(s->name));
       continue;
     }
     std::cout << fmt::format(
         "sweep {}: cancelled {} Slurm task(s) ({} running, {} queued) in job(s) {}; running "
         "trainers checkpoint before they stop — run the sweep again to continue it\n",
-        s->name, r.running + r.queued, r.running, r.queued, join(r.job_ids));
+        escape::terminal(s->name), r.running + r.queued, r.running, r.queued, join(r.job_ids));
   }
 }
 

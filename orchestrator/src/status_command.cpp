@@ -39,6 +39,15 @@ std::string opt_loss(const Statement& st, int col) {
   return st.is_null(col) ? "-" : fmt::format("{:.4f}", st.get_double(col));
 }
 
+// An axis value as the table shows it: a JSON string's text, any other JSON compact, and
+// anything that is not JSON as the text it is (the table escapes what a terminal must not see).
+std::string axis_value_text(const std::string& stored) {
+  const auto v = nlohmann::json::parse(stored, nullptr, false);
+  if (v.is_discarded()) return stored;
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
 void print_sweep(results::Database& db, int64_t sweep_id, const std::string& name,
                  const std::string& recipe, double updated, bool all) {
   Statement counts(db,
@@ -66,6 +75,15 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
   axis_names.bind(1, sweep_id);
   while (axis_names.step()) axes.push_back(axis_names.get_text(0));
 
+  // Every run's axis values, read as stored: a value another program wrote need not be JSON,
+  // nor UTF-8, and must not stop `status` (SQLite's json() would refuse the whole query).
+  std::map<std::string, std::map<std::string, std::string>> axis_values;
+  Statement values(db,
+                   "SELECT a.run_id, a.axis, a.value FROM run_axes a JOIN runs r USING (run_id) "
+                   "WHERE r.sweep_id = ?1");
+  values.bind(1, sweep_id);
+  while (values.step()) axis_values[values.get_text(0)][values.get_text(1)] = values.get_text(2);
+
   const SlurmColumn slurm = slurm_column(db, sweep_id);
   std::vector<std::string> headers{"run_id", "arm"};
   headers.insert(headers.end(), axes.begin(), axes.end());
@@ -76,20 +94,19 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
   Statement runs(db,
                  "SELECT run_id, arm, status, attempts, step, tokens, max_tokens, final_val_loss, "
                  "best_val_loss, COALESCE(wall_s, CASE WHEN started_at IS NOT NULL THEN "
-                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error, "
-                 "(SELECT json_group_object(axis, json(value)) FROM run_axes a "
-                 "  WHERE a.run_id = runs.run_id) "
+                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error "
                  "FROM runs WHERE sweep_id = ?1 AND (?2 OR plan_index IS NOT NULL) "
                  "ORDER BY plan_index IS NULL, plan_index, arm_index");
   runs.bind(1, sweep_id).bind(2, all ? 1 : 0);
   while (runs.step()) {
     std::vector<std::string> row{runs.get_text(0), runs.get_text(1)};
-    const auto axis_values = nlohmann::json::parse(runs.is_null(11) ? "{}" : runs.get_text(11));
+    const auto run_axes = axis_values.find(row[0]);
     for (const auto& a : axes) {
-      const auto it = axis_values.find(a);
-      row.push_back(it == axis_values.end() ? "-"
-                    : it->is_string()       ? it->get<std::string>()
-                                            : it->dump());
+      if (run_axes == axis_values.end() || !run_axes->second.count(a)) {
+        row.push_back("-");
+        continue;
+      }
+      row.push_back(axis_value_text(run_axes->second.at(a)));
     }
     row.push_back(runs.get_text(2));
     row.push_back(std::to_string(runs.get_int(3)));

@@ -166,3 +166,29 @@ TEST_CASE("hostile names in a database: report, tables and status print them as 
   CHECK(report.out == "wrote " + dir / "report/index.html" + " (2 plots)\n");
   for (int i = 1; i <= 3; ++i) CHECK_FALSE(std::filesystem::exists(mark + std::to_string(i)));
 }
+
+TEST_CASE("status shows axis values that are not JSON, or not UTF-8, as text") {
+  TempDir dir("mxablate_status_bad_axes");
+  const std::string db = dir / "m.db";
+  build_database(db, dir / "MARK");
+  {
+    results::ResultsStore store(db);
+    // Written as another program could: SQLite's json() would refuse the first, and the
+    // second is a JSON string whose bytes are not UTF-8.
+    store.db().exec("UPDATE run_axes SET value = '{not json' WHERE run_id = 'run0-1'");
+    store.db().exec("UPDATE run_axes SET value = '\"' || CAST(X'FF41' AS TEXT) || '\"' "
+                    "WHERE run_id = 'run0-2'");
+  }
+  const Cli status = run_cli(dir, "status --db " + db);
+  INFO(status.err);
+  REQUIRE(status.exit_code == 0);
+  const auto line_of = [&](const std::string& run) {
+    const size_t at = status.out.find("\n" + run + " ");
+    return at == std::string::npos ? std::string()
+                                   : status.out.substr(at + 1, status.out.find('\n', at + 1) - at - 1);
+  };
+  CHECK(line_of("run0-1").find(" {not json ") != std::string::npos);
+  CHECK(line_of("run0-2").find(" \"\\xffA\" ") != std::string::npos);
+  CHECK(line_of("run1-1").find(" 1 ") != std::string::npos);
+  CHECK(status.out.find('\xff') == std::string::npos);
+}
