@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -17,46 +18,85 @@ std::string join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
-void read_value(const json& v, const std::string& path, double& out) {
-  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + v.dump());
-  out = v.get<double>();
+// A value as it appears in an error message: JSON text, with invalid UTF-8 replaced (a config
+// built in-process from YAML may carry any bytes) and non-finite numbers spelled out (JSON would
+// print them as null).
+std::string shown(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
+  }
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
+
+void read_value(const json& v, const std::string& path, double& out) {
+  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + shown(v));
+  out = v.get<double>();
+  if (!std::isfinite(out)) throw ConfigError(path + ": must be a finite number, got " + shown(v));
+}
+
+// Integers beyond 2^53 cannot come from YAML's floats exactly; nothing in a run config needs
+// them except seeds, which may use the whole unsigned range when written as integers.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
 void read_value(const json& v, const std::string& path, int64_t& out) {
   // YAML writes 100e6 as a float; accept any number with an integral value.
-  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + v.dump());
-  const double d = v.get<double>();
-  if (std::floor(d) != d || std::fabs(d) > 9.0e15)
-    throw ConfigError(path + ": expected an integer, got " + v.dump());
-  out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + shown(v));
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d)
+      throw ConfigError(path + ": expected an integer, got " + shown(v));
+    if (std::fabs(d) > kMaxExactInteger)
+      throw ConfigError(path + ": out of range for an integer, got " + shown(v));
+    out = static_cast<int64_t>(d);
+  } else if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw ConfigError(path + ": out of range for a 64-bit integer, got " + shown(v));
+    out = static_cast<int64_t>(v.get<uint64_t>());
+  } else {
+    out = v.get<int64_t>();
+  }
 }
 
 void read_value(const json& v, const std::string& path, int& out) {
   int64_t wide = 0;
   read_value(v, path, wide);
-  if (wide < -(1ll << 31) || wide >= (1ll << 31)) throw ConfigError(path + ": out of range");
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+    throw ConfigError(path + ": out of range for a 32-bit integer, got " + shown(v));
   out = static_cast<int>(wide);
 }
 
 void read_value(const json& v, const std::string& path, uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+    return;
+  }
   int64_t wide = 0;
   read_value(v, path, wide);
-  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + v.dump());
+  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + shown(v));
   out = static_cast<uint64_t>(wide);
 }
 
 void read_value(const json& v, const std::string& path, bool& out) {
-  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + v.dump());
+  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + shown(v));
   out = v.get<bool>();
 }
 
+// Strings end up in file names, event logs and SQLite: they must be valid UTF-8 without NULs.
 void read_value(const json& v, const std::string& path, std::string& out) {
-  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + v.dump());
+  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + shown(v));
+  try {
+    (void)v.dump();  // throws on invalid UTF-8
+  } catch (const json::type_error&) {
+    throw ConfigError(path + ": not valid UTF-8, got " + shown(v));
+  }
   out = v.get<std::string>();
+  if (out.find('\0') != std::string::npos)
+    throw ConfigError(path + ": contains a NUL character, got " + shown(v));
 }
 
 void read_value(const json& v, const std::string& path, std::vector<std::string>& out) {
-  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + v.dump());
+  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + shown(v));
   out.clear();
   for (size_t i = 0; i < v.size(); ++i) {
     std::string s;
@@ -75,13 +115,19 @@ void read_value(const json& v, const std::string& path, std::optional<double>& o
   out = d;
 }
 
+// An unknown key as it appears in an error message: as is when it is plain, else quoted.
+std::string shown_key(const std::string& key) {
+  const std::string quoted = shown(json(key));
+  return quoted.size() == key.size() + 2 && quoted.substr(1, key.size()) == key ? key : quoted;
+}
+
 // Reads the known keys of one JSON object and rejects the rest.
 class ObjectReader {
  public:
   ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
     if (!j_.is_object())
       throw ConfigError((path_.empty() ? "config" : path_) + ": expected an object, got " +
-                        j_.dump());
+                        shown(j_));
   }
   template <typename T>
   void get(const std::string& key, T& out) {
@@ -97,7 +143,8 @@ class ObjectReader {
   std::string path(const std::string& key) const { return join(path_, key); }
   void finish() const {
     for (const auto& item : j_.items())
-      if (!seen_.count(item.key())) throw ConfigError(join(path_, item.key()) + ": unknown key");
+      if (!seen_.count(item.key()))
+        throw ConfigError(join(path_, shown_key(item.key())) + ": unknown key");
   }
 
  private:
@@ -107,7 +154,7 @@ class ObjectReader {
 };
 
 void require(bool ok, const std::string& path, const std::string& what, const json& got) {
-  if (!ok) throw ConfigError(path + ": " + what + ", got " + got.dump());
+  if (!ok) throw ConfigError(path + ": " + what + ", got " + shown(got));
 }
 
 void require_one_of(const std::string& value, std::initializer_list<const char*> allowed,
@@ -117,33 +164,62 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
     if (value == a) return;
     names += names.empty() ? a : std::string(", ") + a;
   }
-  throw ConfigError(path + ": expected one of " + names + ", got \"" + value + "\"");
+  throw ConfigError(path + ": expected one of " + names + ", got " + shown(json(value)));
 }
 
+// Limits beyond which a value is a mistake rather than an experiment; each keeps the arithmetic
+// the trainer does with it (steps, token counts as int64, thread pools) well-defined.
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
+constexpr double kMaxTokenCount = 1e15;  // token budgets, warm-up, evaluation sizes
+// Steps are numbered in 32 bits in the quantization keys (the last value is reserved).
+constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
+constexpr double kMaxLearningRate = 10;
+constexpr double kMaxWeightDecay = 10;
+constexpr int kMaxThreads = 1024;
+
 void validate(const RunConfig& c) {
-  require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
+  require(c.data.seq_len > 0 && c.data.seq_len <= kMaxSeqLen, "data.seq_len",
+          "must be in [1, " + std::to_string(kMaxSeqLen) + "]", c.data.seq_len);
   const TrainConfig& t = c.train;
   require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
           "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
           t.global_batch_tokens);
+  require(t.global_batch_tokens <= kMaxBatchTokens, "train.global_batch_tokens",
+          "must be at most 2^40", t.global_batch_tokens);
   require(t.micro_batch_tokens >= 0 && (t.micro_batch_tokens == 0 ||
                                         (t.micro_batch_tokens % c.data.seq_len == 0 &&
                                          t.global_batch_tokens % t.micro_batch_tokens == 0)),
           "train.micro_batch_tokens",
           "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
           t.micro_batch_tokens);
-  require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
-  require(t.lr > 0, "train.lr", "must be > 0", t.lr);
+  require(t.max_tokens > 0 && t.max_tokens <= kMaxTokenCount, "train.max_tokens",
+          "must be in (0, 1e15]", t.max_tokens);
+  const double steps = std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens));
+  require(steps <= static_cast<double>(kMaxSteps), "train.max_tokens",
+          "needs more than " + std::to_string(kMaxSteps) +
+              " optimizer steps of train.global_batch_tokens (the most a run can number)",
+          t.max_tokens);
+  require(t.lr > 0 && t.lr <= kMaxLearningRate, "train.lr", "must be in (0, 10]", t.lr);
   require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
           t.min_lr_ratio);
-  require(t.warmup_tokens >= 0, "train.warmup_tokens", "must be >= 0", t.warmup_tokens);
+  require(t.warmup_tokens >= 0 && t.warmup_tokens <= kMaxTokenCount, "train.warmup_tokens",
+          "must be in [0, 1e15]", t.warmup_tokens);
+  require(t.weight_decay >= 0 && t.weight_decay <= kMaxWeightDecay, "train.weight_decay",
+          "must be in [0, 10]", t.weight_decay);
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)", t.beta1);
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
-  require(t.eps > 0, "train.eps", "must be > 0", t.eps);
-  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
-  require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
-  require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
-          c.eval.tokens);
+  require(t.eps > 0 && t.eps <= 1, "train.eps", "must be in (0, 1]", t.eps);
+  require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "train.grad_clip",
+          "must be a finite number >= 0 (0 disables)", t.grad_clip);
+  require(c.eval.every_tokens > 0 && c.eval.every_tokens <= kMaxTokenCount, "eval.every_tokens",
+          "must be in (0, 1e15]", c.eval.every_tokens);
+  require(c.eval.tokens >= static_cast<double>(c.data.seq_len), "eval.tokens",
+          "must be at least one sequence", c.eval.tokens);
+  require(c.eval.tokens <= kMaxTokenCount, "eval.tokens", "must be at most 1e15", c.eval.tokens);
+  if (c.target.val_loss)
+    require(*c.target.val_loss > 0 && std::isfinite(*c.target.val_loss), "target.val_loss",
+            "must be a finite number > 0 (or null)", *c.target.val_loss);
   for (const auto& [name, value] : {std::pair{"precision.fprop", &c.precision.fprop},
                                     std::pair{"precision.dgrad", &c.precision.dgrad},
                                     std::pair{"precision.wgrad", &c.precision.wgrad}})
@@ -162,11 +238,14 @@ void validate(const RunConfig& c) {
           c.quant.bf16_first_blocks);
   require(c.quant.bf16_last_blocks >= 0, "quant.bf16_last_blocks", "must be >= 0",
           c.quant.bf16_last_blocks);
-  require(c.divergence.loss_spike_factor > 1, "divergence.loss_spike_factor", "must be > 1",
+  require(c.divergence.loss_spike_factor > 1 && std::isfinite(c.divergence.loss_spike_factor),
+          "divergence.loss_spike_factor", "must be a finite number > 1",
           c.divergence.loss_spike_factor);
-  require(c.divergence.grad_norm_factor > 1, "divergence.grad_norm_factor", "must be > 1",
+  require(c.divergence.grad_norm_factor > 1 && std::isfinite(c.divergence.grad_norm_factor),
+          "divergence.grad_norm_factor", "must be a finite number > 1",
           c.divergence.grad_norm_factor);
-  require(c.divergence.val_regression >= 0, "divergence.val_regression", "must be >= 0",
+  require(c.divergence.val_regression >= 0 && std::isfinite(c.divergence.val_regression),
+          "divergence.val_regression", "must be a finite number >= 0",
           c.divergence.val_regression);
   require(c.divergence.fatal_after_spikes >= 0, "divergence.fatal_after_spikes", "must be >= 0",
           c.divergence.fatal_after_spikes);
@@ -178,7 +257,8 @@ void validate(const RunConfig& c) {
   require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
           c.telemetry.quant_every_steps);
   require_one_of(c.device, {"cpu", "cuda"}, "device");
-  require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  require(c.threads >= 0 && c.threads <= kMaxThreads, "threads",
+          "must be in [0, " + std::to_string(kMaxThreads) + "] (0: the library default)", c.threads);
 }
 
 }  // namespace
@@ -329,14 +409,53 @@ RunConfig run_config_from_json(const json& j) {
   return c;
 }
 
+namespace {
+
+// nlohmann's parse messages quote the input they stopped at, which may be any bytes: keep the
+// message one printable ASCII line, and drop the "[json.exception.…] " prefix.
+std::string parse_message(const json::exception& e) {
+  std::string m = e.what();
+  if (const size_t p = m.find("] "); m.rfind("[json.exception.", 0) == 0 && p != std::string::npos)
+    m.erase(0, p + 2);
+  for (char& ch : m)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
+  return m;
+}
+
+}  // namespace
+
 RunConfig read_run_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the run config");
+  // The key path being parsed, so that a number JSON cannot hold as a double (1e400) is
+  // reported at its key like every other bad value.
+  std::vector<std::string> keys;
+  const json::parser_callback_t track = [&keys](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: keys.emplace_back(); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && parsed.is_string()) keys.back() = parsed.get<std::string>();
+        break;
+      case json::parse_event_t::value: break;
+    }
+    return true;
+  };
   json j;
   try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(path + ": not valid JSON (" + e.what() + ")");
+    j = json::parse(in, track);
+  } catch (const json::out_of_range& e) {
+    std::string where;
+    for (const auto& k : keys)
+      if (!k.empty()) where += (where.empty() ? "" : ".") + shown_key(k);
+    throw ConfigError(path + ": " + (where.empty() ? std::string("config") : where) + ": " +
+                      parse_message(e) + " (not a finite double)");
+  } catch (const json::exception& e) {
+    throw ConfigError(path + ": not valid JSON (" + parse_message(e) + ")");
   }
   try {
     return run_config_from_json(j);
