@@ -1,5 +1,7 @@
 // A checkpoint's state.json is verified before anything is restored from it: a damaged file, an
 // impossible state or another run's checkpoint is rejected with one line saying why.
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "catch.h"
@@ -128,4 +130,16 @@ TEST_CASE("Another run's checkpoint is rejected", "[trainer][checkpoint]") {
   CHECK(rejection(resealed([](json& j) { j["trajectory_config"]["train"]["lr"] = 0.002; })) ==
         "state.json: written under a different run config (first difference at \"/train/lr\"); "
         "resume needs the same model, data, train, precision and quant");
+}
+
+TEST_CASE("The fuzz target's seed state is accepted", "[trainer][checkpoint]") {
+  std::ifstream in(MXABLATE_CHECKPOINT_FUZZ_SEED);
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  CheckpointExpectation e = expectation();
+  e.run_id = "fuzz-run";
+  e.total_steps = 100;
+  e.step_in_name.reset();
+  CHECK(parse_checkpoint_state(text.str(), e).state.step == 10);
 }
