@@ -235,7 +235,7 @@ TEST_CASE("Out-of-range numbers in config.json exit 2 naming file, key and value
   j["train"]["weight_decay"] = -0.5;
   r = exit_with(j.dump());
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, has_text(dir + "/config.json: train.weight_decay: must be in [0, 10], got -0.5"));
+  CHECK_THAT(r.output, has_text(dir + "/config.json: train.weight_decay: must be >= 0, got -0.5"));
   j["train"]["weight_decay"] = 0.1;
   j["threads"] = 1000000;
   r = exit_with(j.dump());

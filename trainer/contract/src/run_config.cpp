@@ -47,11 +47,13 @@ void read_value(const json& v, const std::string& path, int64_t& out) {
     if (!std::isfinite(d) || std::floor(d) != d)
       throw ConfigError(path + ": expected an integer, got " + shown(v));
     if (std::fabs(d) > kMaxExactInteger)
-      throw ConfigError(path + ": out of range for an integer, got " + shown(v));
+      throw ConfigError(path + ": out of range (beyond 9e15 write an integer digit by digit, "
+                        "without an exponent), got " + shown(v));
     out = static_cast<int64_t>(d);
   } else if (v.is_number_unsigned()) {
     if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw ConfigError(path + ": out of range for a 64-bit integer, got " + shown(v));
+      throw ConfigError(path + ": out of range (an integer from -9223372036854775808 to "
+                        "9223372036854775807), got " + shown(v));
     out = static_cast<int64_t>(v.get<uint64_t>());
   } else {
     out = v.get<int64_t>();
@@ -62,7 +64,8 @@ void read_value(const json& v, const std::string& path, int& out) {
   int64_t wide = 0;
   read_value(v, path, wide);
   if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
-    throw ConfigError(path + ": out of range for a 32-bit integer, got " + shown(v));
+    throw ConfigError(path + ": out of range (an integer from -2147483648 to 2147483647), got " +
+                      shown(v));
   out = static_cast<int>(wide);
 }
 
@@ -167,59 +170,75 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
   throw ConfigError(path + ": expected one of " + names + ", got " + shown(json(value)));
 }
 
-// Limits beyond which a value is a mistake rather than an experiment; each keeps the arithmetic
-// the trainer does with it (steps, token counts as int64, thread pools) well-defined.
-constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
-constexpr double kMaxTokenCount = 1e15;  // token budgets, warm-up, evaluation sizes
-// Steps are numbered in 32 bits in the quantization keys (the last value is reserved).
-constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
-constexpr double kMaxLearningRate = 10;
-constexpr double kMaxWeightDecay = 10;
-constexpr int kMaxThreads = 1024;
+// Values that pass the per-key rules below yet make every attempt of the trainer fail or never
+// end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
+// reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
+// arithmetic would overflow or need more steps than the quantization keys can number (32 bits,
+// the last value reserved), sequences and batches no machine holds, a GPU-only GEMM path on the
+// CPU. Non-finite numbers never get this far: read_value refuses them.
+void validate_runnable(const RunConfig& c) {
+  constexpr int kMaxThreads = 1024;
+  constexpr double kMaxTokens = 9.0e15;  // steps are int64; token counts stay exact doubles
+  constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
+  constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
+  constexpr double kMaxLearningRate = 10;
+  require(c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
+          c.threads);
+  require(c.train.weight_decay >= 0, "train.weight_decay", "must be >= 0",
+          c.train.weight_decay);
+  require(c.train.lr <= kMaxLearningRate, "train.lr", "must be at most 10", c.train.lr);
+  require(c.train.lr * c.train.weight_decay < 1, "train.weight_decay",
+          "must keep train.lr * train.weight_decay below 1 (the decay step; lr " +
+              json(c.train.lr).dump() + ")",
+          c.train.weight_decay);
+  for (const auto& [name, value] : {std::pair{"train.max_tokens", c.train.max_tokens},
+                                    std::pair{"train.warmup_tokens", c.train.warmup_tokens},
+                                    std::pair{"eval.every_tokens", c.eval.every_tokens},
+                                    std::pair{"eval.tokens", c.eval.tokens}})
+    require(value <= kMaxTokens, name, "must be at most 9e15", value);
+  const double steps =
+      std::ceil(c.train.max_tokens / static_cast<double>(c.train.global_batch_tokens));
+  require(steps <= static_cast<double>(kMaxSteps), "train.max_tokens",
+          "needs more than " + std::to_string(kMaxSteps) +
+              " optimizer steps of train.global_batch_tokens (the most a run can number)",
+          c.train.max_tokens);
+  require(c.train.global_batch_tokens <= kMaxBatchTokens, "train.global_batch_tokens",
+          "must be at most 2^40", c.train.global_batch_tokens);
+  require(c.train.eps <= 1, "train.eps", "must be at most 1", c.train.eps);
+  if (c.target.val_loss)
+    require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
+  // The trainer resolves the GEMM path before the first step, whatever the precisions.
+  if (c.quant.gemm_path == "fp8" && c.device != "cuda")
+    throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
+                      "needs device: cuda, this run's device is \"" + c.device + "\"");
+}
 
 void validate(const RunConfig& c) {
-  require(c.data.seq_len > 0 && c.data.seq_len <= kMaxSeqLen, "data.seq_len",
-          "must be in [1, " + std::to_string(kMaxSeqLen) + "]", c.data.seq_len);
+  require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
+  require(c.data.seq_len <= (int64_t{1} << 20), "data.seq_len", "must be at most 1048576",
+          c.data.seq_len);
   const TrainConfig& t = c.train;
   require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
           "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
           t.global_batch_tokens);
-  require(t.global_batch_tokens <= kMaxBatchTokens, "train.global_batch_tokens",
-          "must be at most 2^40", t.global_batch_tokens);
   require(t.micro_batch_tokens >= 0 && (t.micro_batch_tokens == 0 ||
                                         (t.micro_batch_tokens % c.data.seq_len == 0 &&
                                          t.global_batch_tokens % t.micro_batch_tokens == 0)),
           "train.micro_batch_tokens",
           "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
           t.micro_batch_tokens);
-  require(t.max_tokens > 0 && t.max_tokens <= kMaxTokenCount, "train.max_tokens",
-          "must be in (0, 1e15]", t.max_tokens);
-  const double steps = std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens));
-  require(steps <= static_cast<double>(kMaxSteps), "train.max_tokens",
-          "needs more than " + std::to_string(kMaxSteps) +
-              " optimizer steps of train.global_batch_tokens (the most a run can number)",
-          t.max_tokens);
-  require(t.lr > 0 && t.lr <= kMaxLearningRate, "train.lr", "must be in (0, 10]", t.lr);
+  require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
+  require(t.lr > 0, "train.lr", "must be > 0", t.lr);
   require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
           t.min_lr_ratio);
-  require(t.warmup_tokens >= 0 && t.warmup_tokens <= kMaxTokenCount, "train.warmup_tokens",
-          "must be in [0, 1e15]", t.warmup_tokens);
-  require(t.weight_decay >= 0 && t.weight_decay <= kMaxWeightDecay, "train.weight_decay",
-          "must be in [0, 10]", t.weight_decay);
+  require(t.warmup_tokens >= 0, "train.warmup_tokens", "must be >= 0", t.warmup_tokens);
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)", t.beta1);
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
-  require(t.eps > 0 && t.eps <= 1, "train.eps", "must be in (0, 1]", t.eps);
-  require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "train.grad_clip",
-          "must be a finite number >= 0 (0 disables)", t.grad_clip);
-  require(c.eval.every_tokens > 0 && c.eval.every_tokens <= kMaxTokenCount, "eval.every_tokens",
-          "must be in (0, 1e15]", c.eval.every_tokens);
-  require(c.eval.tokens >= static_cast<double>(c.data.seq_len), "eval.tokens",
-          "must be at least one sequence", c.eval.tokens);
-  require(c.eval.tokens <= kMaxTokenCount, "eval.tokens", "must be at most 1e15", c.eval.tokens);
-  if (c.target.val_loss)
-    require(*c.target.val_loss > 0 && std::isfinite(*c.target.val_loss), "target.val_loss",
-            "must be a finite number > 0 (or null)", *c.target.val_loss);
+  require(t.eps > 0, "train.eps", "must be > 0", t.eps);
+  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
+  require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
+  require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
+          c.eval.tokens);
   for (const auto& [name, value] : {std::pair{"precision.fprop", &c.precision.fprop},
                                     std::pair{"precision.dgrad", &c.precision.dgrad},
                                     std::pair{"precision.wgrad", &c.precision.wgrad}})
@@ -238,14 +257,11 @@ void validate(const RunConfig& c) {
           c.quant.bf16_first_blocks);
   require(c.quant.bf16_last_blocks >= 0, "quant.bf16_last_blocks", "must be >= 0",
           c.quant.bf16_last_blocks);
-  require(c.divergence.loss_spike_factor > 1 && std::isfinite(c.divergence.loss_spike_factor),
-          "divergence.loss_spike_factor", "must be a finite number > 1",
+  require(c.divergence.loss_spike_factor > 1, "divergence.loss_spike_factor", "must be > 1",
           c.divergence.loss_spike_factor);
-  require(c.divergence.grad_norm_factor > 1 && std::isfinite(c.divergence.grad_norm_factor),
-          "divergence.grad_norm_factor", "must be a finite number > 1",
+  require(c.divergence.grad_norm_factor > 1, "divergence.grad_norm_factor", "must be > 1",
           c.divergence.grad_norm_factor);
-  require(c.divergence.val_regression >= 0 && std::isfinite(c.divergence.val_regression),
-          "divergence.val_regression", "must be a finite number >= 0",
+  require(c.divergence.val_regression >= 0, "divergence.val_regression", "must be >= 0",
           c.divergence.val_regression);
   require(c.divergence.fatal_after_spikes >= 0, "divergence.fatal_after_spikes", "must be >= 0",
           c.divergence.fatal_after_spikes);
@@ -257,8 +273,8 @@ void validate(const RunConfig& c) {
   require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
           c.telemetry.quant_every_steps);
   require_one_of(c.device, {"cpu", "cuda"}, "device");
-  require(c.threads >= 0 && c.threads <= kMaxThreads, "threads",
-          "must be in [0, " + std::to_string(kMaxThreads) + "] (0: the library default)", c.threads);
+  require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  validate_runnable(c);
 }
 
 }  // namespace
