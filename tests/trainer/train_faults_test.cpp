@@ -8,6 +8,7 @@
 #include "catch.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sha256.h"
+#include "mxablate/data/token_shards.h"
 #include "mxablate/trainer/checkpoint_state.h"
 #include "run_test_support.h"
 #include "test_support.h"
@@ -241,4 +242,61 @@ TEST_CASE("Out-of-range numbers in config.json exit 2 naming file, key and value
   r = exit_with(j.dump());
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, has_text("threads: must be in [0, 1024]"));
+}
+
+TEST_CASE("A token outside the vocabulary met while training: exit 2, run_end failed naming it",
+          "[train][data]") {
+  // A synthetic dataset with a train shard long enough that the checks at open (the first and
+  // last 64 Ki tokens) leave its middle unsampled, and every token there outside the vocabulary.
+  const fs::path data = fs::path(fresh_run_dir("bad_data_midrun")) / "prepared";
+  fs::create_directories(data);
+  constexpr int64_t kVocab = 256, kTrain = 200000, kVal = 8192, kSampled = int64_t{1} << 16;
+  const auto write_shard = [&](const std::string& name, int64_t n, bool poison) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % kVocab);
+    data::TokenShardWriter w((data / name).string(), kVocab);
+    w.append(t);
+    w.close();
+    if (!poison) return;
+    std::FILE* f = std::fopen((data / name).string().c_str(), "r+b");
+    REQUIRE(f);
+    const unsigned char id[2] = {0x10, 0x27};  // 10000
+    for (int64_t i = kSampled; i < n - kSampled; ++i) {
+      std::fseek(f, static_cast<long>(data::kShardHeaderBytes + 2 * i), SEEK_SET);
+      std::fwrite(id, 1, 2, f);
+    }
+    std::fclose(f);
+  };
+  write_shard("train-00000.bin", kTrain, true);
+  write_shard("validation-00000.bin", kVal, false);
+  std::ofstream(data / "tokenizer.model") << "not used by the trainer";
+  data::Manifest m;
+  m.tokenizer.file = "tokenizer.model";
+  m.tokenizer.sha256 = data::sha256_file((data / "tokenizer.model").string());
+  m.tokenizer.vocab_size = kVocab;
+  m.train = {1, kTrain, {{"train-00000.bin", kTrain, data::sha256_file((data / "train-00000.bin").string())}}};
+  m.validation = {1, kVal, {{"validation-00000.bin", kVal, data::sha256_file((data / "validation-00000.bin").string())}}};
+  data::write_manifest(data.string(), m);
+
+  contract::RunConfig c = smoke_config();
+  c.data.dataset = data.string();
+  c.train.max_tokens = 1024 * 4;
+  const std::string run = fresh_run_dir("bad_data_midrun_run");
+  // No full verification at start, as for data bigger than 64 MiB.
+  const TrainResult r = run_train(run, &c, "--debug-always-verify-data-bytes 0");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, has_text((data / "train-00000.bin").string() + ": token ") &&
+                           has_text(" is 10000, outside the vocabulary of 256"));
+  const auto events = effective_events(run);
+  REQUIRE_FALSE(events.empty());
+  CHECK(events.back()["kind"] == "run_end");
+  CHECK(events.back()["status"] == "failed");
+  CHECK_THAT(events.back()["reason"].get<std::string>(), has_text("is 10000, outside the vocabulary of 256"));
+  // The same data with the full check at start: refused before anything is trained.
+  const std::string checked = fresh_run_dir("bad_data_midrun_checked");
+  const TrainResult v = run_train(checked, &c);
+  CHECK(v.exit_code == 2);
+  CHECK_THAT(v.output, has_text("train-00000.bin: token 65536 is 10000"));
+  CHECK_FALSE(fs::exists(checked + "/events.jsonl"));
 }

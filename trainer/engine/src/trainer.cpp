@@ -75,14 +75,12 @@ struct RunSetup {
   std::vector<TokenBatch> validation;
 };
 
-// Data this small is verified completely (checksums, every token id) at every start: it costs
-// well under a second. Larger data gets the cheap checks of open_dataset, and all of them with
-// --verify-data.
-constexpr int64_t kAlwaysVerifyDataBytes = int64_t{64} << 20;
-
-void verify_data(const data::TokenDataset& dataset, bool requested) {
+// Data up to TrainOptions::always_verify_data_bytes (64 MiB) is verified completely (checksums,
+// every token id) at every start: it costs well under a second. Larger data gets the cheap checks
+// of open_dataset, and all of them with --verify-data.
+void verify_data(const data::TokenDataset& dataset, const TrainOptions& options) {
   const int64_t bytes = (dataset.train.size() + dataset.validation.size()) * dataset.manifest.bytes_per_token;
-  if (!requested && bytes > kAlwaysVerifyDataBytes) return;
+  if (!options.verify_data && bytes > options.always_verify_data_bytes) return;
   const std::string problem = data::verify_dataset(dataset.dir);
   if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
 }
@@ -111,7 +109,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
   } catch (const std::exception& e) {
     throw ConfigError(std::string("data.dataset: ") + e.what());
   }
-  verify_data(*s.dataset, options.verify_data);
+  verify_data(*s.dataset, options);
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
   s.layers = linear_layers(s.shape, vocab);
 

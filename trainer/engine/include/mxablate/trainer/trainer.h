@@ -23,10 +23,12 @@ struct TrainOptions {
   std::string config_path;  // empty: RUN_DIR/config.json
   bool resume = false;      // continue from the newest intact checkpoint (or restart the lost timeline)
   bool verify_data = false;  // checksums and every token id of the data before training
+  int64_t always_verify_data_bytes = int64_t{64} << 20;  // smaller data is always verified
   // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
   int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
+  // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 
 // Runs and returns the exit code; errors reach stderr as one line.
