@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -220,12 +221,6 @@ std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
   const auto found = complete_checkpoints(run_dir);
   for (auto it = found.rbegin(); it != found.rend(); ++it) paths.push_back(it->second.string());
   return paths;
-}
-
-std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
-  const auto found = complete_checkpoints(run_dir);
-  if (found.empty()) return std::nullopt;
-  return found.back().second.string();
 }
 
 TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,

@@ -12,7 +12,6 @@
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +28,6 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
 
 // The complete checkpoint directories (final name, with a state.json), newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
-
-// The newest complete checkpoint directory, if any (it is not verified here).
-std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // Verifies the checkpoint at `path` against `expect` and the model and optimizer, then restores
 // them and the CPU generator in place and returns the state. Throws CheckpointRejected (one line
