@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "mxablate/analysis/escape.h"
+
 namespace mxablate::analysis {
 namespace {
 
@@ -47,56 +49,62 @@ std::string diverged_text(const ArmSummary& a) {
   return fmt::format("{} ({})", a.diverged, a.first_divergence_reason);
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string latex_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '_' || c == '%' || c == '&' || c == '#') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 std::string optional_number(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return {};
   return fmt::format("{:.6g}", std::fabs(*v) < 1e-9 ? 0.0 : *v);  // no "-1.1e-14" for zero
 }
 
+// The cost column (kCostColumn) is text we formatted from numbers, already in the table's
+// format ("$\geq$" and "\%" in LaTeX); every other cell and the caption can hold names from the
+// data and go through the format's one escaping function.
+constexpr size_t kCostColumn = 5;
+
 void render_markdown(const std::vector<std::vector<std::string>>& rows,
                      const std::vector<std::string>& header, const std::string& caption,
                      std::string& out) {
-  out += caption + "\n\n";
-  auto line = [&](const std::vector<std::string>& cells) {
+  out += escape::markdown_cell(caption) + "\n\n";
+  auto line = [&](const std::vector<std::string>& cells, bool escaped) {
     out += "|";
-    for (const auto& c : cells) out += " " + c + " |";
+    for (size_t i = 0; i < cells.size(); ++i)
+      out += " " + (escaped && i != kCostColumn ? escape::markdown_cell(cells[i]) : cells[i]) + " |";
     out += "\n";
   };
-  line(header);
+  line(header, false);  // our own text, with brackets meant as brackets
   out += "|";
   for (size_t i = 0; i < header.size(); ++i) out += (i == 0 || i == 4) ? "---|" : "---:|";
   out += "\n";
-  for (const auto& r : rows) line(r);
+  for (const auto& r : rows) line(r, true);
 }
 
 void render_latex(const std::vector<std::vector<std::string>>& rows,
                   const std::vector<std::string>& header, const std::string& caption,
                   std::string& out) {
-  out += "\\begin{table}[t]\n\\centering\n\\caption{" + latex_escape(caption) + "}\n";
+  out += "\\begin{table}[t]\n\\centering\n\\caption{" + escape::latex(caption) + "}\n";
   out += "\\begin{tabular}{lllllrrrrrrl}\n\\toprule\n";
-  for (size_t i = 0; i < header.size(); ++i) out += (i ? " & " : "") + latex_escape(header[i]);
+  for (size_t i = 0; i < header.size(); ++i) out += (i ? " & " : "") + escape::latex(header[i]);
   out += " \\\\\n\\midrule\n";
   for (const auto& r : rows) {
-    // Column 5 (the cost) is already LaTeX.
-    for (size_t i = 0; i < r.size(); ++i) out += (i ? " & " : "") + (i == 5 ? r[i] : latex_escape(r[i]));
+    for (size_t i = 0; i < r.size(); ++i)
+      out += (i ? " & " : "") + (i == kCostColumn ? r[i] : escape::latex(r[i]));
     out += " \\\\\n";
   }
   out += "\\bottomrule\n\\end{tabular}\n\\end{table}\n";
+}
+
+// For the report page: every cell as HTML text (the cost column is plain text in this format).
+void render_html(const std::vector<std::vector<std::string>>& rows,
+                 const std::vector<std::string>& header, const std::string& caption,
+                 std::string& out) {
+  out += "<table>\n";
+  if (!caption.empty()) out += "<caption>" + escape::html(caption) + "</caption>\n";
+  auto line = [&](const std::vector<std::string>& cells, const char* tag) {
+    out += "<tr>";
+    for (const auto& c : cells) out += fmt::format("<{0}>{1}</{0}>", tag, escape::html(c));
+    out += "</tr>\n";
+  };
+  line(header, "th");
+  for (const auto& r : rows) line(r, "td");
+  out += "</table>\n";
 }
 
 // Machine-readable: numbers in their own columns, empty where undefined.
@@ -112,7 +120,7 @@ void render_csv(const std::vector<ArmSummary>& arms, std::string& out) {
         optional_number(a.final_val_loss), std::to_string(a.seeds), std::to_string(a.converged),
         std::to_string(a.diverged), a.first_divergence_reason, std::to_string(a.not_reached),
         paper_figure(a).value_or("")};
-    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
+    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + escape::csv_field(cells[i]);
     out += "\n";
   }
 }
@@ -178,10 +186,11 @@ std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format
                     std::to_string(a.converged), diverged_text(a), std::to_string(a.not_reached),
                     paper_figure(a).value_or("-")});
   }
-  if (format == TableFormat::kMarkdown) {
-    render_markdown(rows, header, caption, out);
-  } else {
-    render_latex(rows, header, caption, out);
+  switch (format) {
+    case TableFormat::kMarkdown: render_markdown(rows, header, caption, out); break;
+    case TableFormat::kLatex: render_latex(rows, header, caption, out); break;
+    case TableFormat::kHtml: render_html(rows, header, caption, out); break;
+    case TableFormat::kCsv: break;  // handled above
   }
   return out;
 }

@@ -15,26 +15,13 @@
 #include <stdexcept>
 
 #include "mxablate/analysis/curves.h"
+#include "mxablate/analysis/escape.h"
 #include "report_plots.h"
 
 namespace mxablate::analysis {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string base64(const std::string& bytes) {
   using namespace boost::archive::iterators;
@@ -44,37 +31,6 @@ std::string base64(const std::string& bytes) {
   return out;
 }
 
-// Rows of the arm table as HTML, from the Markdown rendering (one source of truth for cells).
-std::string html_table(const std::vector<ArmSummary>& arms) {
-  const std::string md = render_table(arms, TableFormat::kMarkdown, "");
-  std::string out = "<table>\n";
-  size_t row = 0;
-  size_t start = 0;
-  while (start < md.size()) {
-    size_t end = md.find('\n', start);
-    if (end == std::string::npos) end = md.size();
-    const std::string line = md.substr(start, end - start);
-    start = end + 1;
-    if (line.empty() || line[0] != '|') continue;
-    if (line.rfind("|---", 0) == 0) continue;
-    const char* tag = row == 0 ? "th" : "td";
-    out += "<tr>";
-    size_t cell_start = 1;
-    while (cell_start < line.size()) {
-      const size_t bar = line.find('|', cell_start);
-      if (bar == std::string::npos) break;
-      std::string cell = line.substr(cell_start, bar - cell_start);
-      cell.erase(0, cell.find_first_not_of(' '));
-      cell.erase(cell.find_last_not_of(' ') + 1);
-      out += fmt::format("<{0}>{1}</{0}>", tag, html_escape(cell));
-      cell_start = bar + 1;
-    }
-    out += "</tr>\n";
-    ++row;
-  }
-  return out + "</table>\n";
-}
-
 std::string divergence_table(const ReportData& data) {
   if (data.divergences.empty()) return "<p>No divergence events.</p>\n";
   std::string out =
@@ -82,8 +38,8 @@ std::string divergence_table(const ReportData& data) {
       "<th>value</th><th>severity</th></tr>\n";
   for (const DivergenceMark& m : data.divergences) {
     out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4g}</td><td>{}</td><td>{:.4g}</td><td>{}</td></tr>\n",
-                       html_escape(m.arm), m.seed, m.step, m.tokens, html_escape(m.reason),
-                       m.value, html_escape(m.severity));
+                       escape::html(m.arm), m.seed, m.step, m.tokens, escape::html(m.reason),
+                       m.value, escape::html(m.severity));
   }
   return out + "</table>\n";
 }
@@ -116,7 +72,8 @@ std::vector<BandPoint> arm_band(const std::vector<RunCurve>& runs, const std::st
   for (const RunCurve& r : runs) {
     if (r.arm != arm) continue;
     for (const EvalPoint& p : r.evals) {
-      if (!std::isfinite(p.val_loss)) break;  // nothing after a divergence
+      if (!std::isfinite(p.tokens)) continue;  // a corrupt row has no place on the x axis
+      if (!std::isfinite(p.val_loss)) break;   // nothing after a divergence
       at[p.tokens].push_back(p.val_loss);
     }
   }
@@ -140,34 +97,32 @@ ReportResult write_report(const ReportData& data, const std::string& out_dir,
 
   ReportResult result;
   std::vector<std::pair<std::string, std::string>> figures;  // (heading, svg)
-  const auto program = detail::find_gnuplot(gnuplot);
+  const auto program = find_gnuplot(gnuplot);
   if (!program) {
-    result.warning = "gnuplot (" + gnuplot + ") was not found, so this report has no plots; "
-                     "install gnuplot-nox and run `mxablate report` again";
+    result.warning = gnuplot_missing_message(gnuplot);
   } else {
-    auto add = [&](const std::string& heading, const std::string& name, const std::string& script) {
-      if (script.empty()) return;
-      figures.emplace_back(heading, detail::run_gnuplot(*program, script, work, name));
-    };
-    add("Validation loss vs tokens (median over seeds, band: min-max)", "loss",
-        detail::loss_plot_script(data, work, false, work / "loss.svg"));
-    add("Late stage", "loss_zoom", detail::loss_plot_script(data, work, true, work / "loss_zoom.svg"));
-    for (const std::string gemm : {"fprop", "dgrad", "wgrad"})
-      add("Quantization telemetry: " + gemm, "telemetry_" + gemm,
-          detail::telemetry_plot_script(data, gemm, work, work / ("telemetry_" + gemm + ".svg")));
+    for (const detail::Figure f : detail::kFigures) {
+      const std::string script = detail::write_figure(data, f, work);
+      if (script.empty()) continue;
+      figures.emplace_back(detail::figure_heading(f), detail::run_gnuplot(*program, script, work, f));
+    }
   }
   result.plots = static_cast<int>(figures.size());
 
   std::string html = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += "<title>mxablate report: " + html_escape(data.sweep) + "</title>\n<style>" + kStyle +
+  html += "<title>mxablate report: " + escape::html(data.sweep) + "</title>\n<style>" + kStyle +
           "</style>\n</head>\n<body>\n";
-  html += "<h1>Sweep " + html_escape(data.sweep) + "</h1>\n<p>" +
-          html_escape(data.caption + ". " + cost_method_note(data.table)) + "</p>\n";
-  if (!result.warning.empty()) html += "<p class=\"warning\">" + html_escape(result.warning) + "</p>\n";
-  html += "<h2>Extra tokens to target, per arm</h2>\n" + html_table(data.table);
+  html += "<h1>Sweep " + escape::html(data.sweep) + "</h1>\n<p>" +
+          escape::html(data.caption + ". " + cost_method_note(data.table)) + "</p>\n";
+  html += "<h2>Extra tokens to target, per arm</h2>\n" +
+          render_table(data.table, TableFormat::kHtml, "");
+  // Where the figures would be, so that nobody reads the page as "there was nothing to plot".
+  if (!result.warning.empty())
+    html += "<h2>Figures</h2>\n<p class=\"warning\" id=\"plots-skipped\">" +
+            escape::html(result.warning) + "</p>\n";
   for (const auto& [heading, svg] : figures) {
-    html += "<h2>" + html_escape(heading) + "</h2>\n<img class=\"plot\" alt=\"" +
-            html_escape(heading) + "\" src=\"data:image/svg+xml;base64," + base64(svg) + "\">\n";
+    html += "<h2>" + escape::html(heading) + "</h2>\n<img class=\"plot\" alt=\"" +
+            escape::html(heading) + "\" src=\"data:image/svg+xml;base64," + base64(svg) + "\">\n";
   }
   html += "<h2>Divergence events</h2>\n" + divergence_table(data);
   html += kCheckScript;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 
 #include "mxablate/results/sqlite_db.h"
 
@@ -25,14 +26,55 @@ std::string join(const json& list, const char* sep) {
   if (!list.is_array()) return out;
   for (const auto& v : list) {
     if (!out.empty()) out += sep;
-    out += v.is_string() ? v.get<std::string>() : v.dump();
+    // A stored string need not be UTF-8; dump() would throw on it.
+    out += v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   return out;
 }
 
+// A database can come from anyone: a stored config or target whose values have the wrong JSON
+// type is an error naming the run or sweep and the key, never a JSON library exception and
+// never a silent default. (Only absent keys take the default: older configs lack them.)
 template <typename T>
-T config_value(const json& config, const json::json_pointer& ptr, T fallback) {
-  return config.contains(ptr) ? config.at(ptr).get<T>() : fallback;
+bool has_type(const json& v) {
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string();
+  else if constexpr (std::is_same_v<T, uint64_t>) return v.is_number_unsigned();
+  else if constexpr (std::is_integral_v<T>) return v.is_number_integer();
+  else return v.is_number();
+}
+
+template <typename T>
+const char* type_word() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_same_v<T, uint64_t>) return "a non-negative integer";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else return "a number";
+}
+
+template <typename T>
+T config_value(const RunRecord& run, const char* pointer, T fallback) {
+  const json::json_pointer ptr(pointer);
+  if (!run.config.contains(ptr)) return fallback;
+  const json& v = run.config.at(ptr);
+  if (!has_type<T>(v))
+    throw std::invalid_argument(fmt::format("run {}: its stored config has {} as {}, not {}",
+                                            run.run_id, pointer, v.type_name(), type_word<T>()));
+  if constexpr (std::is_same_v<T, int>) {
+    if (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+      throw std::invalid_argument(fmt::format("run {}: its stored config has {} out of range",
+                                              run.run_id, pointer));
+  }
+  return v.get<T>();
+}
+
+template <typename T>
+std::optional<T> target_value(const SweepData& sweep, const char* key) {
+  if (!sweep.target_spec.contains(key)) return std::nullopt;
+  const json& v = sweep.target_spec.at(key);
+  if (!has_type<T>(v))
+    throw std::invalid_argument(fmt::format("sweep {}: its stored target has {} as {}, not {}",
+                                            sweep.name, key, v.type_name(), type_word<T>()));
+  return v.get<T>();
 }
 
 void load_curves(Database& db, RunRecord& run) {
@@ -85,7 +127,9 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
   const int64_t sweep_id = find.get_int(0);
   data.name = find.get_text(1);
   data.target_spec = json::parse(find.get_opt_text(2).value_or("{}"), nullptr, false);
-  if (data.target_spec.is_discarded()) data.target_spec = json::object();
+  if (!data.target_spec.is_object())
+    throw std::invalid_argument(db.path() + ": sweep " + data.name +
+                                ": its stored target is not a JSON object");
   data.stored_target = find.get_opt_double(3);
 
   Statement runs(db,
@@ -99,12 +143,14 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     r.arm = runs.get_text(1);
     r.arm_index = static_cast<int>(runs.get_int(2));
     r.config = json::parse(runs.get_text(3), nullptr, false);
-    if (r.config.is_discarded()) r.config = json::object();
+    if (!r.config.is_object())
+      throw std::invalid_argument(db.path() + ": run " + r.run_id +
+                                  ": its stored config is not a JSON object");
     r.status = runs.get_text(4);
     r.max_tokens = runs.get_opt_double(5).value_or(0);
     r.tokens_trained = runs.get_opt_double(6).value_or(0);
     r.final_val_loss = runs.get_opt_double(7);
-    r.seed = config_value<uint64_t>(r.config, json::json_pointer("/train/seed"), 0);
+    r.seed = config_value<uint64_t>(r, "/train/seed", 0);
     data.runs.push_back(std::move(r));
   }
   for (RunRecord& r : data.runs) {
@@ -132,27 +178,28 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
 
 ResolvedTarget resolve_target(const SweepData& sweep) {
   ResolvedTarget t;
-  const json& spec = sweep.target_spec;
   if (sweep.stored_target) {
     t.val_loss = sweep.stored_target;
     t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
-    if (spec.contains("from_arm") && spec["from_arm"].is_string())
+    if (const auto arm = target_value<std::string>(sweep, "from_arm")) {
+      const double fraction = target_value<double>(sweep, "at_fraction").value_or(0.8);
       t.description += fmt::format(": median of arm {} at {} of its budget, stored with the sweep",
-                                   spec["from_arm"].get<std::string>(),
-                                   pct_text(spec.value("at_fraction", 0.8)));
+                                   *arm, pct_text(fraction));
+    }
     return t;
   }
-  if (spec.contains("val_loss") && spec["val_loss"].is_number()) {
-    t.val_loss = spec["val_loss"].get<double>();
+  if (const auto val_loss = target_value<double>(sweep, "val_loss")) {
+    t.val_loss = *val_loss;
     t.description = fmt::format("target val loss {:.4f}", *t.val_loss);
     return t;
   }
-  if (!spec.contains("from_arm")) {
+  const auto from_arm = target_value<std::string>(sweep, "from_arm");
+  if (!from_arm) {
     t.description = "no target: the recipe sets none";
     return t;
   }
-  const std::string arm = spec["from_arm"].get<std::string>();
-  const double fraction = spec.value("at_fraction", 0.8);
+  const std::string arm = *from_arm;
+  const double fraction = target_value<double>(sweep, "at_fraction").value_or(0.8);
   std::vector<Curve> curves;
   double budget = 0;
   for (const RunRecord& r : sweep.runs) {
@@ -172,8 +219,10 @@ ResolvedTarget resolve_target(const SweepData& sweep) {
 }
 
 std::optional<double> target_to_store(const SweepData& sweep) {
-  if (sweep.stored_target || !sweep.target_spec.contains("from_arm")) return std::nullopt;
-  const std::string arm = sweep.target_spec["from_arm"].get<std::string>();
+  if (sweep.stored_target) return std::nullopt;
+  const auto from_arm = target_value<std::string>(sweep, "from_arm");
+  if (!from_arm) return std::nullopt;
+  const std::string& arm = *from_arm;
   bool any = false;
   for (const RunRecord& r : sweep.runs) {
     if (r.arm != arm) continue;
@@ -195,8 +244,8 @@ std::string baseline_group(const SweepData& sweep, const std::string& requested)
       throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + requested + "'");
     return requested;
   }
-  if (sweep.target_spec.contains("from_arm")) {
-    const std::string arm = sweep.target_spec["from_arm"].get<std::string>();
+  if (const auto from_arm = target_value<std::string>(sweep, "from_arm")) {
+    const std::string& arm = *from_arm;
     if (has(arm)) return arm;
     for (const RunRecord& r : sweep.runs)
       if (r.arm == arm) return r.group;
@@ -237,18 +286,18 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
   std::vector<ArmSummary> rows;
   for (const std::string& group : sweep.groups) {
     const auto& runs = by_group[group];
-    const json& c = runs.front()->config;
+    const RunRecord& c = *runs.front();
     ArmSummary a;
     a.arm = group;
-    a.fprop = config_value<std::string>(c, json::json_pointer("/precision/fprop"), "?");
-    a.dgrad = config_value<std::string>(c, json::json_pointer("/precision/dgrad"), "?");
-    a.wgrad = config_value<std::string>(c, json::json_pointer("/precision/wgrad"), "?");
-    if (c.contains(json::json_pointer("/quant/stochastic_rounding")))
-      a.stochastic_rounding = join(c.at(json::json_pointer("/quant/stochastic_rounding")), ",");
-    a.hadamard_mode = config_value<std::string>(c, json::json_pointer("/quant/hadamard/mode"), "none");
-    a.hadamard_size = config_value<int>(c, json::json_pointer("/quant/hadamard/size"), 16);
-    if (c.contains(json::json_pointer("/quant/hadamard/gemms")))
-      a.hadamard_gemms = join(c.at(json::json_pointer("/quant/hadamard/gemms")), ",");
+    a.fprop = config_value<std::string>(c, "/precision/fprop", "?");
+    a.dgrad = config_value<std::string>(c, "/precision/dgrad", "?");
+    a.wgrad = config_value<std::string>(c, "/precision/wgrad", "?");
+    if (c.config.contains(json::json_pointer("/quant/stochastic_rounding")))
+      a.stochastic_rounding = join(c.config.at(json::json_pointer("/quant/stochastic_rounding")), ",");
+    a.hadamard_mode = config_value<std::string>(c, "/quant/hadamard/mode", "none");
+    a.hadamard_size = config_value<int>(c, "/quant/hadamard/size", 16);
+    if (c.config.contains(json::json_pointer("/quant/hadamard/gemms")))
+      a.hadamard_gemms = join(c.config.at(json::json_pointer("/quant/hadamard/gemms")), ",");
     const std::string own_baseline = baseline_for(group);
     a.is_baseline = group == own_baseline;
     const std::vector<RunOutcome> arm = outcomes(runs);

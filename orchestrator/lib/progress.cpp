@@ -8,6 +8,8 @@
 #include <ctime>
 #include <fmt/format.h>
 
+#include "mxablate/analysis/escape.h"
+
 namespace mxablate::orchestrator {
 namespace {
 
@@ -44,7 +46,7 @@ class TerminalProgress : public ProgressSink {
   explicit TerminalProgress(std::FILE* out) : out_(out) {}
   void message(const std::string& line) override {
     clear();
-    std::fprintf(out_, "%s %s\n", now_hms().c_str(), line.c_str());
+    std::fprintf(out_, "%s %s\n", now_hms().c_str(), escape::terminal(line).c_str());
     std::fflush(out_);
     dirty_ = true;
   }
@@ -83,7 +85,7 @@ class PlainProgress : public ProgressSink {
  public:
   explicit PlainProgress(std::FILE* out) : out_(out), last_(Clock::now()) {}
   void message(const std::string& line) override {
-    std::fprintf(out_, "%s %s\n", now_hms().c_str(), line.c_str());
+    std::fprintf(out_, "%s %s\n", now_hms().c_str(), escape::terminal(line).c_str());
     std::fflush(out_);
   }
   void update(const SweepSnapshot& s) override {
@@ -92,7 +94,7 @@ class PlainProgress : public ProgressSink {
     std::fprintf(out_, "%s %s\n", now_hms().c_str(), render_summary_line(s).c_str());
     for (const RunProgress& r : s.active)
       std::fprintf(out_, "%s   %s step %s, %s/%s tokens, loss %s, ETA %s\n", now_hms().c_str(),
-                   r.label.c_str(), r.step ? std::to_string(*r.step).c_str() : "-",
+                   escape::terminal(r.label).c_str(), r.step ? std::to_string(*r.step).c_str() : "-",
                    r.tokens ? format_count(*r.tokens).c_str() : "0",
                    format_count(r.max_tokens).c_str(),
                    r.loss ? fmt::format("{:.4f}", *r.loss).c_str() : "-",
@@ -141,7 +143,8 @@ std::string format_count(double n) {
 
 std::string render_summary_line(const SweepSnapshot& s) {
   std::string line = fmt::format(
-      "sweep {}: {} runs — {} pending, {} running, {} finished, {} diverged, {} failed", s.sweep,
+      "sweep {}: {} runs — {} pending, {} running, {} finished, {} diverged, {} failed",
+      escape::terminal(s.sweep),
       s.total, s.pending, s.running, s.finished, s.diverged, s.failed);
   if (s.interrupted) line += fmt::format(", {} interrupted", s.interrupted);
   line += fmt::format(" ({} elapsed)", format_duration(s.elapsed_s));
@@ -157,7 +160,7 @@ std::vector<std::string> render_progress_block(const SweepSnapshot& s, size_t wi
     const double pct = r.tokens && r.max_tokens > 0 ? 100.0 * *r.tokens / r.max_tokens : 0.0;
     std::string line = fmt::format(
         "  {:<{}} {:>3} step {:>7} {:>6}/{:<6} {:5.1f}%  loss {:>7}  val {:>7}  ETA {:>6}",
-        clip(r.label, label_width), label_width, r.attempt > 1 ? fmt::format("#{}", r.attempt) : "",
+        clip(escape::terminal(r.label), label_width), label_width, r.attempt > 1 ? fmt::format("#{}", r.attempt) : "",
         r.step ? std::to_string(*r.step) : "-", r.tokens ? format_count(*r.tokens) : "0",
         format_count(r.max_tokens), pct, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
         r.val_loss ? fmt::format("{:.4f}", *r.val_loss) : "-", format_duration(r.eta_s()));

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "mxablate/analysis/escape.h"
+
 namespace mxablate::orchestrator {
 namespace {
 
@@ -26,10 +28,15 @@ size_t width(const std::string& s) {
 
 }  // namespace
 
-TextTable::TextTable(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+// Cells are stored as they will be shown: control characters and escape sequences from the data
+// never reach the terminal, and widths are those of the shown text.
+TextTable::TextTable(std::vector<std::string> headers) {
+  for (const auto& h : headers) headers_.push_back(escape::terminal(h));
+}
 
 void TextTable::add_row(std::vector<std::string> cells) {
   cells.resize(headers_.size());
+  for (auto& c : cells) c = escape::terminal(c);
   rows_.push_back(std::move(cells));
 }
 
@@ -62,13 +69,6 @@ std::string TextTable::render(size_t indent) const {
   line(headers_);
   for (const auto& row : rows_) line(row);
   return out;
-}
-
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += (c == '"') ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
 }
 
 long long parse_duration_ms(const std::string& text) {

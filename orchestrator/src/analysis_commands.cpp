@@ -8,6 +8,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/results/sqlite_db.h"
 
@@ -20,6 +21,7 @@ struct AnalysisOptions {
   std::string baseline;
   std::string format = "md";
   std::string out = "report";
+  std::string gnuplot = "gnuplot";
 };
 
 struct LoadedSweep {
@@ -60,11 +62,17 @@ void run_table(const AnalysisOptions& o) {
 }
 
 void run_report(const AnalysisOptions& o) {
+  // Said first, before any work: where the GPUs are there is often no gnuplot, and a page
+  // without figures must not pass for a complete report.
+  if (!analysis::find_gnuplot(o.gnuplot)) {
+    std::cerr << "mxablate report: "
+              << escape::terminal(analysis::gnuplot_missing_message(o.gnuplot)) << std::endl;
+  }
   const LoadedSweep s = load(o);
   const auto result =
-      analysis::write_report(analysis::report_data(s.data, s.table, s.target), o.out);
-  if (!result.warning.empty()) std::cerr << "mxablate report: " << result.warning << "\n";
-  std::cout << "wrote " << result.html_path << " (" << result.plots << " plots)\n";
+      analysis::write_report(analysis::report_data(s.data, s.table, s.target), o.out, o.gnuplot);
+  std::cout << "wrote " << escape::terminal(result.html_path) << " (" << result.plots
+            << " plots" << (result.warning.empty() ? "" : ", skipped: gnuplot not found") << ")\n";
 }
 
 void add_common(CLI::App* cmd, AnalysisOptions& o) {
@@ -92,6 +100,11 @@ void register_analysis_commands(CLI::App& app) {
                 "divergence events, quantization telemetry, and the table");
   add_common(r, *report);
   r->add_option("--out", report->out, "output directory (index.html goes there)")
+      ->capture_default_str();
+  r->add_option("--gnuplot", report->gnuplot,
+                "gnuplot program: a path, or a name looked up on PATH (without it the report has "
+                "no plots, and says so)")
+      ->envname("MXABLATE_GNUPLOT")
       ->capture_default_str();
   r->callback([report] { run_report(*report); });
 }

@@ -1,5 +1,6 @@
-// `mxablate data prepare|verify`: turn text into a prepared data directory (tokenizer, token
-// shards, manifest) for `mxablate-train`, and check one. The work lives in trainer/data.
+// `mxablate data prepare|import|verify`: turn text (or a Megatron-LM indexed dataset) into a
+// prepared data directory (token shards, manifest) for `mxablate-train`, and check one. The work
+// lives in trainer/data.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -8,14 +9,54 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "mxablate/data/manifest.h"
+#include "mxablate/data/megatron_import.h"
 #ifdef MXABLATE_HAVE_DATA_PREPARE
 #include "mxablate/data/data_prepare.h"
 #endif
 
 namespace mxablate::cli {
 
+namespace {
+
+void register_import_command(CLI::App& parent) {
+  auto options = std::make_shared<data::MegatronImportOptions>();
+  CLI::App* import = parent.add_subcommand(
+      "import",
+      "Import already-tokenized data as a prepared data directory. --megatron PREFIX reads a "
+      "Megatron-LM indexed dataset (PREFIX.idx + PREFIX.bin); documents are kept whole and split "
+      "into train/validation by the same rule as `data prepare`.");
+  import->add_option("--megatron", options->prefixes,
+                     "PREFIX of a Megatron-LM indexed dataset (PREFIX.idx, PREFIX.bin); several "
+                     "make one corpus, their documents numbered in the order given")
+      ->required();
+  import->add_option("--out,-o", options->out_dir, "Output data directory")->required();
+  import->add_option("--vocab-size", options->vocab_size,
+                     "Vocabulary size of the tokenizer that made the ids (the files do not store "
+                     "it); every id must be below it")
+      ->required();
+  import->add_option("--tokenizer", options->tokenizer,
+                     "Tokenizer file to copy into the directory and record (not read)");
+  import->add_option("--val-fraction", options->val_fraction,
+                     "Fraction of documents held out for validation")->capture_default_str();
+  import->add_option("--split-seed", options->split_seed, "Seed of the train/validation split")
+      ->capture_default_str();
+  import->add_option("--shard-tokens", options->shard_tokens, "Tokens per shard file at most")
+      ->capture_default_str();
+  import->add_flag("--force", options->force, "Replace an existing output directory");
+  import->callback([options] {
+    try {
+      data::import_megatron(*options, std::cout);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+  });
+}
+
+}  // namespace
+
 void register_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare and check token data for training");
+  CLI::App* data = app.add_subcommand(
+      "data", "Prepare (from text), import (already tokenized) and check token data for training");
   data->require_subcommand(1);
 
 #ifdef MXABLATE_HAVE_DATA_PREPARE
@@ -60,6 +101,8 @@ void register_data_command(CLI::App& app) {
                      "and rebuild)");
   });
 #endif
+
+  register_import_command(*data);
 
   auto dir = std::make_shared<std::string>();
   CLI::App* verify = data->add_subcommand(

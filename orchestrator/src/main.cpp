@@ -5,9 +5,12 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 
 int main(int argc, char** argv) {
   using namespace mxablate::cli;
+  // Error messages quote names from recipes, logs and databases: never raw to the terminal.
+  const auto shown = [](const char* what) { return mxablate::escape::terminal(what); };
   CLI::App app{"mxablate: controlled ablation experiments on MXFP4 training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxablate 0.1.0");
@@ -28,16 +31,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "mxablate: " << e.what() << " (see --help)\n";
+    std::cerr << "mxablate: " << shown(e.what()) << " (see --help)\n";
     return kExitBadInput;
   } catch (const ExitStatus& e) {
-    if (*e.what()) std::cerr << "mxablate: " << e.what() << "\n";
+    if (*e.what()) std::cerr << "mxablate: " << shown(e.what()) << "\n";
     return e.code;
   } catch (const InputError& e) {
-    std::cerr << "mxablate: " << e.what() << "\n";
+    std::cerr << "mxablate: " << shown(e.what()) << "\n";
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "mxablate: " << e.what() << "\n";
+    std::cerr << "mxablate: " << shown(e.what()) << "\n";
     return kExitFailure;
   }
   return kExitOk;

@@ -8,6 +8,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/recipe.h"
@@ -49,7 +50,9 @@ std::string quant_cell(const contract::RunConfig& c) {
 
 void print_plan(const Recipe& recipe, const Plan& plan) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
-  if (!recipe.description.empty()) std::cout << "  " << recipe.description << "\n";
+  // Free text from the recipe (names are validated by the loader): shown, never sent raw.
+  if (!recipe.description.empty())
+    std::cout << "  " << escape::terminal(recipe.description) << "\n";
   if (recipe.target.val_loss)
     std::cout << fmt::format("target: validation loss {}{}\n", *recipe.target.val_loss,
                              recipe.target.stop_at_target ? " (runs stop there)" : "");

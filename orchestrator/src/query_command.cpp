@@ -8,6 +8,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
 
@@ -52,10 +53,10 @@ void run_query(const QueryOptions& o) {
     std::cout << rows.dump(2) << "\n";
   } else if (o.csv) {
     for (size_t c = 0; c < result.columns.size(); ++c)
-      std::cout << (c ? "," : "") << csv_cell(result.columns[c]);
+      std::cout << (c ? "," : "") << mxablate::escape::csv_field(result.columns[c]);
     std::cout << "\n";
     for (const auto& r : result.rows) {
-      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << csv_cell(cell_text(r[c]));
+      for (size_t c = 0; c < r.size(); ++c) std::cout << (c ? "," : "") << mxablate::escape::csv_field(cell_text(r[c]));
       std::cout << "\n";
     }
   } else {

@@ -9,6 +9,7 @@
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
@@ -53,8 +54,9 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
   for (const char* s : {"pending", "running", "converged", "budget_exhausted", "diverged",
                         "failed", "interrupted"})
     if (by_status.count(s)) summary += fmt::format(", {} {}", by_status[s], s);
-  std::cout << fmt::format("sweep {}: {} runs{} (recipe {}, updated {})\n", name, total, summary,
-                           recipe, local_time(updated));
+  // Names come from the database: shown through escape::terminal, as every table cell is.
+  std::cout << fmt::format("sweep {}: {} runs{} (recipe {}, updated {})\n", escape::terminal(name),
+                           total, summary, escape::terminal(recipe), local_time(updated));
 
   std::vector<std::string> axes;
   Statement axis_names(db,
@@ -100,13 +102,12 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
       const auto it = slurm.by_run.find(runs.get_text(0));
       row.push_back(it == slurm.by_run.end() || it->second.empty() ? "-" : it->second);
     }
-    std::string note = runs.is_null(10) ? "" : runs.get_text(10);
-    if (note.size() > 70) note = note.substr(0, 69) + "…";
-    row.push_back(note);
+    // Cut by code points after escaping, so that a cut never splits a character.
+    row.push_back(escape::clip(escape::terminal(runs.is_null(10) ? "" : runs.get_text(10)), 70));
     table.add_row(row);
   }
   std::cout << table.render(2);
-  if (!slurm.note.empty()) std::cout << "  " << slurm.note << "\n";
+  if (!slurm.note.empty()) std::cout << "  " << escape::terminal(slurm.note) << "\n";
 }
 
 void show_status(const StatusOptions& o) {

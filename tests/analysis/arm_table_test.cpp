@@ -1,30 +1,32 @@
 // The paper-style table in its three formats, against golden text.
+#include "arm_fixture.h"
 #include "catch.h"
 #include "mxablate/analysis/arm_table.h"
 
 using namespace mxablate::analysis;
+using mxablate::test::make_arm;
 
 namespace {
 
 std::vector<ArmSummary> arms() {
-  ArmSummary fp8{"fp8", "fp8", "fp8", "fp8", "", "none", 16, "wgrad", true};
+  ArmSummary fp8 = make_arm("fp8", "fp8", "fp8", "fp8", "", "none", true);
   fp8.final_val_loss = 3.2514;
   fp8.seeds = 2;
   fp8.converged = 2;
-  ArmSummary fdw{"FDW", "mxfp4", "mxfp4", "mxfp4", "", "none", 16, "wgrad"};
+  ArmSummary fdw = make_arm("FDW", "mxfp4", "mxfp4", "mxfp4", "", "none");
   fdw.cost.median_pct = 26.44;
   fdw.cost.ci_low_pct = 20.0;
   fdw.cost.ci_high_pct = 31.25;
   fdw.final_val_loss = 3.3021;
   fdw.seeds = 2;
   fdw.converged = 2;
-  ArmSummary sr{"FDW+SR", "mxfp4", "mxfp4", "mxfp4", "grad", "none", 16, "wgrad"};
+  ArmSummary sr = make_arm("FDW+SR", "mxfp4", "mxfp4", "mxfp4", "grad", "none");
   sr.cost.median_pct = 41.0;
   sr.cost.lower_bound = true;
   sr.seeds = 2;
   sr.diverged = 2;
   sr.first_divergence_reason = "loss_spike";
-  ArmSummary h16{"FDW+H16", "mxfp4", "mxfp4", "mxfp4", "", "deterministic", 16, "wgrad"};
+  ArmSummary h16 = make_arm("FDW+H16", "mxfp4", "mxfp4", "mxfp4", "", "deterministic");
   h16.cost.median_pct = 8.5;
   h16.final_val_loss = 3.27;
   h16.seeds = 1;
@@ -69,20 +71,21 @@ TEST_CASE("LaTeX table") {
   CHECK(render_table(arms(), TableFormat::kLatex, "target val loss 3.3") == expected);
 }
 
+// The paper's "+26-27 %" starts like a formula: spreadsheets get it as text ('+26-27 %).
 TEST_CASE("CSV table keeps numbers in their own columns") {
   const std::string expected =
       "arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,ci_high_pct,"
       "lower_bound,final_val_loss,seeds,reached,diverged,first_divergence_reason,not_reached,"
       "paper\n"
       "fp8,fp8,fp8,fp8,-,true,,,,false,3.2514,2,2,0,,0,baseline (FP8)\n"
-      "FDW,mxfp4,mxfp4,mxfp4,-,false,26.44,20,31.25,false,3.3021,2,2,0,,0,+26-27 %\n"
+      "FDW,mxfp4,mxfp4,mxfp4,-,false,26.44,20,31.25,false,3.3021,2,2,0,,0,'+26-27 %\n"
       "FDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,41,,,true,,2,0,2,loss_spike,0,did not converge\n"
-      "FDW+H16,mxfp4,mxfp4,mxfp4,H16 deterministic (wgrad),false,8.5,,,false,3.27,1,1,0,,0,+8-9 %\n";
+      "FDW+H16,mxfp4,mxfp4,mxfp4,H16 deterministic (wgrad),false,8.5,,,false,3.27,1,1,0,,0,'+8-9 %\n";
   CHECK(render_table(arms(), TableFormat::kCsv, "") == expected);
 }
 
 TEST_CASE("paper figures are matched by settings, not by arm names") {
-  ArmSummary a{"whatever", "mxfp4", "fp8", "fp8", "", "none", 16, "wgrad"};
+  ArmSummary a = make_arm("whatever", "mxfp4", "fp8", "fp8", "", "none");
   CHECK(paper_figure(a) == "modest");
   a.hadamard_mode = "per-step-random";
   a.dgrad = a.wgrad = "mxfp4";

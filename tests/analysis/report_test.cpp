@@ -1,29 +1,43 @@
 // The HTML report: written from hand-made data, every plot renders in headless Chromium with no
-// script errors, and without gnuplot the page still carries the tables and says why.
+// script errors, and without gnuplot the page still carries the tables and says why. Hostile
+// names (gnuplot commands, markup, control characters, bytes that are not UTF-8) never reach a
+// gnuplot script or HTML markup, run nothing, and show literally in the figures and the page.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "arm_fixture.h"
 #include "catch.h"
+#include "mxablate/analysis/escape.h"
 #include "mxablate/analysis/report.h"
 #include "process_util.h"
 
 using namespace mxablate::analysis;
 using mxablate::test::run_command;
 using mxablate::test::TempDir;
+using mxablate::test::make_arm;
 
 namespace {
 
-ReportData sample_report() {
+// Every string of the report that comes from the data.
+struct Names {
+  std::string sweep = "smoke";
+  std::string base = "fp8", fdw = "FDW", sr = "FDW+SR";
+  std::string operand_a = "a", operand_b = "b";
+  std::string reason = "nonfinite_loss", severity = "fatal";
+};
+
+ReportData sample_report(const Names& n = {}) {
   ReportData d;
-  d.sweep = "smoke";
-  d.caption = "target val loss 4.0 (fp8 at 80 % of its budget)";
+  d.sweep = n.sweep;
+  d.caption = "target val loss 4.0 (" + n.base + " at 80 % of its budget)";
   d.target = 4.0;
-  d.arms = {"fp8", "FDW", "FDW+SR"};
+  d.arms = {n.base, n.fdw, n.sr};
   for (uint64_t seed : {1, 2}) {
-    RunCurve base{"fp8", seed, {}}, fdw{"FDW", seed, {}}, sr{"FDW+SR", seed, {}};
+    RunCurve base{n.base, seed, {}}, fdw{n.fdw, seed, {}}, sr{n.sr, seed, {}};
     for (int i = 1; i <= 10; ++i) {
       const double t = i * 1000.0;
       base.evals.push_back({t, 6.0 - 2.4 * std::log10(1 + i) - 0.01 * seed});
@@ -33,32 +47,55 @@ ReportData sample_report() {
     d.runs.push_back(base);
     d.runs.push_back(fdw);
     d.runs.push_back(sr);
-    d.divergences.push_back({"FDW+SR", seed, 60, 5500.0, "nonfinite_loss", "fatal", NAN});
+    d.divergences.push_back({n.sr, seed, 60, 5500.0, n.reason, n.severity, NAN});
   }
   for (int i = 1; i <= 10; ++i) {
     for (const char* gemm : {"fprop", "dgrad", "wgrad"}) {
-      d.telemetry.push_back({"FDW", gemm, "a", i * 1000.0, 0.12 + 0.001 * i});
-      d.telemetry.push_back({"FDW", gemm, "b", i * 1000.0, 0.10});
+      d.telemetry.push_back({n.fdw, gemm, n.operand_a, i * 1000.0, 0.12 + 0.001 * i});
+      d.telemetry.push_back({n.fdw, gemm, n.operand_b, i * 1000.0, 0.10});
     }
   }
-  ArmSummary base{"fp8", "fp8", "fp8", "fp8", "", "none", 16, "wgrad", true};
+  ArmSummary base = make_arm(n.base, "fp8", "fp8", "fp8", "", "none", true);
   base.seeds = 2;
-  ArmSummary fdw{"FDW", "mxfp4", "mxfp4", "mxfp4", "", "none", 16, "wgrad"};
+  ArmSummary fdw = make_arm(n.fdw, "mxfp4", "mxfp4", "mxfp4", "", "none");
   fdw.cost.median_pct = 12.5;
   fdw.seeds = 2;
-  ArmSummary sr{"FDW+SR", "mxfp4", "mxfp4", "mxfp4", "grad", "none", 16, "wgrad"};
+  ArmSummary sr = make_arm(n.sr, "mxfp4", "mxfp4", "mxfp4", "grad", "none");
   sr.seeds = 2;
   sr.diverged = 2;
-  sr.first_divergence_reason = "nonfinite_loss";
+  sr.first_divergence_reason = n.reason;
   d.table = {base, fdw, sr};
   return d;
 }
 
 std::string read(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string chromium_program() {
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (std::filesystem::exists(c)) return c;
+  return "";
+}
+
+// Loads the page in headless Chromium; returns its data-plots ("rendered/total") and
+// data-errors (script errors and failed loads, e.g. of an image a name tried to inject).
+std::pair<std::string, std::string> render_in_chromium(const std::string& chromium,
+                                                       const std::filesystem::path& dir,
+                                                       const std::string& html_path) {
+  const auto out = run_command(
+      chromium + " --headless --no-sandbox --disable-gpu --no-first-run "
+                 "--disable-background-networking --disable-component-update --disable-sync "
+                 "--user-data-dir=" + (dir / "chromium-profile").string() +
+      " --virtual-time-budget=10000 --dump-dom file://" + html_path);
+  INFO(out.output.substr(0, 2000));
+  std::smatch plots, errors;
+  REQUIRE(std::regex_search(out.output, plots, std::regex("data-plots=\"(\\d+/\\d+)\"")));
+  REQUIRE(std::regex_search(out.output, errors, std::regex("data-errors=\"(\\d+)\"")));
+  return {plots[1].str(), errors[1].str()};
 }
 
 }  // namespace
@@ -85,33 +122,151 @@ TEST_CASE("the report page renders every plot in headless Chromium without error
   CHECK(html.find("nonfinite_loss") != std::string::npos);
   CHECK(html.find("http") == std::string::npos);  // self-contained: nothing to fetch
 
-  const char* candidates[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser"};
-  std::string chromium;
-  for (const char* c : candidates)
-    if (std::filesystem::exists(c)) chromium = c;
+  std::string chromium = chromium_program();
   if (chromium.empty()) {
     MXABLATE_SKIP("Chromium is not installed (scripts/setup.sh installs it): no rendering check");
   }
-  const auto out = run_command(
-      chromium + " --headless --no-sandbox --disable-gpu --no-first-run "
-                 "--disable-background-networking --disable-component-update --disable-sync "
-                 "--user-data-dir=" + dir / "chromium-profile" +
-      " --virtual-time-budget=10000 --dump-dom file://" + r.html_path);
-  INFO(out.output.substr(0, 2000));
-  std::smatch m;
-  REQUIRE(std::regex_search(out.output, m, std::regex("data-plots=\"(\\d+)/(\\d+)\"")));
-  CHECK(m[1].str() == "5");
-  CHECK(m[2].str() == "5");
-  REQUIRE(std::regex_search(out.output, m, std::regex("data-errors=\"(\\d+)\"")));
-  CHECK(m[1].str() == "0");
+  const auto [plots, errors] = render_in_chromium(chromium, dir.path, r.html_path);
+  CHECK(plots == "5/5");
+  CHECK(errors == "0");
 }
 
 TEST_CASE("without gnuplot the report still holds the tables and says why there are no plots") {
   TempDir dir("mxablate_report_nognuplot");
   const ReportResult r = write_report(sample_report(), dir.path.string(), "gnuplot-not-installed");
   CHECK(r.plots == 0);
-  CHECK(r.warning.find("gnuplot (gnuplot-not-installed) was not found") == 0);
+  CHECK(r.warning == gnuplot_missing_message("gnuplot-not-installed"));
+  CHECK(r.warning.rfind("plots skipped: gnuplot was not found ('gnuplot-not-installed' is not on "
+                        "PATH). The rest of the report is written. To get the plots, install "
+                        "gnuplot", 0) == 0);
+  CHECK(r.warning.find("copy the results database to a machine that has gnuplot") !=
+        std::string::npos);
   const std::string html = read(r.html_path);
-  CHECK(html.find("class=\"warning\"") != std::string::npos);
-  CHECK(html.find("<td>FDW</td>") != std::string::npos);
+  // The notice stands where the figures would be: after the table, before the divergences.
+  const size_t notice = html.find("<p class=\"warning\" id=\"plots-skipped\">plots skipped");
+  REQUIRE(notice != std::string::npos);
+  CHECK(html.find("<td>FDW</td>") < notice);
+  CHECK(notice < html.find("<h2>Divergence events</h2>"));
+  CHECK(html.find("<img") == std::string::npos);
+
+  // A path that is not an executable program counts as missing too.
+  const ReportResult by_path = write_report(sample_report(), dir.path.string(), dir / "nothing-here");
+  CHECK(by_path.plots == 0);
+  CHECK(by_path.warning.find("(no executable program at " + dir / "nothing-here" + ")") !=
+        std::string::npos);
+}
+
+namespace {
+
+// Hostile names: each tries another way into gnuplot (a new line with a shell command,
+// system(), backquotes, a macro, load), into the HTML (an element with an event handler) or onto
+// a terminal, or is not text at all. MARK is replaced by a marker file's path.
+Names hostile_names(const std::string& mark) {
+  Names n;
+  n.sweep = "s\n<script>document.title='x'</script>";
+  n.base = "fp8\n!touch " + mark + "1\n";
+  n.fdw = "FDW\"; system(\"touch " + mark + "2\"); load '" + mark + "3' \\ @x {b}^_&~";
+  n.sr = "`touch " + mark + "4` <img src=x onerror=f()> bad\xff\xfe \x1b[31m " +
+         std::string(300, 'L');
+  n.operand_a = "a'\n!touch " + mark + "5";
+  n.operand_b = "b\xef\xbf\xbf\r\n set output '" + mark + "6'";  // U+FFFF: not allowed in XML
+  n.reason = "r\n!touch " + mark + "7 <b>";
+  n.severity = "fatal\x1b]0;t\x07";
+  return n;
+}
+
+std::vector<std::string> all_names(const Names& n) {
+  return {n.sweep, n.base, n.fdw, n.sr, n.operand_a, n.operand_b, n.reason, n.severity};
+}
+
+// The text of every <text> element of an SVG, with XML character references decoded.
+std::vector<std::string> svg_texts(const std::string& svg) {
+  std::vector<std::string> out;
+  const std::regex text("<text[^>]*>([^<]*)</text>");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), text); it != std::sregex_iterator(); ++it) {
+    std::string t = (*it)[1].str();
+    std::string decoded;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] != '&') {
+        decoded += t[i];
+        continue;
+      }
+      const size_t end = t.find(';', i);
+      const std::string ref = t.substr(i + 1, end - i - 1);
+      if (ref == "amp") decoded += '&';
+      else if (ref == "lt") decoded += '<';
+      else if (ref == "gt") decoded += '>';
+      else if (ref == "quot") decoded += '"';
+      else if (ref == "apos") decoded += '\'';
+      else if (ref.size() > 1 && ref[0] == '#') decoded += static_cast<char>(std::stoi(ref.substr(1)));
+      else decoded += "&" + ref + ";";
+      i = end;
+    }
+    out.push_back(decoded);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hostile names never become gnuplot or HTML code, and show literally") {
+  TempDir dir("mxablate_report_hostile");
+  const std::string mark = dir / "MARK";
+  const Names names = hostile_names(mark);
+  if (run_command("command -v gnuplot").exit_code != 0)
+    MXABLATE_SKIP("gnuplot is not installed (scripts/setup.sh installs it): no script to check");
+  const ReportResult r = write_report(sample_report(names), (dir.path / "hostile").string());
+  CHECK(r.plots == 5);
+
+  // Nothing ran: no marker file from any of the names.
+  for (int i = 1; i <= 7; ++i) CHECK_FALSE(std::filesystem::exists(mark + std::to_string(i)));
+
+  // The scripts hold no data: they are byte for byte the scripts of the harmless names.
+  const ReportResult plain = write_report(sample_report(), (dir.path / "plain").string());
+  REQUIRE(plain.plots == 5);
+  int scripts = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path / "hostile" / "plots")) {
+    if (entry.path().extension() != ".gp") continue;
+    ++scripts;
+    const std::string script = read(entry.path().string());
+    INFO(entry.path().filename().string());
+    CHECK(script == read((dir.path / "plain" / "plots" / entry.path().filename()).string()));
+    for (const std::string& bad : {std::string("touch"), std::string("system"), std::string("`"),
+                                   std::string("MARK"), std::string("@"), std::string("FDW")})
+      CHECK(script.find(bad) == std::string::npos);
+    for (const std::string& name : all_names(names)) CHECK(script.find(name) == std::string::npos);
+  }
+  CHECK(scripts == 5);
+
+  // The figures show the names as text: visible form, clipped to 40 columns.
+  const std::vector<std::string> loss = svg_texts(read((dir.path / "hostile" / "plots" / "loss.svg").string()));
+  for (const std::string& arm : {names.base, names.fdw, names.sr}) {
+    const std::string shown = mxablate::escape::clip(mxablate::escape::visible(arm), 40);
+    CHECK(std::find(loss.begin(), loss.end(), shown) != loss.end());
+  }
+  const std::vector<std::string> tele =
+      svg_texts(read((dir.path / "hostile" / "plots" / "telemetry_fprop.svg").string()));
+  CHECK(std::find(tele.begin(), tele.end(),
+                  mxablate::escape::clip(mxablate::escape::visible(names.fdw + " " + names.operand_a), 40)) != tele.end());
+
+  // The page: names as text only, never markup or raw control bytes.
+  const std::string html = read(r.html_path);
+  CHECK(html.find("<script>document") == std::string::npos);
+  CHECK(html.find("<img src=x") == std::string::npos);
+  CHECK(html.find("<b>") == std::string::npos);
+  CHECK(html.find('\x1b') == std::string::npos);
+  CHECK(html.find('\xff') == std::string::npos);
+  CHECK(html.find("<h1>Sweep s\\x0a&lt;script&gt;document.title=&#39;x&#39;&lt;/script&gt;</h1>") !=
+        std::string::npos);
+  CHECK(html.find("<td>r\\x0a!touch " + mark + "7 &lt;b&gt;</td>") != std::string::npos);
+
+  std::string chromium = chromium_program();
+  if (chromium.empty()) {
+    MXABLATE_SKIP("Chromium is not installed (scripts/setup.sh installs it): no rendering check");
+  }
+  // Every figure still renders (valid XML whatever the bytes), and no injected image or script
+  // ran: a failed image load or a script error would be counted.
+  const auto [plots, errors] = render_in_chromium(chromium, dir.path, r.html_path);
+  CHECK(plots == "5/5");
+  CHECK(errors == "0");
 }

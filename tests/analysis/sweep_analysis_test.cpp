@@ -208,3 +208,57 @@ TEST_CASE("with another grid axis, each row is compared with the baseline at the
   CHECK(*rows[2].cost.median_pct == Approx(10.0));
   CHECK(*rows[3].cost.median_pct == Approx(100.0 * (9800.0 / 9000 - 1)));
 }
+
+// A database handed over by someone else: values of the wrong JSON type in a run's stored config
+// or the sweep's stored target are one error naming the run or sweep and the key, not a JSON
+// library exception and not a silent default.
+TEST_CASE("a stored config or target of the wrong type is an error naming run, sweep and key") {
+  test::TempDir dir("mxablate_sweep_analysis_types");
+  int cases = 0;
+  std::string path;
+  // Each case corrupts a fresh copy of the golden database.
+  const auto with = [&](const std::string& sql, const auto& check) {
+    path = dir / ("golden" + std::to_string(++cases) + ".db");
+    build_database(path);
+    {
+      results::Database db(path, results::Database::Mode::kReadWriteCreate);
+      db.exec(sql);
+    }
+    results::Database db(path, results::Database::Mode::kReadOnly);
+    check(db);
+  };
+  with("UPDATE runs SET config_json = json_set(config_json, '$.precision.fprop', 5) "
+       "WHERE run_id = 'FDW-1'",
+       [&](results::Database& db) {
+         const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+         CHECK_THROWS_WITH(analysis::summarize(sweep, "fp8", analysis::resolve_target(sweep)),
+                           "run FDW-1: its stored config has /precision/fprop as number, not a "
+                           "string");
+       });
+  with("UPDATE runs SET config_json = json_set(config_json, '$.train.seed', -3) "
+       "WHERE run_id = 'FDW-2'",
+       [&](results::Database& db) {
+         CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
+                           "run FDW-2: its stored config has /train/seed as number, not a "
+                           "non-negative integer");
+       });
+  with("UPDATE runs SET config_json = '[1]' WHERE run_id = 'FDW-2'", [&](results::Database& db) {
+    CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
+                      path + ": run FDW-2: its stored config is not a JSON object");
+  });
+  with("UPDATE sweeps SET target_json = '{\"from_arm\": 7}'", [&](results::Database& db) {
+    const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+    CHECK_THROWS_WITH(analysis::resolve_target(sweep),
+                      "sweep golden: its stored target has from_arm as number, not a string");
+    CHECK_THROWS_WITH(analysis::baseline_group(sweep, ""),
+                      "sweep golden: its stored target has from_arm as number, not a string");
+  });
+  with("UPDATE sweeps SET target_json = '{\"val_loss\": \"4.2\"}'", [&](results::Database& db) {
+    CHECK_THROWS_WITH(analysis::resolve_target(analysis::load_sweep(db, "golden")),
+                      "sweep golden: its stored target has val_loss as string, not a number");
+  });
+  with("UPDATE sweeps SET target_json = '\"x\"'", [&](results::Database& db) {
+    CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
+                      path + ": sweep golden: its stored target is not a JSON object");
+  });
+}

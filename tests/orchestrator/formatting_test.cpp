@@ -1,4 +1,5 @@
-// The small formatting pieces of plan / status / query / progress output.
+// The small formatting pieces of plan / status / query / progress output. (CSV fields and the
+// other formats' escaping: tests/analysis/escape_test.cpp.)
 #include "catch.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/text_table.h"
@@ -16,11 +17,16 @@ TEST_CASE("text tables align text left and numbers right") {
   CHECK(t.render(2).rfind("  arm", 0) == 0);
 }
 
-TEST_CASE("CSV cells are quoted only when needed") {
-  CHECK(csv_cell("plain") == "plain");
-  CHECK(csv_cell("a,b") == "\"a,b\"");
-  CHECK(csv_cell("say \"hi\"") == "\"say \"\"hi\"\"\"");
-  CHECK(csv_cell("two\nlines") == "\"two\nlines\"");
+// Cells come from recipes and the database: an escape sequence would recolor or clear the
+// terminal, a newline would start a fake row. They are shown, and aligned, as visible text.
+TEST_CASE("text tables show control characters and stray bytes as escapes, aligned") {
+  TextTable t({"arm\x1b[2J", "note"});
+  t.add_row({"fp8", "ok"});
+  t.add_row({"a\nb", "\x1b]0;title\x07\xff"});
+  CHECK(t.render() ==
+        "arm\\x1b[2J  note\n"
+        "fp8         ok\n"
+        "a\\x0ab      \\x1b]0;title\\x07\\xff\n");
 }
 
 TEST_CASE("durations parse with units and reject nonsense") {
@@ -81,4 +87,17 @@ TEST_CASE("the progress block shows counts and each running run's step, tokens, 
   CHECK(summary == "sweep demo: 6 runs — 2 pending");
   p.tokens_per_s.reset();
   CHECK_FALSE(p.eta_s());
+}
+
+TEST_CASE("the progress block shows a hostile sweep name and run label as text") {
+  SweepSnapshot s;
+  s.sweep = "demo\x1b[2J";
+  RunProgress p;
+  p.label = "FDW\r\x1b[1A seed=1";
+  s.active.push_back(p);
+  const auto lines = render_progress_block(s, 200);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].rfind("sweep demo\\x1b[2J: 0 runs", 0) == 0);
+  CHECK(lines[1].rfind("  FDW\\x0d\\x1b[1A seed=1 ", 0) == 0);
+  CHECK(render_summary_line(s).find('\x1b') == std::string::npos);
 }

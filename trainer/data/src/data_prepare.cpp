@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "mxablate/data/sequence_sampler.h"
 #include "mxablate/data/sha256.h"
+#include "mxablate/data/split_writer.h"
 #include "mxablate/data/text_documents.h"
 #include "mxablate/data/token_shards.h"
 
@@ -115,56 +115,6 @@ void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>
     throw std::runtime_error("training the SentencePiece tokenizer failed: " + status.ToString());
 }
 
-// Writes one split's tokens into numbered shards of at most shard_tokens each.
-class SplitWriter {
- public:
-  SplitWriter(std::string dir, std::string name, int64_t vocab_size, int64_t shard_tokens)
-      : dir_(std::move(dir)), name_(std::move(name)), vocab_size_(vocab_size),
-        shard_tokens_(shard_tokens) {}
-
-  void append_document(const std::vector<int>& ids) {
-    ++info_.documents;
-    size_t pos = 0;
-    while (pos < ids.size()) {
-      if (!writer_ || writer_->tokens() == shard_tokens_) open_next();
-      const size_t take = std::min(ids.size() - pos,
-                                   static_cast<size_t>(shard_tokens_ - writer_->tokens()));
-      writer_->append(std::span<const int32_t>(ids.data() + pos, take));
-      pos += take;
-      info_.tokens += static_cast<int64_t>(take);
-    }
-  }
-
-  SplitInfo finish() {
-    close_current();
-    if (info_.shards.empty()) open_next(), close_current();  // an empty split still has a shard
-    return info_;
-  }
-
- private:
-  void open_next() {
-    close_current();
-    char name[64];
-    std::snprintf(name, sizeof name, "%s-%05zu.bin", name_.c_str(), info_.shards.size());
-    current_file_ = name;
-    writer_ = std::make_unique<TokenShardWriter>((fs::path(dir_) / current_file_).string(),
-                                                 vocab_size_);
-  }
-  void close_current() {
-    if (!writer_) return;
-    writer_->close();
-    const std::string path = (fs::path(dir_) / current_file_).string();
-    info_.shards.push_back({current_file_, writer_->tokens(), sha256_file(path)});
-    writer_.reset();
-  }
-
-  std::string dir_, name_;
-  int64_t vocab_size_, shard_tokens_;
-  std::unique_ptr<TokenShardWriter> writer_;
-  std::string current_file_;
-  SplitInfo info_;
-};
-
 nlohmann::json options_json(const DataPrepareOptions& o) {
   return {{"tokenizer_model", o.tokenizer_model},
           {"vocab_size", o.vocab_size},
@@ -178,13 +128,6 @@ nlohmann::json options_json(const DataPrepareOptions& o) {
 }
 
 }  // namespace
-
-bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction) {
-  const uint64_t h = splitmix64(splitmix64(split_seed) ^ static_cast<uint64_t>(document_index));
-  // 53 random bits as a uniform number in [0, 1).
-  const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
-  return u < val_fraction;
-}
 
 Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
   validate(o);

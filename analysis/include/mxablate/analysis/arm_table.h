@@ -1,5 +1,6 @@
 // The paper-style table: one row per arm with its GEMM precisions, interventions, extra-token
-// cost, final validation loss and divergence counts, in Markdown, LaTeX or CSV.
+// cost, final validation loss and divergence counts, in Markdown, LaTeX, CSV or HTML. Every cell
+// that can hold text from the data goes through the format's escaping function (escape.h).
 #pragma once
 
 #include <optional>
@@ -27,7 +28,7 @@ struct ArmSummary {
   std::string first_divergence_reason;
 };
 
-enum class TableFormat { kMarkdown, kLatex, kCsv };
+enum class TableFormat { kMarkdown, kLatex, kCsv, kHtml };  // kHtml: a <table> for the report
 
 // The reference paper's figure for an arm with these settings (DESIGN §1), or nullopt when the
 // arm is not one of the paper's.

@@ -66,11 +66,21 @@ std::vector<BandPoint> arm_band(const std::vector<RunCurve>& runs, const std::st
 struct ReportResult {
   std::string html_path;
   int plots = 0;          // SVG plots embedded
-  std::string warning;    // e.g. gnuplot missing: the page has the tables only
+  std::string warning;    // gnuplot missing: gnuplot_missing_message(); the page has no plots
 };
 
-// Writes OUT_DIR/index.html (creating OUT_DIR). `gnuplot` is the program to run; when it cannot
-// be found the page still holds every table and says why the plots are missing.
+// The gnuplot program `program` names: a path when it holds a '/' (it must be an executable
+// file), else the first executable of that name on PATH; nullopt when there is none.
+std::optional<std::string> find_gnuplot(const std::string& program);
+
+// One line: the plots were skipped because `program` was not found, the rest of the report is
+// written, and how to get the plots (install gnuplot, or run the report where gnuplot is).
+std::string gnuplot_missing_message(const std::string& program);
+
+// Writes OUT_DIR/index.html (creating OUT_DIR; the figures' scripts, data and SVGs go to
+// OUT_DIR/plots). `gnuplot` is the program to run; when it cannot be found the page still holds
+// every table, and a notice stands where the figures would be. Nothing from `data` is ever
+// written into a gnuplot script or into HTML markup (see escape.h).
 ReportResult write_report(const ReportData& data, const std::string& out_dir,
                           const std::string& gnuplot = "gnuplot");
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mxablate/data/manifest.h"
+#include "mxablate/data/split_writer.h"  // is_validation_document
 
 namespace mxablate::data {
 
@@ -20,9 +21,9 @@ struct DataPrepareOptions {
   bool byte_fallback = false;       // unknown characters become UTF-8 byte tokens, not <unk>
   int64_t tokenizer_max_sentences = 2000000;  // sampled for training (bounds memory on big data)
   uint64_t tokenizer_seed = 1;
-  double val_fraction = 0.03;       // of the documents, chosen by a keyed hash of their index
-  uint64_t split_seed = 1;
-  int64_t shard_tokens = int64_t{1} << 27;  // tokens per shard file at most
+  double val_fraction = kDefaultValFraction;  // of the documents, by a keyed hash of the index
+  uint64_t split_seed = kDefaultSplitSeed;
+  int64_t shard_tokens = kDefaultShardTokens;  // tokens per shard file at most
   int threads = 0;                  // 0: all cores
   bool force = false;               // replace an existing out_dir
 };
@@ -30,8 +31,5 @@ struct DataPrepareOptions {
 // Validates the options (std::invalid_argument naming the option), then runs. Writes into
 // OUT_DIR.partial and renames it to OUT_DIR only when complete. Progress lines go to `log`.
 Manifest prepare_data(const DataPrepareOptions& options, std::ostream& log);
-
-// Which split a document goes to: a pure function of (split_seed, document index).
-bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction);
 
 }  // namespace mxablate::data

@@ -36,8 +36,9 @@ struct SourceInfo {
 };
 
 struct TokenizerInfo {
-  std::string file;                // relative to the data directory (a copy of the model)
-  std::string type = "sentencepiece";
+  std::string file;                // relative to the data directory (a copy of the model);
+                                   // empty: none (imported ids, see megatron_import.h)
+  std::string type = "sentencepiece";  // or "external"/"none" for imported data
   std::string model_type;          // bpe | unigram | … (as the model says)
   bool trained_here = false;       // false: a given model was used
   std::string given_path;          // where a given model came from
