@@ -13,7 +13,7 @@ using namespace mxablate::trainer;
 
 namespace {
 
-// The run the seed corpus's state.json belongs to (seeds/state.json, step 10).
+// The run the seed state belongs to (seeds/state.json, step 10).
 const CheckpointExpectation& expectation() {
   static const CheckpointExpectation e = [] {
     CheckpointExpectation x;

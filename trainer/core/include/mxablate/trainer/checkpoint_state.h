@@ -4,7 +4,7 @@
 // is verified before anything is restored from it: a damaged or foreign one is rejected with one
 // line saying why, and resume falls back to an older one (trainer.cpp).
 //
-// Torch-free, so that the fuzz target for it (tests/trainer/fuzz) builds without LibTorch.
+// Torch-free, so that its fuzz target (tests/trainer/checkpoint_fuzz) builds without LibTorch.
 #pragma once
 
 #include <cstdint>
