@@ -63,9 +63,9 @@ void read_value(const json& v, const std::string& path, int64_t& out) {
 void read_value(const json& v, const std::string& path, int& out) {
   int64_t wide = 0;
   read_value(v, path, wide);
-  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+  if (wide < -(1ll << 31) || wide >= (1ll << 31))
     throw ConfigError(path + ": out of range (an integer from -2147483648 to 2147483647), got " +
-                      shown(v));
+                      v.dump());
   out = static_cast<int>(wide);
 }
 
@@ -160,6 +160,29 @@ void require(bool ok, const std::string& path, const std::string& what, const js
   if (!ok) throw ConfigError(path + ": " + what + ", got " + shown(got));
 }
 
+// Limits beyond the planner's runnable rules (validate_runnable): quantization keys number steps
+// in 32 bits (the last value reserved); sequences and batches no machine holds; learning rates
+// and epsilons that are typing mistakes. Non-finite numbers never get this far: read_value
+// refuses them.
+void validate_limits(const RunConfig& c) {
+  constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
+  const TrainConfig& t = c.train;
+  require(t.global_batch_tokens <= (int64_t{1} << 40), "train.global_batch_tokens",
+          "must be at most 2^40", t.global_batch_tokens);
+  // Budgets beyond 9e15 tokens are validate_runnable's to refuse.
+  if (t.global_batch_tokens > 0 && t.max_tokens <= 9.0e15)
+    require(std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens)) <=
+                static_cast<double>(kMaxSteps),
+            "train.max_tokens",
+            "needs more than " + std::to_string(kMaxSteps) +
+                " optimizer steps of train.global_batch_tokens (the most a run can number)",
+            t.max_tokens);
+  require(t.lr <= 10, "train.lr", "must be at most 10", t.lr);
+  require(t.eps <= 1, "train.eps", "must be at most 1", t.eps);
+  if (c.target.val_loss)
+    require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
+}
+
 void require_one_of(const std::string& value, std::initializer_list<const char*> allowed,
                     const std::string& path) {
   std::string names;
@@ -170,23 +193,17 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
   throw ConfigError(path + ": expected one of " + names + ", got " + shown(json(value)));
 }
 
-// Values that pass the per-key rules below yet make every attempt of the trainer fail or never
+// Values that pass the per-key rules above yet make every attempt of the trainer fail or never
 // end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
 // reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
-// arithmetic would overflow or need more steps than the quantization keys can number (32 bits,
-// the last value reserved), sequences and batches no machine holds, a GPU-only GEMM path on the
-// CPU. Non-finite numbers never get this far: read_value refuses them.
+// arithmetic (int64 steps) would overflow, a GPU-only GEMM path on the CPU.
 void validate_runnable(const RunConfig& c) {
   constexpr int kMaxThreads = 1024;
   constexpr double kMaxTokens = 9.0e15;  // steps are int64; token counts stay exact doubles
-  constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
-  constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
-  constexpr double kMaxLearningRate = 10;
   require(c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
           c.threads);
   require(c.train.weight_decay >= 0, "train.weight_decay", "must be >= 0",
           c.train.weight_decay);
-  require(c.train.lr <= kMaxLearningRate, "train.lr", "must be at most 10", c.train.lr);
   require(c.train.lr * c.train.weight_decay < 1, "train.weight_decay",
           "must keep train.lr * train.weight_decay below 1 (the decay step; lr " +
               json(c.train.lr).dump() + ")",
@@ -196,17 +213,6 @@ void validate_runnable(const RunConfig& c) {
                                     std::pair{"eval.every_tokens", c.eval.every_tokens},
                                     std::pair{"eval.tokens", c.eval.tokens}})
     require(value <= kMaxTokens, name, "must be at most 9e15", value);
-  const double steps =
-      std::ceil(c.train.max_tokens / static_cast<double>(c.train.global_batch_tokens));
-  require(steps <= static_cast<double>(kMaxSteps), "train.max_tokens",
-          "needs more than " + std::to_string(kMaxSteps) +
-              " optimizer steps of train.global_batch_tokens (the most a run can number)",
-          c.train.max_tokens);
-  require(c.train.global_batch_tokens <= kMaxBatchTokens, "train.global_batch_tokens",
-          "must be at most 2^40", c.train.global_batch_tokens);
-  require(c.train.eps <= 1, "train.eps", "must be at most 1", c.train.eps);
-  if (c.target.val_loss)
-    require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
   // The trainer resolves the GEMM path before the first step, whatever the precisions.
   if (c.quant.gemm_path == "fp8" && c.device != "cuda")
     throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
@@ -236,6 +242,7 @@ void validate(const RunConfig& c) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
   require(t.eps > 0, "train.eps", "must be > 0", t.eps);
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
+  validate_limits(c);
   require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
   require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
           c.eval.tokens);
