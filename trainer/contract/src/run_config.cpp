@@ -118,6 +118,29 @@ void read_value(const json& v, const std::string& path, std::optional<double>& o
   out = d;
 }
 
+// A message as one line: a value quoted in it may hold control characters (a string from YAML),
+// shown as escapes.
+std::string one_line(const std::string& m) {
+  std::string out;
+  for (const char ch : m) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u != 0x7f) {
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 // An unknown key as it appears in an error message: as is when it is plain, else quoted.
 std::string shown_key(const std::string& key) {
   const std::string quoted = shown(json(key));
@@ -190,7 +213,7 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
     if (value == a) return;
     names += names.empty() ? a : std::string(", ") + a;
   }
-  throw ConfigError(path + ": expected one of " + names + ", got " + shown(json(value)));
+  throw ConfigError(path + ": expected one of " + names + ", got \"" + value + "\"");
 }
 
 // Values that pass the per-key rules above yet make every attempt of the trainer fail or never
@@ -339,7 +362,8 @@ nlohmann::json to_json(const RunConfig& c) {
   };
 }
 
-RunConfig run_config_from_json(const json& j) {
+// The reading and the rules; run_config_from_json below makes each refusal one line.
+static RunConfig parse_run_config(const json& j) {
   RunConfig c;
   ObjectReader root(j, "");
   root.get("run_id", c.run_id);
@@ -430,6 +454,14 @@ RunConfig run_config_from_json(const json& j) {
   root.finish();
   validate(c);
   return c;
+}
+
+RunConfig run_config_from_json(const json& j) {
+  try {
+    return parse_run_config(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(one_line(e.what()));
+  }
 }
 
 namespace {
