@@ -106,7 +106,8 @@ void register_data_command(CLI::App& app) {
 
   auto dir = std::make_shared<std::string>();
   CLI::App* verify = data->add_subcommand(
-      "verify", "Check a prepared data directory: shard lengths and SHA-256 checksums");
+      "verify",
+      "Check a prepared data directory: shard lengths, SHA-256 checksums and every token id");
   verify->add_option("dir", *dir, "Prepared data directory")->required();
   verify->callback([dir] {
     data::TokenDataset ds;

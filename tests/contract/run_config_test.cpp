@@ -2,6 +2,7 @@
 // the key.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "catch.h"
 #include "mxablate/contract/run_config.h"
@@ -113,5 +114,114 @@ TEST_CASE("config files: written atomically, read back, errors name the file") {
     CHECK(std::string(e.what()) == path + ": modle: unknown key");
   }
   CHECK_THROWS_AS(read_run_config((dir / "missing.json").string()), ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("every number out of range for its key is refused, naming key and value") {
+  const auto with = [](const char* section, const char* key, json value) {
+    json j = valid();
+    if (*section) {
+      j[section][key] = std::move(value);
+    } else {
+      j[key] = std::move(value);
+    }
+    return error_of(j);
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  // Non-finite values can only come from a config built in-process (YAML's .nan and .inf).
+  CHECK(with("train", "lr", nan) == "train.lr: must be a finite number, got nan");
+  CHECK(with("train", "weight_decay", inf) == "train.weight_decay: must be a finite number, got inf");
+  CHECK(with("train", "max_tokens", -inf) == "train.max_tokens: must be a finite number, got -inf");
+  CHECK(with("train", "global_batch_tokens", inf) ==
+        "train.global_batch_tokens: expected an integer, got inf");
+  // Ranges.
+  CHECK(with("train", "weight_decay", -0.1) == "train.weight_decay: must be >= 0, got -0.1");
+  CHECK(with("train", "weight_decay", 1e6) ==
+        "train.weight_decay: must keep train.lr * train.weight_decay below 1 (the decay step; lr "
+        "0.001), got 1000000.0");
+  CHECK(with("train", "lr", 1e300) == "train.lr: must be at most 10, got 1e+300");
+  CHECK(with("train", "lr", -1) == "train.lr: must be > 0, got -1.0");
+  CHECK(with("train", "eps", 0) == "train.eps: must be > 0, got 0.0");
+  CHECK(with("train", "eps", 2) == "train.eps: must be at most 1, got 2.0");
+  CHECK(with("train", "beta2", 1) == "train.beta2: must be in [0, 1), got 1.0");
+  CHECK(with("train", "max_tokens", 1e300) == "train.max_tokens: must be at most 9e15, got 1e+300");
+  CHECK(with("train", "warmup_tokens", -5) == "train.warmup_tokens: must be >= 0, got -5.0");
+  CHECK(with("eval", "every_tokens", 0) == "eval.every_tokens: must be > 0, got 0.0");
+  CHECK(with("eval", "tokens", 1e300) == "eval.tokens: must be at most 9e15, got 1e+300");
+  CHECK(with("data", "seq_len", 1 << 21) == "data.seq_len: must be at most 1048576, got 2097152");
+  CHECK(with("", "threads", 100000) == "threads: must be in [0, 1024] (0: the library default), got 100000");
+  CHECK(with("", "threads", -1) == "threads: must be >= 0, got -1");
+  CHECK(with("divergence", "grad_norm_factor", 1) ==
+        "divergence.grad_norm_factor: must be > 1, got 1.0");
+  CHECK(with("target", "val_loss", -3) == "target.val_loss: must be > 0 (or null), got -3.0");
+  // Steps are numbered in 32 bits: a budget needing more is refused, not wrapped.
+  json j = valid();
+  j["train"]["global_batch_tokens"] = 128;
+  j["train"]["max_tokens"] = 1e15;
+  CHECK(error_of(j) == "train.max_tokens: needs more than 4294967294 optimizer steps of "
+                       "train.global_batch_tokens (the most a run can number), got 1e+15");
+  // Huge integers: beyond int64, beyond int32, beyond what a double holds exactly.
+  CHECK(with("train", "global_batch_tokens", json::parse("18446744073709551615")) ==
+        "train.global_batch_tokens: out of range (an integer from -9223372036854775808 to "
+        "9223372036854775807), got 18446744073709551615");
+  CHECK(with("quant", "bf16_first_blocks", 4294967296LL) ==
+        "quant.bf16_first_blocks: out of range (an integer from -2147483648 to 2147483647), got "
+        "4294967296");
+  CHECK(with("checkpoint", "every_steps", 1e18) ==
+        "checkpoint.every_steps: out of range (beyond 9e15 write an integer digit by digit, "
+        "without an exponent), got 1e+18");
+  CHECK(with("train", "seed", -1) == "train.seed: must be >= 0, got -1");
+  // Seeds may use the whole unsigned range when written as integers.
+  CHECK(run_config_from_json([] {
+          json v = valid();
+          v["train"]["seed"] = json::parse("18446744073709551615");
+          return v;
+        }()).train.seed == 18446744073709551615ull);
+  // Wrong types.
+  CHECK(with("train", "lr", true) == "train.lr: expected a number, got true");
+  CHECK(with("", "threads", "4") == "threads: expected an integer, got \"4\"");
+  CHECK(with("", "mllog", 1) == "mllog: expected true or false, got 1");
+  CHECK(with("", "model", json::array()) == "model: expected a string, got []");
+}
+
+TEST_CASE("strings must be valid UTF-8 without NULs; messages stay printable") {
+  json j = valid();
+  j["model"] = std::string("sm\xff" "oke");
+  CHECK(error_of(j) == "model: not valid UTF-8, got \"sm\xef\xbf\xbd" "oke\"");
+  j = valid();
+  j["data"]["dataset"] = std::string("a\0b", 3);
+  CHECK(error_of(j) == "data.dataset: contains a NUL character, got \"a\\u0000b\"");
+  j = valid();
+  j["device"] = "gpu\n";
+  CHECK(error_of(j) == "device: expected one of cpu, cuda, got \"gpu\\n\"");
+}
+
+TEST_CASE("config files: numbers JSON cannot hold and invalid UTF-8 are bad configs naming file and key") {
+  const auto dir = std::filesystem::temp_directory_path() / "mxablate_run_config_range_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "config.json").string();
+  const auto error_reading = [&](const std::string& text) {
+    std::ofstream(path, std::ios::trunc | std::ios::binary) << text;
+    try {
+      read_run_config(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_reading(R"({"train": {"lr": 1e400}})") ==
+        path + ": train.lr: number overflow parsing '1e400' (not a finite double)");
+  CHECK(error_reading(R"({"eval": {"tokens": 5}, "train": {"max_tokens": -1e999}})") ==
+        path + ": train.max_tokens: number overflow parsing '-1e999' (not a finite double)");
+  CHECK(error_reading(R"({"threads": 99999999999999999999999})") ==
+        path + ": threads: out of range (beyond 9e15 write an integer digit by digit, without an "
+               "exponent), got 9.999999999999999e+22");
+  CHECK(error_reading(R"({"train": {"weight_decay": -1}})") ==
+        path + ": train.weight_decay: must be >= 0, got -1.0");
+  const std::string bad_utf8 = error_reading("{\"model\": \"sm\xff\xfeoke\"}");
+  CHECK(bad_utf8.rfind(path + ": not valid JSON (", 0) == 0);
+  CHECK(bad_utf8.find('\xff') == std::string::npos);  // the message itself is printable
+  CHECK(bad_utf8.find('\n') == std::string::npos);
   std::filesystem::remove_all(dir);
 }

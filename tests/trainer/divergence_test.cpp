@@ -97,3 +97,77 @@ TEST_CASE("Detector state round-trips exactly through JSON", "[trainer][divergen
   DivergenceDetector fresh(config());
   CHECK(fresh.state()["best_val_loss"].is_null());
 }
+
+namespace {
+// A gradient-norm trace shaped like the 20M GPU sweep's: large norms at initialization that fall
+// quickly, a bump while the learning rate ramps up (steps 15-30), then a slow settle.
+double warmup_trace(int step) {
+  if (step < 10) return 8.0 * std::exp(-0.35 * step) + 0.2;
+  if (step < 15) return 0.25;
+  if (step < 30) return 0.25 + 6.0 * std::sin((step - 15) * 3.14159 / 15.0);
+  return 0.6 + 0.05 * std::sin(step);
+}
+}  // namespace
+
+TEST_CASE("Gradient norms during the learning-rate warm-up are not explosions", "[trainer][divergence]") {
+  DivergenceDetector d(config(), /*warmup_steps=*/40);
+  for (int step = 0; step < 200; ++step) {
+    INFO("step " << step << " norm " << warmup_trace(step));
+    CHECK(d.observe_step(3.0, warmup_trace(step)).empty());
+  }
+  // A real explosion after the warm-up is a warning against the median of recent norms.
+  const auto f = d.observe_step(3.0, 20.0);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].reason == divergence_reason::kGradNormExplosion);
+  CHECK(f[0].reference == Approx(0.6).margin(0.06));
+  CHECK_FALSE(f[0].fatal);
+  // It entered the history clamped, and one outlier does not move a median: the next ordinary
+  // step is not judged against a raised bar, and a second explosion is still one.
+  CHECK(d.observe_step(3.0, 0.6).empty());
+  CHECK(d.observe_step(3.0, 15.0).size() == 1);
+}
+
+TEST_CASE("Without a warm-up, gradient norms are judged once there is enough history", "[trainer][divergence]") {
+  // With no warm-up configured, a norm is judged once kMinGradHistory norms are known.
+  DivergenceDetector d(config());
+  for (int i = 0; i < DivergenceDetector::kMinGradHistory - 1; ++i) CHECK(d.observe_step(3.0, 0.1).empty());
+  CHECK(d.observe_step(3.0, 50.0).empty());  // history too short to judge
+  CHECK(d.observe_step(3.0, 50.0).size() == 1);
+}
+
+TEST_CASE("A malformed detector state is refused by name and changes nothing", "[trainer][divergence]") {
+  DivergenceDetector a(config(3));
+  for (int i = 0; i < 30; ++i) a.observe_step(4.0, 1.0 + 0.01 * i);
+  const nlohmann::json good = a.state();
+  const auto refused = [&](nlohmann::json s) {
+    DivergenceDetector b(config(3));
+    b.restore(good);
+    try {
+      b.restore(s);
+    } catch (const std::invalid_argument& e) {
+      CHECK(b.state() == good);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json s = good;
+  s["grad_norms"][3] = -1.0;
+  CHECK(refused(s) == "divergence.grad_norms: expected finite numbers >= 0");
+  s = good;
+  s["loss_mean"]["weight"] = 7.0;
+  CHECK(refused(s) == "divergence.loss_mean.weight: expected a number in [0, 1]");
+  s = good;
+  s.erase("steps");
+  CHECK(refused(s) == "divergence.steps: missing");
+  s = good;
+  s["loss_spikes"] = -2;
+  CHECK(refused(s) == "divergence.loss_spikes: expected an integer >= 0");
+  s = good;
+  s["best_val_loss"] = "low";
+  CHECK(refused(s) == "divergence.best_val_loss: expected a finite number or null");
+  s = good;
+  s["grad_norms"] = nlohmann::json::array();
+  for (int i = 0; i < 65; ++i) s["grad_norms"].push_back(1.0);
+  CHECK(refused(s) == "divergence.grad_norms: expected a list of at most 64 numbers");
+  CHECK(refused(nlohmann::json::array()) == "divergence: expected an object");
+}

@@ -77,7 +77,9 @@ int64_t EventWriter::append(const std::string& kind, json fields, bool durable) 
   ev["kind"] = kind;
   ev["time"] = unix_seconds();
   for (auto& item : fields.items()) ev[item.key()] = std::move(item.value());
-  const std::string line = ev.dump() + "\n";
+  // A path or reason with bytes that are not UTF-8 is written with U+FFFD in their place: an
+  // event is never lost to its text.
+  const std::string line = ev.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size())
     throw std::runtime_error(path_ + ": cannot append an event: " + errno_text());
   ++last_seq_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -17,18 +18,46 @@ std::string join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
-void read_value(const json& v, const std::string& path, double& out) {
-  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + v.dump());
-  out = v.get<double>();
+// A value as it appears in an error message: JSON text, with invalid UTF-8 replaced (a config
+// built in-process from YAML may carry any bytes) and non-finite numbers spelled out (JSON would
+// print them as null).
+std::string shown(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
+  }
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
+
+void read_value(const json& v, const std::string& path, double& out) {
+  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + shown(v));
+  out = v.get<double>();
+  if (!std::isfinite(out)) throw ConfigError(path + ": must be a finite number, got " + shown(v));
+}
+
+// Integers beyond 2^53 cannot come from YAML's floats exactly; nothing in a run config needs
+// them except seeds, which may use the whole unsigned range when written as integers.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
 void read_value(const json& v, const std::string& path, int64_t& out) {
   // YAML writes 100e6 as a float; accept any number with an integral value.
-  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + v.dump());
-  const double d = v.get<double>();
-  if (std::floor(d) != d || std::fabs(d) > 9.0e15)
-    throw ConfigError(path + ": expected an integer, got " + v.dump());
-  out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + shown(v));
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d)
+      throw ConfigError(path + ": expected an integer, got " + shown(v));
+    if (std::fabs(d) > kMaxExactInteger)
+      throw ConfigError(path + ": out of range (beyond 9e15 write an integer digit by digit, "
+                        "without an exponent), got " + shown(v));
+    out = static_cast<int64_t>(d);
+  } else if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw ConfigError(path + ": out of range (an integer from -9223372036854775808 to "
+                        "9223372036854775807), got " + shown(v));
+    out = static_cast<int64_t>(v.get<uint64_t>());
+  } else {
+    out = v.get<int64_t>();
+  }
 }
 
 void read_value(const json& v, const std::string& path, int& out) {
@@ -41,24 +70,36 @@ void read_value(const json& v, const std::string& path, int& out) {
 }
 
 void read_value(const json& v, const std::string& path, uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+    return;
+  }
   int64_t wide = 0;
   read_value(v, path, wide);
-  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + v.dump());
+  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + shown(v));
   out = static_cast<uint64_t>(wide);
 }
 
 void read_value(const json& v, const std::string& path, bool& out) {
-  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + v.dump());
+  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + shown(v));
   out = v.get<bool>();
 }
 
+// Strings end up in file names, event logs and SQLite: they must be valid UTF-8 without NULs.
 void read_value(const json& v, const std::string& path, std::string& out) {
-  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + v.dump());
+  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + shown(v));
+  try {
+    (void)v.dump();  // throws on invalid UTF-8
+  } catch (const json::type_error&) {
+    throw ConfigError(path + ": not valid UTF-8, got " + shown(v));
+  }
   out = v.get<std::string>();
+  if (out.find('\0') != std::string::npos)
+    throw ConfigError(path + ": contains a NUL character, got " + shown(v));
 }
 
 void read_value(const json& v, const std::string& path, std::vector<std::string>& out) {
-  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + v.dump());
+  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + shown(v));
   out.clear();
   for (size_t i = 0; i < v.size(); ++i) {
     std::string s;
@@ -77,13 +118,42 @@ void read_value(const json& v, const std::string& path, std::optional<double>& o
   out = d;
 }
 
+// A message as one line: a value quoted in it may hold control characters (a string from YAML),
+// shown as escapes.
+std::string one_line(const std::string& m) {
+  std::string out;
+  for (const char ch : m) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u != 0x7f) {
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// An unknown key as it appears in an error message: as is when it is plain, else quoted.
+std::string shown_key(const std::string& key) {
+  const std::string quoted = shown(json(key));
+  return quoted.size() == key.size() + 2 && quoted.substr(1, key.size()) == key ? key : quoted;
+}
+
 // Reads the known keys of one JSON object and rejects the rest.
 class ObjectReader {
  public:
   ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
     if (!j_.is_object())
       throw ConfigError((path_.empty() ? "config" : path_) + ": expected an object, got " +
-                        j_.dump());
+                        shown(j_));
   }
   template <typename T>
   void get(const std::string& key, T& out) {
@@ -99,7 +169,8 @@ class ObjectReader {
   std::string path(const std::string& key) const { return join(path_, key); }
   void finish() const {
     for (const auto& item : j_.items())
-      if (!seen_.count(item.key())) throw ConfigError(join(path_, item.key()) + ": unknown key");
+      if (!seen_.count(item.key()))
+        throw ConfigError(join(path_, shown_key(item.key())) + ": unknown key");
   }
 
  private:
@@ -109,7 +180,30 @@ class ObjectReader {
 };
 
 void require(bool ok, const std::string& path, const std::string& what, const json& got) {
-  if (!ok) throw ConfigError(path + ": " + what + ", got " + got.dump());
+  if (!ok) throw ConfigError(path + ": " + what + ", got " + shown(got));
+}
+
+// Limits beyond the planner's runnable rules (validate_runnable): quantization keys number steps
+// in 32 bits (the last value reserved); sequences and batches no machine holds; learning rates
+// and epsilons that are typing mistakes. Non-finite numbers never get this far: read_value
+// refuses them.
+void validate_limits(const RunConfig& c) {
+  constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
+  const TrainConfig& t = c.train;
+  require(t.global_batch_tokens <= (int64_t{1} << 40), "train.global_batch_tokens",
+          "must be at most 2^40", t.global_batch_tokens);
+  // Budgets beyond 9e15 tokens are validate_runnable's to refuse.
+  if (t.global_batch_tokens > 0 && t.max_tokens <= 9.0e15)
+    require(std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens)) <=
+                static_cast<double>(kMaxSteps),
+            "train.max_tokens",
+            "needs more than " + std::to_string(kMaxSteps) +
+                " optimizer steps of train.global_batch_tokens (the most a run can number)",
+            t.max_tokens);
+  require(t.lr <= 10, "train.lr", "must be at most 10", t.lr);
+  require(t.eps <= 1, "train.eps", "must be at most 1", t.eps);
+  if (c.target.val_loss)
+    require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
 }
 
 void require_one_of(const std::string& value, std::initializer_list<const char*> allowed,
@@ -150,6 +244,8 @@ void validate_runnable(const RunConfig& c) {
 
 void validate(const RunConfig& c) {
   require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
+  require(c.data.seq_len <= (int64_t{1} << 20), "data.seq_len", "must be at most 1048576",
+          c.data.seq_len);
   const TrainConfig& t = c.train;
   require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
           "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
@@ -169,6 +265,7 @@ void validate(const RunConfig& c) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
   require(t.eps > 0, "train.eps", "must be > 0", t.eps);
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
+  validate_limits(c);
   require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
   require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
           c.eval.tokens);
@@ -265,7 +362,8 @@ nlohmann::json to_json(const RunConfig& c) {
   };
 }
 
-RunConfig run_config_from_json(const json& j) {
+// The reading and the rules; run_config_from_json below makes each refusal one line.
+static RunConfig parse_run_config(const json& j) {
   RunConfig c;
   ObjectReader root(j, "");
   root.get("run_id", c.run_id);
@@ -358,14 +456,61 @@ RunConfig run_config_from_json(const json& j) {
   return c;
 }
 
+RunConfig run_config_from_json(const json& j) {
+  try {
+    return parse_run_config(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(one_line(e.what()));
+  }
+}
+
+namespace {
+
+// nlohmann's parse messages quote the input they stopped at, which may be any bytes: keep the
+// message one printable ASCII line, and drop the "[json.exception.…] " prefix.
+std::string parse_message(const json::exception& e) {
+  std::string m = e.what();
+  if (const size_t p = m.find("] "); m.rfind("[json.exception.", 0) == 0 && p != std::string::npos)
+    m.erase(0, p + 2);
+  for (char& ch : m)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
+  return m;
+}
+
+}  // namespace
+
 RunConfig read_run_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the run config");
+  // The key path being parsed, so that a number JSON cannot hold as a double (1e400) is
+  // reported at its key like every other bad value.
+  std::vector<std::string> keys;
+  const json::parser_callback_t track = [&keys](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: keys.emplace_back(); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && parsed.is_string()) keys.back() = parsed.get<std::string>();
+        break;
+      case json::parse_event_t::value: break;
+    }
+    return true;
+  };
   json j;
   try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(path + ": not valid JSON (" + e.what() + ")");
+    j = json::parse(in, track);
+  } catch (const json::out_of_range& e) {
+    std::string where;
+    for (const auto& k : keys)
+      if (!k.empty()) where += (where.empty() ? "" : ".") + shown_key(k);
+    throw ConfigError(path + ": " + (where.empty() ? std::string("config") : where) + ": " +
+                      parse_message(e) + " (not a finite double)");
+  } catch (const json::exception& e) {
+    throw ConfigError(path + ": not valid JSON (" + parse_message(e) + ")");
   }
   try {
     return run_config_from_json(j);

@@ -75,6 +75,15 @@ int64_t RunEvents::checkpoint(Progress p, const std::string& path) {
   return writer_.append(kind::kCheckpoint, std::move(f), true);
 }
 
+int64_t RunEvents::checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,
+                                       const std::string& moved_to) {
+  json f = base(p);
+  f["path"] = path;
+  f["reason"] = reason;
+  f["moved_to"] = moved_to;
+  return writer_.append(kind::kCheckpointRejected, std::move(f), true);
+}
+
 int64_t RunEvents::target_reached(Progress p, double val_loss, double target) {
   json f = base(p);
   f["val_loss"] = number(val_loss);

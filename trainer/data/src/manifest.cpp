@@ -141,21 +141,69 @@ void write_manifest(const std::string& data_dir, const Manifest& m) {
   fs::rename(tmp, path);
 }
 
+namespace {
+
+// Tokens range-checked at the start and the end of each shard when a dataset is opened: a shard
+// written with another tokenizer or overwritten shows there cheaply; the rest is checked as it is
+// read (TokenShard::read) and all of it by verify_dataset.
+constexpr int64_t kSampledTokens = 1 << 16;
+
+void check_manifest_numbers(const Manifest& m, const std::string& where) {
+  const int64_t vocab = m.tokenizer.vocab_size;
+  if (vocab <= 0 || vocab > 0x7fffffff)
+    throw DataError(where + ": tokenizer.vocab_size " + std::to_string(vocab) + " is out of range");
+  const int width = vocab <= 65536 ? 2 : 4;
+  if (m.bytes_per_token != width)
+    throw DataError(where + ": bytes_per_token " + std::to_string(m.bytes_per_token) +
+                    " does not fit a vocabulary of " + std::to_string(vocab) + " (expected " +
+                    std::to_string(width) + ")");
+  for (const SplitInfo* split : {&m.train, &m.validation}) {
+    int64_t sum = 0;
+    for (const auto& sh : split->shards) {
+      if (sh.tokens < 0 || sh.tokens > (int64_t{1} << 50))
+        throw DataError(where + ": shard " + sh.file + ": token count " + std::to_string(sh.tokens) +
+                        " is out of range");
+      sum += sh.tokens;
+    }
+    if (sum != split->tokens)
+      throw DataError(where + ": the shards' token counts add up to " + std::to_string(sum) +
+                      ", not the split's " + std::to_string(split->tokens));
+  }
+}
+
+}  // namespace
+
 TokenDataset open_dataset(const std::string& data_dir) {
   TokenDataset ds;
   ds.dir = data_dir;
   ds.manifest = read_manifest(data_dir);
+  const std::string manifest_path = (fs::path(data_dir) / kManifestFile).string();
+  check_manifest_numbers(ds.manifest, manifest_path);
   const auto open_split = [&](const SplitInfo& split, const char* name) {
     std::vector<std::string> paths;
     for (const auto& sh : split.shards) paths.push_back((fs::path(data_dir) / sh.file).string());
     TokenStream stream(paths);
     if (stream.size() != split.tokens)
-      throw std::runtime_error(data_dir + ": the " + std::string(name) + " shards hold " +
-                               std::to_string(stream.size()) + " tokens but the manifest says " +
-                               std::to_string(split.tokens));
-    if (stream.vocab_size() != 0 && stream.vocab_size() != ds.manifest.tokenizer.vocab_size)
-      throw std::runtime_error(data_dir + ": the " + std::string(name) +
-                               " shards' vocabulary size differs from the manifest's");
+      throw DataError(data_dir + ": the " + std::string(name) + " shards hold " +
+                      std::to_string(stream.size()) + " tokens but the manifest says " +
+                      std::to_string(split.tokens));
+    for (size_t i = 0; i < split.shards.size(); ++i) {
+      const TokenShard& shard = *stream.shards()[i];
+      if (shard.size() != split.shards[i].tokens)
+        throw DataError(shard.path() + ": holds " + std::to_string(shard.size()) +
+                        " tokens but the manifest says " + std::to_string(split.shards[i].tokens));
+      if (shard.bytes_per_token() != ds.manifest.bytes_per_token)
+        throw DataError(shard.path() + ": " + std::to_string(shard.bytes_per_token()) +
+                        " bytes per token but the manifest says " +
+                        std::to_string(ds.manifest.bytes_per_token));
+      if (shard.vocab_size() != ds.manifest.tokenizer.vocab_size)
+        throw DataError(shard.path() + ": vocabulary size " + std::to_string(shard.vocab_size()) +
+                        " differs from the manifest's " +
+                        std::to_string(ds.manifest.tokenizer.vocab_size));
+      for (const int64_t start : {int64_t{0}, shard.size() - kSampledTokens})
+        if (const auto bad = shard.find_out_of_vocabulary(start, kSampledTokens))
+          throw DataError(shard.describe_token(*bad));
+    }
     return stream;
   };
   ds.train = open_split(ds.manifest.train, "train");
@@ -165,14 +213,33 @@ TokenDataset open_dataset(const std::string& data_dir) {
 
 std::string verify_dataset(const std::string& data_dir) {
   const Manifest m = read_manifest(data_dir);
+  try {
+    check_manifest_numbers(m, (fs::path(data_dir) / kManifestFile).string());
+  } catch (const DataError& e) {
+    return e.what();
+  }
   for (const SplitInfo* split : {&m.train, &m.validation})
     for (const auto& sh : split->shards) {
       const std::string path = (fs::path(data_dir) / sh.file).string();
-      if (sha256_file(path) != sh.sha256) return path + ": checksum does not match the manifest";
+      try {
+        if (sha256_file(path) != sh.sha256) return path + ": checksum does not match the manifest";
+        const TokenShard shard(path);
+        if (shard.vocab_size() != m.tokenizer.vocab_size)
+          return path + ": vocabulary size " + std::to_string(shard.vocab_size()) +
+                 " differs from the manifest's " + std::to_string(m.tokenizer.vocab_size);
+        if (const auto bad = shard.find_out_of_vocabulary(0, shard.size()))
+          return shard.describe_token(*bad);
+      } catch (const std::runtime_error& e) {
+        return e.what();
+      }
     }
   if (m.tokenizer.file.empty()) return "";  // imported ids with no tokenizer file
   const std::string tok = (fs::path(data_dir) / m.tokenizer.file).string();
-  if (sha256_file(tok) != m.tokenizer.sha256) return tok + ": checksum does not match the manifest";
+  try {
+    if (sha256_file(tok) != m.tokenizer.sha256) return tok + ": checksum does not match the manifest";
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
   return "";
 }
 

@@ -90,7 +90,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_size < kShardHeaderBytes) {
     ::close(fd);
-    throw std::runtime_error(path + ": not a token shard (too short)");
+    throw DataError(path + ": not a token shard (too short)");
   }
   map_bytes_ = static_cast<size_t>(st.st_size);
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
@@ -103,14 +103,22 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   const auto fail = [&](const std::string& why) {
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
-    throw std::runtime_error(path + ": " + why);
+    throw DataError(path + ": " + why);
   };
   if (std::memcmp(bytes, kMagic, 8) != 0) fail("not a token shard (bad magic)");
   bytes_per_token_ = static_cast<int>(get_u32(bytes + 8));
   if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
     fail("unsupported token width " + std::to_string(bytes_per_token_));
-  count_ = static_cast<int64_t>(get_u64(bytes + 16));
-  vocab_size_ = static_cast<int64_t>(get_u64(bytes + 24));
+  const uint64_t count = get_u64(bytes + 16);
+  const uint64_t vocab = get_u64(bytes + 24);
+  // Token ids are int32 in the trainer; a count beyond the file's size is caught below.
+  if (vocab == 0 || vocab > 0x7fffffffu)
+    fail("vocabulary size " + std::to_string(vocab) + " in the header is out of range");
+  if (count > (map_bytes_ - kShardHeaderBytes) / static_cast<uint64_t>(bytes_per_token_) + 1)
+    fail("size " + std::to_string(map_bytes_) + " does not match its header (" + std::to_string(count) +
+         " tokens): the shard is truncated or was not closed");
+  count_ = static_cast<int64_t>(count);
+  vocab_size_ = static_cast<int64_t>(vocab);
   const uint64_t expected = kShardHeaderBytes + static_cast<uint64_t>(count_) * bytes_per_token_;
   if (expected != map_bytes_)
     fail("size " + std::to_string(map_bytes_) + " does not match its header (" +
@@ -123,16 +131,41 @@ TokenShard::~TokenShard() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
-int32_t TokenShard::at(int64_t i) const {
+uint32_t TokenShard::raw(int64_t i) const {
   const uint8_t* p = tokens_ + i * bytes_per_token_;
-  return bytes_per_token_ == 2 ? static_cast<int32_t>(p[0] | (p[1] << 8))
-                               : static_cast<int32_t>(get_u32(p));
+  return bytes_per_token_ == 2 ? static_cast<uint32_t>(p[0] | (p[1] << 8)) : get_u32(p);
+}
+
+std::string TokenShard::describe_token(int64_t i) const {
+  return path_ + ": token " + std::to_string(i) + " is " + std::to_string(raw(i)) +
+         ", outside the vocabulary of " + std::to_string(vocab_size_) +
+         " (the shard is damaged or was not made with this tokenizer)";
 }
 
 void TokenShard::read(int64_t start, std::span<int32_t> out) const {
   if (start < 0 || start + static_cast<int64_t>(out.size()) > count_)
     throw std::out_of_range(path_ + ": read past the end of the shard");
-  for (size_t i = 0; i < out.size(); ++i) out[i] = at(start + static_cast<int64_t>(i));
+  const auto vocab = static_cast<uint64_t>(vocab_size_);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint32_t t = raw(start + static_cast<int64_t>(i));
+    if (t >= vocab) throw DataError(describe_token(start + static_cast<int64_t>(i)));
+    out[i] = static_cast<int32_t>(t);
+  }
+}
+
+int32_t TokenShard::at(int64_t i) const {
+  int32_t t = 0;
+  read(i, std::span<int32_t>(&t, 1));
+  return t;
+}
+
+std::optional<int64_t> TokenShard::find_out_of_vocabulary(int64_t start, int64_t count) const {
+  start = std::clamp<int64_t>(start, 0, count_);
+  const int64_t end = std::clamp<int64_t>(start + count, start, count_);
+  const auto vocab = static_cast<uint64_t>(vocab_size_);
+  for (int64_t i = start; i < end; ++i)
+    if (raw(i) >= vocab) return i;
+  return std::nullopt;
 }
 
 TokenStream::TokenStream(const std::vector<std::string>& shard_paths) {
@@ -140,7 +173,7 @@ TokenStream::TokenStream(const std::vector<std::string>& shard_paths) {
   for (const auto& path : shard_paths) {
     auto shard = std::make_unique<TokenShard>(path);
     if (vocab_size_ != 0 && shard->vocab_size() != vocab_size_)
-      throw std::runtime_error(path + ": vocabulary size " + std::to_string(shard->vocab_size()) +
+      throw DataError(path + ": vocabulary size " + std::to_string(shard->vocab_size()) +
                                " differs from the other shards' " + std::to_string(vocab_size_));
     vocab_size_ = shard->vocab_size();
     starts_.push_back(total);

@@ -10,18 +10,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
-#include "mxablate/contract/run_config.h"
+#include "error_line.h"
+#include "mxablate/data/sha256.h"
 
 namespace mxablate::trainer {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kCheckpointVersion = 1;
 constexpr const char* kPrefix = "step-";
+constexpr std::uintmax_t kMaxStateBytes = 16u << 20;  // state.json is a few KiB
 
 fs::path checkpoints_dir(const std::string& run_dir) { return fs::path(run_dir) / "checkpoints"; }
 
@@ -34,31 +38,136 @@ void fsync_path(const fs::path& p, bool directory) {
   if (rc != 0) throw std::runtime_error(p.string() + ": fsync failed");
 }
 
+// The step a directory name "step-XXXXXXXX" says, if it is one.
+std::optional<int64_t> step_of_name(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::string(kPrefix).size());
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
 // Step directories by step number, ascending; only complete ones (final name, state.json).
 std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   const fs::path dir = checkpoints_dir(run_dir);
-  if (!fs::is_directory(dir)) return found;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.rfind(kPrefix, 0) != 0) continue;
-    const std::string digits = name.substr(std::string(kPrefix).size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    if (!fs::exists(entry.path() / "state.json")) continue;
-    found.emplace_back(std::stoll(digits), entry.path());
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto step = step_of_name(entry.path().filename().string());
+    if (!step || !entry.is_directory(ec)) continue;
+    if (!fs::exists(entry.path() / kCheckpointStateFile, ec)) continue;
+    found.emplace_back(*step, entry.path());
   }
   std::sort(found.begin(), found.end());
   return found;
 }
 
-}  // namespace
-
-nlohmann::json trajectory_config(const nlohmann::json& c) {
-  nlohmann::json t = nlohmann::json::object();
-  for (const char* key : {"model", "data", "train", "precision", "quant"})
-    if (c.contains(key)) t[key] = c.at(key);
-  return t;
+CheckpointFile describe_file(const fs::path& dir, const std::string& name) {
+  return {name, static_cast<int64_t>(fs::file_size(dir / name)), data::sha256_file((dir / name).string())};
 }
+
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes() << " " << t.dtype();
+  return os.str();
+}
+
+// Every parameter and buffer of `module` (recursively, as Module::save writes them) must be in
+// the archive with the same shape and dtype: Module::load would otherwise replace a tensor with
+// one of another shape, and the run would fail steps later inside a matmul.
+void verify_module(const torch::nn::Module& module, torch::serialize::InputArchive& archive,
+                   const std::string& prefix) {
+  const auto check = [&](const std::string& key, const at::Tensor& expected) {
+    at::Tensor saved;
+    if (!archive.try_read(key, saved))
+      throw CheckpointRejected("model.pt: " + prefix + key + " is missing");
+    if (saved.sizes() != expected.sizes() || saved.dtype() != expected.dtype())
+      throw CheckpointRejected("model.pt: " + prefix + key + " is " + shape_text(saved) +
+                               ", the model's is " + shape_text(expected));
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value());
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive))
+      throw CheckpointRejected("model.pt: " + prefix + child.key() + " is missing");
+    verify_module(*child.value(), child_archive, prefix + child.key() + ".");
+  }
+}
+
+// The optimizer's state is keyed by the parameter's TensorImpl: a string in LibTorch 1.13, the
+// pointer itself in later versions.
+template <typename Key>
+Key state_key(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << impl;
+    return os.str();
+  } else {
+    return impl;
+  }
+}
+
+// The AdamW moments loaded into `loaded` must exist for every parameter, match its shape and
+// dtype, and have taken as many steps as the checkpoint says the run has.
+void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
+  using Key = std::remove_cv_t<std::remove_reference_t<decltype(loaded.state().begin()->first)>>;
+  size_t index = 0;
+  for (auto& group : loaded.param_groups()) {
+    for (auto& p : group.params()) {
+      const std::string which = "optimizer.pt: the moments of parameter " + std::to_string(index++);
+      const auto it = loaded.state().find(state_key<Key>(p.unsafeGetTensorImpl()));
+      if (it == loaded.state().end()) {
+        if (step == 0) continue;
+        throw CheckpointRejected(which + " (" + shape_text(p) + ") are missing");
+      }
+      const auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+      if (!st) throw CheckpointRejected(which + " are not AdamW's");
+      for (const at::Tensor* m : {&st->exp_avg(), &st->exp_avg_sq()})
+        if (!m->defined() || m->sizes() != p.sizes() || m->dtype() != p.dtype())
+          throw CheckpointRejected(which + " are " + (m->defined() ? shape_text(*m) : "undefined") +
+                                   ", the parameter is " + shape_text(p));
+      if (static_cast<int64_t>(st->step()) != step)
+        throw CheckpointRejected(which + " have taken " + std::to_string(st->step()) +
+                                 " steps, the checkpoint says " + std::to_string(step));
+    }
+  }
+}
+
+std::string read_state_text(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw CheckpointRejected(std::string(kCheckpointStateFile) + ": missing");
+  if (fs::file_size(file, ec) > kMaxStateBytes)
+    throw CheckpointRejected(std::string(kCheckpointStateFile) + ": larger than a checkpoint state can be");
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw CheckpointRejected(std::string(kCheckpointStateFile) + ": cannot be read");
+  return text.str();
+}
+
+void verify_file(const fs::path& dir, const CheckpointFile& f) {
+  const fs::path p = dir / f.name;
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) throw CheckpointRejected(f.name + ": missing");
+  const auto bytes = static_cast<int64_t>(fs::file_size(p, ec));
+  if (ec || bytes != f.bytes)
+    throw CheckpointRejected(f.name + ": " + std::to_string(bytes) + " bytes, state.json records " +
+                             std::to_string(f.bytes) + " (truncated or replaced)");
+  std::string digest;
+  try {
+    digest = data::sha256_file(p.string());
+  } catch (const std::exception& e) {
+    throw CheckpointRejected(f.name + ": " + error_line(e));
+  }
+  if (digest != f.sha256)
+    throw CheckpointRejected(f.name + ": checksum does not match state.json (the file is damaged)");
+}
+
+}  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model,
                             torch::optim::Optimizer& optimizer, const TrainerState& state,
@@ -87,22 +196,19 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
     archive.write("cpu_generator", at::detail::getDefaultCPUGenerator().get_state());
     archive.save_to((tmp / "rng.pt").string());
   }
-  const nlohmann::json state_json = {
-      {"version", kCheckpointVersion},
-      {"step", state.step},
-      {"tokens", state.tokens},
-      {"samples", state.samples},
-      {"target_reached", state.target_reached},
-      {"divergence", state.divergence},
-      {"events_seq", state.events_seq},
-      {"trajectory_config", trajectory_config(run_config)},
-  };
+  // Checksums of the files as they are on disk, so that what is verified at load is what was
+  // written.
+  std::vector<CheckpointFile> files;
+  for (const std::string& f : checkpoint_tensor_files()) files.push_back(describe_file(tmp, f));
+  const std::string run_id = run_config.is_object() ? run_config.value("run_id", std::string()) : "";
   {
-    std::ofstream out(tmp / "state.json", std::ios::trunc);
-    out << state_json.dump(2) << "\n";
-    if (!out) throw std::runtime_error((tmp / "state.json").string() + ": write failed");
+    std::ofstream out(tmp / kCheckpointStateFile, std::ios::trunc | std::ios::binary);
+    out << checkpoint_state_text(state, files, run_id, trajectory_config(run_config));
+    out.flush();
+    if (!out) throw std::runtime_error((tmp / kCheckpointStateFile).string() + ": write failed");
   }
-  for (const char* f : {"model.pt", "optimizer.pt", "rng.pt", "state.json"}) fsync_path(tmp / f, false);
+  for (const std::string& f : checkpoint_tensor_files()) fsync_path(tmp / f, false);
+  fsync_path(tmp / kCheckpointStateFile, false);
   fsync_path(tmp, true);
   fs::remove_all(final_dir);  // a checkpoint of the same step from a lost timeline
   fs::rename(tmp, final_dir);
@@ -110,65 +216,65 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
   return final_dir.string();
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
+  std::vector<std::string> paths;
   const auto found = complete_checkpoints(run_dir);
-  if (found.empty()) return std::nullopt;
-  return found.back().second.string();
+  for (auto it = found.rbegin(); it != found.rend(); ++it) paths.push_back(it->second.string());
+  return paths;
 }
 
 TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer, const nlohmann::json& run_config) {
+                             torch::optim::AdamW& optimizer, const CheckpointExpectation& expect) {
   const fs::path dir(path);
-  nlohmann::json j;
-  {
-    std::ifstream in(dir / "state.json");
-    if (!in) throw std::runtime_error((dir / "state.json").string() + ": cannot open");
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error((dir / "state.json").string() + ": not valid JSON: " + e.what());
-    }
-  }
-  if (j.value("version", 0) != kCheckpointVersion)
-    throw std::runtime_error(path + ": checkpoint version " + j.value("version", nlohmann::json(0)).dump() +
-                             " is not supported");
-  const nlohmann::json saved = j.at("trajectory_config");
-  const nlohmann::json now = trajectory_config(run_config);
-  if (saved != now) {
-    const nlohmann::json diff = nlohmann::json::diff(saved, now);
-    const std::string where = diff.empty() ? "?" : diff[0].value("path", std::string("?"));
-    throw contract::ConfigError(path + ": written under a different run config (first difference at " +
-                                where + "); resume needs the same model, data, train, precision and quant");
-  }
-  // Tensors are read straight onto the model's device (a checkpoint written on one device
-  // resumes on the same one; the orchestrator does not move runs between devices).
+  CheckpointExpectation e = expect;
+  e.step_in_name = step_of_name(dir.filename().string());
+  const CheckpointState cs = parse_checkpoint_state(read_state_text(dir / kCheckpointStateFile), e);
+  for (const CheckpointFile& f : cs.files) verify_file(dir, f);
+
+  // The files are the ones written at save time; now what they hold must fit this model and
+  // optimizer. Everything is read and checked before anything is changed.
   const at::Device device = model.parameters().front().device();
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string(), device);
-    model.load(archive);
+  torch::serialize::InputArchive model_archive;
+  torch::optim::AdamW loaded(optimizer.param_groups(),
+                             static_cast<const torch::optim::AdamWOptions&>(optimizer.defaults()));
+  at::Tensor generator_state;
+  const char* reading = "model.pt";
+  try {
+    model_archive.load_from((dir / "model.pt").string(), device);
+    verify_module(model, model_archive, "");
+    reading = "optimizer.pt";
+    torch::serialize::InputArchive optimizer_archive;
+    optimizer_archive.load_from((dir / "optimizer.pt").string(), device);
+    loaded.load(optimizer_archive);
+    verify_adamw_state(loaded, cs.state.step);
+    reading = "rng.pt";
+    torch::serialize::InputArchive rng_archive;
+    rng_archive.load_from((dir / "rng.pt").string());
+    const at::Tensor current = at::detail::getDefaultCPUGenerator().get_state();
+    if (!rng_archive.try_read("cpu_generator", generator_state))
+      throw CheckpointRejected("rng.pt: cpu_generator is missing");
+    if (generator_state.dtype() != current.dtype() || generator_state.sizes() != current.sizes())
+      throw CheckpointRejected("rng.pt: cpu_generator is " + shape_text(generator_state) +
+                               ", expected " + shape_text(current));
+  } catch (const CheckpointRejected&) {
+    throw;
+  } catch (const std::exception& err) {
+    throw CheckpointRejected(std::string(reading) + ": " + error_line(err));
   }
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "optimizer.pt").string(), device);
-    optimizer.load(archive);
-  }
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "rng.pt").string());
-    at::Tensor state;
-    archive.read("cpu_generator", state);
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the default
-    generator.set_state(state);
-  }
-  TrainerState s;
-  s.step = j.at("step").get<int64_t>();
-  s.tokens = j.at("tokens").get<int64_t>();
-  s.samples = j.at("samples").get<int64_t>();
-  s.target_reached = j.at("target_reached").get<bool>();
-  s.divergence = j.at("divergence");
-  s.events_seq = j.at("events_seq").get<int64_t>();
-  return s;
+
+  model.load(model_archive);
+  optimizer.state().swap(loaded.state());
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the default
+  generator.set_state(generator_state);
+  return cs.state;
+}
+
+std::string set_aside_checkpoint(const std::string& path) {
+  const fs::path target = path + ".rejected";
+  std::error_code ec;
+  fs::remove_all(target, ec);
+  fs::rename(path, target, ec);
+  return ec ? std::string() : target.string();
 }
 
 void prune_checkpoints(const std::string& run_dir, int keep) {

@@ -35,11 +35,16 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--config", options.config_path, "Run config (default: RUN_DIR/config.json)");
   app.add_flag("--resume", options.resume,
-               "Continue from the newest checkpoint in RUN_DIR (or restart a run that crashed before one)");
+               "Continue from the newest intact checkpoint in RUN_DIR (or restart a run that crashed "
+               "before one)");
+  app.add_flag("--verify-data", options.verify_data,
+               "Before training, check every shard's SHA-256 and every token id against the data's "
+               "manifest (always done for data under 64 MiB)");
   // Fault injection for tests; not shown in --help.
   app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
   app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
   app.add_option("--debug-crash-at-step", options.crash_at_step)->group("");
+  app.add_option("--debug-always-verify-data-bytes", options.always_verify_data_bytes)->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

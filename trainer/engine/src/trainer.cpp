@@ -29,6 +29,7 @@
 #include "mxablate/trainer/run_events.h"
 #include "mxablate/trainer/stop_signals.h"
 #include "mxablate/trainer/training_plan.h"
+#include "error_line.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -75,7 +76,17 @@ struct RunSetup {
   std::vector<TokenBatch> validation;
 };
 
-RunSetup build_setup(const RunConfig& config) {
+// Data up to TrainOptions::always_verify_data_bytes (64 MiB) is verified completely (checksums,
+// every token id) at every start: it costs well under a second. Larger data gets the cheap checks
+// of open_dataset, and all of them with --verify-data.
+void verify_data(const data::TokenDataset& dataset, const TrainOptions& options) {
+  const int64_t bytes = (dataset.train.size() + dataset.validation.size()) * dataset.manifest.bytes_per_token;
+  if (!options.verify_data && bytes > options.always_verify_data_bytes) return;
+  const std::string problem = data::verify_dataset(dataset.dir);
+  if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
+}
+
+RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
   RunSetup s;
   s.config = config;
   if (config.threads > 0) {
@@ -99,6 +110,7 @@ RunSetup build_setup(const RunConfig& config) {
   } catch (const std::exception& e) {
     throw ConfigError(std::string("data.dataset: ") + e.what());
   }
+  verify_data(*s.dataset, options);
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
   s.layers = linear_layers(s.shape, vocab);
 
@@ -144,7 +156,7 @@ RunSetup build_setup(const RunConfig& config) {
 class TrainingRun {
  public:
   TrainingRun(RunSetup& setup, const TrainOptions& options)
-      : s_(setup), options_(options), detector_(setup.config.divergence),
+      : s_(setup), options_(options), detector_(setup.config.divergence, setup.plan.warmup_steps),
         mllog_(setup.config.mllog, std::cout),
         events_path_((fs::path(options.run_dir) / "events.jsonl").string()) {}
 
@@ -176,10 +188,10 @@ class TrainingRun {
   }
 
   // After an exception: record the failure if the log is open.
-  void record_failure(const std::string& why) {
+  void record_failure(const std::string& why, int code) {
     if (!events_) return;
     try {
-      finish(contract::run_status::kFailed, exit_code::kInternal, why);
+      finish(contract::run_status::kFailed, code, why);
     } catch (...) {
     }
   }
@@ -201,19 +213,44 @@ class TrainingRun {
     return status == contract::run_status::kDiverged ? exit_code::kDiverged : exit_code::kSuccess;
   }
 
-  // Loads the newest checkpoint (true) or, without one, restarts from scratch (false); either
-  // way a resume event tells readers which earlier events belong to a lost timeline.
+  // Loads the newest intact checkpoint (true) or, without one, restarts from scratch (false);
+  // either way a resume event tells readers which earlier events belong to a lost timeline.
+  // Each checkpoint that fails verification is set aside and recorded (checkpoint_rejected):
+  // a damaged newest checkpoint costs the steps since the one before it, never the run.
   bool restore(const LogSummary& history) {
-    const auto path = latest_checkpoint(options_.run_dir);
-    if (!path) {
-      events_->resume(progress(), 0, "");
-      return false;
+    CheckpointExpectation expect;
+    expect.run_id = s_.config.run_id;
+    expect.trajectory_config = trajectory_config(contract::to_json(s_.config));
+    expect.total_steps = s_.plan.total_steps;
+    expect.tokens_per_step = s_.plan.tokens_per_step;
+    expect.samples_per_step = s_.plan.micro_batches_per_step * s_.plan.sequences_per_micro_batch;
+    std::vector<std::pair<std::string, std::string>> rejected;
+    std::optional<std::string> used;
+    for (const std::string& path : checkpoints_newest_first(options_.run_dir)) {
+      try {
+        state_ = load_checkpoint(path, *s_.model, *s_.optimizer, expect);
+        used = path;
+        break;
+      } catch (const CheckpointRejected& e) {
+        rejected.emplace_back(path, e.what());
+      }
     }
-    state_ = load_checkpoint(*path, *s_.model, *s_.optimizer, contract::to_json(s_.config));
-    detector_.restore(state_.divergence);
-    const int64_t discard_after = history.checkpoint_seq(*path, state_.step).value_or(state_.events_seq);
-    events_->resume(progress(), discard_after, *path);
-    return true;
+    if (used) {
+      detector_.restore(state_.divergence);
+      const int64_t discard_after = history.checkpoint_seq(*used, state_.step).value_or(state_.events_seq);
+      events_->resume(progress(), discard_after, *used);
+    } else {
+      events_->resume(progress(), 0, "");
+    }
+    // After the resume event, which discards the lost timeline before it.
+    for (const auto& [path, reason] : rejected) {
+      const std::string moved_to = set_aside_checkpoint(path);
+      events_->checkpoint_rejected(progress(), path, reason, moved_to);
+      std::cerr << "mxablate-train: checkpoint " << path << " rejected: " << reason
+                << (used ? "; resuming from " + *used : std::string("; no intact checkpoint, starting over"))
+                << "\n";
+    }
+    return used.has_value();
   }
 
   void write_run_start(int64_t attempt, bool resumed) {
@@ -430,15 +467,20 @@ int run_trainer(const TrainOptions& options) {
     const std::string config_path = options.config_path.empty()
                                         ? (fs::path(options.run_dir) / "config.json").string()
                                         : options.config_path;
-    setup = std::make_unique<RunSetup>(build_setup(contract::read_run_config(config_path)));
+    setup = std::make_unique<RunSetup>(build_setup(contract::read_run_config(config_path), options));
     run = std::make_unique<TrainingRun>(*setup, options);
     return run->run();
   } catch (const ConfigError& e) {
-    std::cerr << "mxablate-train: " << e.what() << "\n";
+    std::cerr << "mxablate-train: " << error_line(e) << "\n";
+    return exit_code::kBadConfig;
+  } catch (const data::DataError& e) {
+    // A token the vocabulary does not have, met while training: bad input, not a crash.
+    std::cerr << "mxablate-train: " << error_line(e) << "\n";
+    if (run) run->record_failure(error_line(e), exit_code::kBadConfig);
     return exit_code::kBadConfig;
   } catch (const std::exception& e) {
-    std::cerr << "mxablate-train: " << e.what() << "\n";
-    if (run) run->record_failure(e.what());
+    std::cerr << "mxablate-train: " << error_line(e) << "\n";
+    if (run) run->record_failure(error_line(e), exit_code::kInternal);
     return exit_code::kInternal;
   }
 }

@@ -14,6 +14,10 @@
 //   checkpoint     step, tokens, path
 //   resume         step, tokens, discard_after_seq: events with seq in (discard_after_seq,
 //                  this event's seq) belong to a timeline lost in a crash; readers drop them
+//   checkpoint_rejected  step, tokens (where the run resumes), path, reason (one line),
+//                  moved_to (where it was set aside, "" if it could not be): a checkpoint that
+//                  failed verification on resume; written after that resume event. Readers that
+//                  do not know the kind store it as a generic event.
 //   target_reached step, tokens, val_loss
 //   run_end        status (converged | budget_exhausted | diverged | failed | interrupted),
 //                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?
@@ -44,6 +48,7 @@ inline constexpr const char* kQuantStats = "quant_stats";
 inline constexpr const char* kDivergence = "divergence";
 inline constexpr const char* kCheckpoint = "checkpoint";
 inline constexpr const char* kResume = "resume";
+inline constexpr const char* kCheckpointRejected = "checkpoint_rejected";
 inline constexpr const char* kTargetReached = "target_reached";
 inline constexpr const char* kRunEnd = "run_end";
 }  // namespace event_kind

@@ -3,8 +3,11 @@
 // orchestrator and the trainer (DESIGN §2); both sides include them, nothing else crosses.
 //
 // The JSON mirrors the recipe's `base` section (DESIGN §5) after arms, grid axes and defaults are
-// resolved, plus the run's identity. Parsing is strict: an unknown key, a wrong type or an
-// impossible value is a ConfigError naming the key path (e.g. "train.lr: must be > 0, got -1").
+// resolved, plus the run's identity. Parsing is strict: an unknown key, a wrong type, a number
+// that is not finite or does not fit its type, a string that is not UTF-8, or a value outside its
+// range is a ConfigError naming the key path and the value (e.g. "train.lr: must be in (0, 10],
+// got -1.0"). The ranges live in run_config.cpp's validate(), the one definition the trainer
+// and the orchestrator's planner share.
 #pragma once
 
 #include <cstdint>

@@ -35,6 +35,8 @@ class RunEvents {
                       const char* operand, const kernels::QuantTelemetry& t);
   int64_t divergence(Progress p, const DivergenceFinding& f);
   int64_t checkpoint(Progress p, const std::string& path);
+  int64_t checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,
+                              const std::string& moved_to);
   int64_t target_reached(Progress p, double val_loss, double target);
   struct End {
     std::string status;

@@ -14,13 +14,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace mxablate::data {
 
 inline constexpr int64_t kShardHeaderBytes = 32;
+
+// Token data that cannot be trained on — a token outside the vocabulary, a shard that does not
+// match its manifest: bad input (the trainer exits 2), never an internal failure. One line naming
+// the file, the position and the value.
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class TokenShardWriter {
  public:
@@ -52,13 +61,21 @@ class TokenShard {
   TokenShard(const TokenShard&) = delete;
   TokenShard& operator=(const TokenShard&) = delete;
 
+  const std::string& path() const { return path_; }
   int64_t size() const { return count_; }
   int64_t vocab_size() const { return vocab_size_; }
-  int32_t at(int64_t i) const;
-  // Copies tokens [start, start + out.size()) into out.
+  int bytes_per_token() const { return bytes_per_token_; }
+  int32_t at(int64_t i) const;  // one token, checked like read()
+  // Copies tokens [start, start + out.size()) into out. Every token is checked against the
+  // vocabulary (a compare per token, next to the decoding): an id outside it is a DataError, so
+  // no embedding is ever indexed with one.
   void read(int64_t start, std::span<int32_t> out) const;
+  // The first position in [start, start + count) whose token is outside the vocabulary.
+  std::optional<int64_t> find_out_of_vocabulary(int64_t start, int64_t count) const;
+  std::string describe_token(int64_t i) const;  // "<path>: token <i> is <id>, outside …"
 
  private:
+  uint32_t raw(int64_t i) const;
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
@@ -77,6 +94,7 @@ class TokenStream {
   // Copies tokens [start, start + out.size()), which may span shard boundaries.
   void read(int64_t start, std::span<int32_t> out) const;
   int64_t vocab_size() const { return vocab_size_; }
+  const std::vector<std::unique_ptr<TokenShard>>& shards() const { return shards_; }
 
  private:
   std::vector<std::unique_ptr<TokenShard>> shards_;

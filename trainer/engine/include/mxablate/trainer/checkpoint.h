@@ -1,45 +1,44 @@
-// Checkpoints make resume exact (DESIGN §4, §10): model, optimizer (AdamW moments and step
-// counts), RNG state, data position, step, tokens, and the divergence detector's running
-// statistics. One directory per checkpoint, RUN_DIR/checkpoints/step-00000050/, written under a
-// temporary name, fsynced, then renamed: a directory with the final name is always complete.
+// Checkpoints make resume exact: model, optimizer (AdamW moments and step counts), RNG state,
+// data position, step, tokens, and the divergence detector's running statistics. One directory
+// per checkpoint, RUN_DIR/checkpoints/step-00000050/, written under a temporary name, fsynced,
+// then renamed: a directory with the final name is always complete.
+//
+// A checkpoint is verified before anything is restored from it (checkpoint_state.h for
+// state.json): each tensor file's size and SHA-256 against state.json, then every tensor's name,
+// shape and dtype against the model and the optimizer, and the RNG state's size. A checkpoint
+// that fails is rejected with one line saying why, and the model and optimizer are untouched.
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
+#include <torch/optim/adamw.h>
 
-#include <cstdint>
-#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "mxablate/trainer/checkpoint_state.h"
+
 namespace mxablate::trainer {
-
-struct TrainerState {
-  int64_t step = 0;            // optimizer steps done
-  int64_t tokens = 0;          // training tokens consumed
-  int64_t samples = 0;         // training sequences consumed (the data position)
-  bool target_reached = false;
-  nlohmann::json divergence = nlohmann::json::object();  // DivergenceDetector::state()
-  int64_t events_seq = 0;      // last event seq written before this checkpoint
-};
-
-// Sections of the run config that determine the trajectory; a resume under a config that
-// differs in any of them is refused.
-nlohmann::json trajectory_config(const nlohmann::json& run_config);
 
 // Writes RUN_DIR/checkpoints/step-XXXXXXXX and returns its path.
 std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model,
                             torch::optim::Optimizer& optimizer, const TrainerState& state,
                             const nlohmann::json& run_config);
 
-// The newest complete checkpoint directory, if any.
-std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+// The complete checkpoint directories (final name, with a state.json), newest first.
+std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 
-// Restores model and optimizer in place and returns the state. Throws contract::ConfigError
-// naming the differing key if the checkpoint was written under another trajectory config.
+// Verifies the checkpoint at `path` against `expect` and the model and optimizer, then restores
+// them and the CPU generator in place and returns the state. Throws CheckpointRejected (one line
+// naming the file and the problem) with nothing changed when the checkpoint cannot be used.
 TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer, const nlohmann::json& run_config);
+                             torch::optim::AdamW& optimizer, const CheckpointExpectation& expect);
+
+// Renames a rejected checkpoint to step-XXXXXXXX.rejected (replacing an older one of that name),
+// so that it is neither resumed from again nor counted among the kept ones, and stays for
+// inspection. Returns the new path ("" if it could not be moved).
+std::string set_aside_checkpoint(const std::string& path);
 
 // Deletes all but the newest `keep` checkpoints (and leftovers of interrupted writes).
 void prune_checkpoints(const std::string& run_dir, int keep);

@@ -12,7 +12,8 @@ namespace mxablate::trainer {
 namespace exit_code {
 inline constexpr int kSuccess = 0;      // run_end written: converged or budget_exhausted
 inline constexpr int kInternal = 1;     // an unexpected failure (run_end "failed" when possible)
-inline constexpr int kBadConfig = 2;    // bad config, data or device: nothing trained
+inline constexpr int kBadConfig = 2;    // bad config, data or device (data: also mid-run, with
+                                        // run_end "failed" naming the shard, position and id)
 inline constexpr int kDiverged = 3;     // fatal divergence (run_end "diverged")
 inline constexpr int kInterrupted = 4;  // SIGTERM/SIGINT: checkpointed, run_end "interrupted"
 }  // namespace exit_code
@@ -20,11 +21,14 @@ inline constexpr int kInterrupted = 4;  // SIGTERM/SIGINT: checkpointed, run_end
 struct TrainOptions {
   std::string run_dir;
   std::string config_path;  // empty: RUN_DIR/config.json
-  bool resume = false;      // continue from the newest checkpoint (or restart the lost timeline)
+  bool resume = false;      // continue from the newest intact checkpoint (or restart the lost timeline)
+  bool verify_data = false;  // checksums and every token id of the data before training
+  int64_t always_verify_data_bytes = int64_t{64} << 20;  // smaller data is always verified
   // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
   int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
+  // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 
 // Runs and returns the exit code; errors reach stderr as one line.

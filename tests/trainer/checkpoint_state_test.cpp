@@ -1,0 +1,145 @@
+// A checkpoint's state.json is verified before anything is restored from it: a damaged file, an
+// impossible state or another run's checkpoint is rejected with one line saying why.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "catch.h"
+#include "mxablate/trainer/checkpoint_state.h"
+#include "mxablate/trainer/divergence.h"
+
+using namespace mxablate;
+using namespace mxablate::trainer;
+using nlohmann::json;
+
+namespace {
+
+const std::string kDigest(64, 'a');
+
+CheckpointExpectation expectation() {
+  CheckpointExpectation e;
+  e.run_id = "run-1";
+  e.trajectory_config = {{"model", "smoke"}, {"train", {{"lr", 0.001}}}};
+  e.total_steps = 40;
+  e.tokens_per_step = 1024;
+  e.samples_per_step = 16;
+  e.step_in_name = 10;
+  return e;
+}
+
+std::string good_text() {
+  TrainerState s;
+  s.step = 10;
+  s.tokens = 10240;
+  s.samples = 160;
+  s.events_seq = 17;
+  DivergenceDetector d(contract::DivergenceConfig{});
+  for (int i = 0; i < 10; ++i) d.observe_step(4.0, 1.0);
+  s.divergence = d.state();
+  std::vector<CheckpointFile> files;
+  for (const auto& name : checkpoint_tensor_files()) files.push_back({name, 1000, kDigest});
+  return checkpoint_state_text(s, files, "run-1", expectation().trajectory_config);
+}
+
+std::string rejection(const std::string& text, const CheckpointExpectation& e = expectation()) {
+  try {
+    parse_checkpoint_state(text, e);
+  } catch (const CheckpointRejected& r) {
+    const std::string what = r.what();
+    CHECK(what.find('\n') == std::string::npos);
+    return what;
+  }
+  return "accepted";
+}
+
+// The state with one change, sealed again (as a writer with a bug, or a forger, would).
+std::string resealed(void (*change)(json&)) {
+  json j = json::parse(good_text());
+  change(j);
+  seal_checkpoint_state(j);
+  return j.dump(2);
+}
+
+}  // namespace
+
+TEST_CASE("A checkpoint state round-trips and verifies", "[trainer][checkpoint]") {
+  const CheckpointState cs = parse_checkpoint_state(good_text(), expectation());
+  CHECK(cs.state.step == 10);
+  CHECK(cs.state.tokens == 10240);
+  CHECK(cs.state.samples == 160);
+  CHECK(cs.state.events_seq == 17);
+  REQUIRE(cs.files.size() == 3);
+  CHECK(cs.files[0].name == "model.pt");
+  CHECK(cs.files[2].sha256 == kDigest);
+}
+
+TEST_CASE("A damaged state file is rejected by its checksum", "[trainer][checkpoint]") {
+  std::string text = good_text();
+  // A digit flipped inside a number: still valid JSON, caught by the checksum.
+  const size_t at = text.find("\"events_seq\": 17");
+  REQUIRE(at != std::string::npos);
+  text[at + 15] = '8';
+  CHECK(rejection(text) == "state.json: checksum does not match its contents (the file is damaged)");
+  CHECK(rejection(good_text().substr(0, 100)).rfind("state.json: not valid JSON (", 0) == 0);
+  CHECK(rejection("") .rfind("state.json: not valid JSON (", 0) == 0);
+  CHECK(rejection("[1, 2]") == "state.json: expected an object, got [1,2]");
+  CHECK(rejection("{\"step\": 3}") == "state.json: checksum: missing");
+  CHECK(rejection(std::string("{\"a\": \"\xff\"}")).rfind("state.json: not valid JSON (", 0) == 0);
+}
+
+TEST_CASE("Impossible states are rejected even with a matching checksum", "[trainer][checkpoint]") {
+  CHECK(rejection(resealed([](json& j) { j["step"] = -10; })) == "state.json: step: -10 is negative");
+  CHECK(rejection(resealed([](json& j) { j["step"] = 50; j["tokens"] = 51200; j["samples"] = 800; }),
+                  [] {
+                    auto e = expectation();
+                    e.step_in_name.reset();
+                    return e;
+                  }()) == "state.json: step 50 is beyond the run's 40 steps");
+  CHECK(rejection(resealed([](json& j) { j["step"] = 9; j["tokens"] = 9216; j["samples"] = 144; })) ==
+        "state.json: step 9 differs from the step in the directory name (10)");
+  CHECK(rejection(resealed([](json& j) { j["tokens"] = 10000; })) ==
+        "state.json: tokens 10000 is not step 10 x 1024 tokens per step");
+  CHECK(rejection(resealed([](json& j) { j["samples"] = 7; })) ==
+        "state.json: samples 7 is not step 10 x 16 sequences per step");
+  CHECK(rejection(resealed([](json& j) { j["step"] = "10"; })) ==
+        "state.json: step: expected an integer, got \"10\"");
+  CHECK(rejection(resealed([](json& j) { j["step"] = 1e300; })) ==
+        "state.json: step: expected an integer, got 1e+300");
+  CHECK(rejection(resealed([](json& j) { j["events_seq"] = -1; })) ==
+        "state.json: events_seq: -1 is negative");
+  CHECK(rejection(resealed([](json& j) { j.erase("samples"); })) == "state.json: samples: missing");
+  CHECK(rejection(resealed([](json& j) { j["target_reached"] = 1; })) ==
+        "state.json: target_reached: expected true or false, got 1");
+  CHECK(rejection(resealed([](json& j) { j["divergence"]["grad_norms"] = "many"; })) ==
+        "state.json: divergence.grad_norms: expected a list of at most 64 numbers");
+  CHECK(rejection(resealed([](json& j) { j["version"] = 1; })) ==
+        "state.json: version 1 is not supported (this trainer writes 2)");
+  CHECK(rejection(resealed([](json& j) { j["files"].erase("rng.pt"); })) ==
+        "state.json: files: rng.pt is not listed");
+  CHECK(rejection(resealed([](json& j) { j["files"]["model.pt"]["sha256"] = "abc"; })) ==
+        "state.json: files.model.pt.sha256: not a SHA-256 digest");
+  CHECK(rejection(resealed([](json& j) { j["files"]["model.pt"]["bytes"] = -4; })) ==
+        "state.json: files.model.pt.bytes: -4 is negative");
+  CHECK(rejection(resealed([](json& j) { j["files"]["extra.pt"] = j["files"]["rng.pt"]; })) ==
+        "state.json: files: lists files a checkpoint does not have");
+}
+
+TEST_CASE("Another run's checkpoint is rejected", "[trainer][checkpoint]") {
+  CHECK(rejection(resealed([](json& j) { j["run_id"] = "run-2"; })) ==
+        "state.json: written by run \"run-2\", not this run \"run-1\"");
+  CHECK(rejection(resealed([](json& j) { j["trajectory_config"]["train"]["lr"] = 0.002; })) ==
+        "state.json: written under a different run config (first difference at \"/train/lr\"); "
+        "resume needs the same model, data, train, precision and quant");
+}
+
+TEST_CASE("The fuzz target's seed state is accepted", "[trainer][checkpoint]") {
+  std::ifstream in(MXABLATE_CHECKPOINT_FUZZ_SEED);
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  CheckpointExpectation e = expectation();
+  e.run_id = "fuzz-run";
+  e.total_steps = 100;
+  e.step_in_name.reset();
+  CHECK(parse_checkpoint_state(text.str(), e).state.step == 10);
+}

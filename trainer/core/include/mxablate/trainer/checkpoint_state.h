@@ -1,0 +1,81 @@
+// The non-tensor half of a checkpoint: RUN_DIR/checkpoints/step-XXXXXXXX/state.json. It holds
+// the trainer's counters and the divergence detector's statistics, the run it belongs to, the
+// size and SHA-256 of each tensor file beside it, and a SHA-256 of itself, so that a checkpoint
+// is verified before anything is restored from it: a damaged or foreign one is rejected with one
+// line saying why, and resume falls back to an older one (trainer.cpp).
+//
+// Torch-free, so that its fuzz target (tests/trainer/checkpoint_fuzz) builds without LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mxablate::trainer {
+
+inline constexpr int kCheckpointVersion = 2;
+inline constexpr const char* kCheckpointStateFile = "state.json";
+// The tensor files of a checkpoint, each listed in its state.json with size and checksum.
+inline const std::vector<std::string>& checkpoint_tensor_files() {
+  static const std::vector<std::string> files{"model.pt", "optimizer.pt", "rng.pt"};
+  return files;
+}
+
+struct TrainerState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t tokens = 0;          // training tokens consumed
+  int64_t samples = 0;         // training sequences consumed (the data position)
+  bool target_reached = false;
+  nlohmann::json divergence = nlohmann::json::object();  // DivergenceDetector::state()
+  int64_t events_seq = 0;      // last event seq written before this checkpoint
+};
+
+struct CheckpointFile {
+  std::string name;  // relative to the checkpoint directory
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+// Why a checkpoint cannot be resumed from: one line, without the directory (the caller names it).
+struct CheckpointRejected : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What a checkpoint of the run being resumed must agree with.
+struct CheckpointExpectation {
+  std::string run_id;
+  nlohmann::json trajectory_config;  // trajectory_config(run config)
+  int64_t total_steps = 0;
+  int64_t tokens_per_step = 0;
+  int64_t samples_per_step = 0;          // training sequences per optimizer step
+  std::optional<int64_t> step_in_name;   // the step its directory name says, when known
+};
+
+// Sections of the run config that determine the trajectory; a checkpoint written under a config
+// that differs in any of them is not this run's.
+nlohmann::json trajectory_config(const nlohmann::json& run_config);
+
+// The text of state.json for `state`, with `files` listed and the whole sealed by its checksum.
+std::string checkpoint_state_text(const TrainerState& state, const std::vector<CheckpointFile>& files,
+                                  const std::string& run_id, const nlohmann::json& trajectory);
+
+// Replaces (or adds) the "checksum" member of a state object so that it matches the rest.
+void seal_checkpoint_state(nlohmann::json& state);
+
+struct CheckpointState {
+  TrainerState state;
+  std::vector<CheckpointFile> files;  // exactly checkpoint_tensor_files(), in that order
+};
+
+// Parses and verifies state.json: its checksum, every field's type and range, and its agreement
+// with the run (run id, trajectory config, step within the budget and equal to the directory
+// name, tokens and samples equal to what that many steps consume, a divergence state the
+// detector accepts). Throws CheckpointRejected (one line) on the first problem.
+CheckpointState parse_checkpoint_state(std::string_view text, const CheckpointExpectation& expect);
+
+}  // namespace mxablate::trainer

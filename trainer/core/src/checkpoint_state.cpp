@@ -1,0 +1,198 @@
+#include "mxablate/trainer/checkpoint_state.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "mxablate/data/sha256.h"
+#include "mxablate/trainer/divergence.h"
+
+namespace mxablate::trainer {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void reject(const std::string& why) {
+  throw CheckpointRejected(std::string(kCheckpointStateFile) + ": " + why);
+}
+
+// A value in a message: JSON text, invalid UTF-8 replaced, at most 80 characters.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// nlohmann's messages quote the input, which may be any bytes: keep them printable ASCII.
+std::string printable(std::string m) {
+  for (char& ch : m)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
+  return m;
+}
+
+// Fields are named in messages by their path: `prefix` is "" or e.g. "files.model.pt.".
+const json& member(const json& j, const char* key, const std::string& prefix = "") {
+  const auto it = j.find(key);
+  if (it == j.end()) reject(prefix + key + ": missing");
+  return *it;
+}
+
+int64_t integer(const json& j, const char* key, const std::string& prefix = "") {
+  const json& v = member(j, key, prefix);
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+    reject(prefix + key + ": expected an integer, got " + shown(v));
+  return v.get<int64_t>();
+}
+
+int64_t count(const json& j, const char* key, const std::string& prefix = "") {
+  const int64_t n = integer(j, key, prefix);
+  if (n < 0) reject(prefix + key + ": " + std::to_string(n) + " is negative");
+  return n;
+}
+
+std::string text(const json& j, const char* key, const std::string& prefix = "") {
+  const json& v = member(j, key, prefix);
+  if (!v.is_string()) reject(prefix + key + ": expected a string, got " + shown(v));
+  return v.get<std::string>();
+}
+
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string digest_of(const json& body) {
+  data::Sha256 hash;
+  hash.update(body.dump());
+  return hash.hex_digest();
+}
+
+std::vector<CheckpointFile> files_of(const json& j) {
+  const json& files = member(j, "files");
+  if (!files.is_object()) reject("files: expected an object, got " + shown(files));
+  std::vector<CheckpointFile> out;
+  for (const std::string& name : checkpoint_tensor_files()) {
+    const auto it = files.find(name);
+    if (it == files.end()) reject("files: " + name + " is not listed");
+    const json& f = *it;
+    if (!f.is_object()) reject("files." + name + ": expected an object, got " + shown(f));
+    CheckpointFile file;
+    file.name = name;
+    file.bytes = count(f, "bytes", "files." + name + ".");
+    file.sha256 = text(f, "sha256", "files." + name + ".");
+    if (!is_sha256(file.sha256)) reject("files." + name + ".sha256: not a SHA-256 digest");
+    out.push_back(std::move(file));
+  }
+  if (files.size() != out.size()) reject("files: lists files a checkpoint does not have");
+  return out;
+}
+
+// `a` == n * `per` without overflowing.
+bool is_product(int64_t a, int64_t n, int64_t per) {
+  if (per <= 0) return false;
+  return a % per == 0 && a / per == n;
+}
+
+}  // namespace
+
+json trajectory_config(const json& c) {
+  json t = json::object();
+  for (const char* key : {"model", "data", "train", "precision", "quant"})
+    if (c.is_object() && c.contains(key)) t[key] = c.at(key);
+  return t;
+}
+
+void seal_checkpoint_state(json& state) {
+  state.erase("checksum");
+  state["checksum"] = digest_of(state);
+}
+
+std::string checkpoint_state_text(const TrainerState& s, const std::vector<CheckpointFile>& files,
+                                  const std::string& run_id, const json& trajectory) {
+  json listed = json::object();
+  for (const auto& f : files) listed[f.name] = {{"bytes", f.bytes}, {"sha256", f.sha256}};
+  json state = {
+      {"version", kCheckpointVersion},
+      {"run_id", run_id},
+      {"step", s.step},
+      {"tokens", s.tokens},
+      {"samples", s.samples},
+      {"target_reached", s.target_reached},
+      {"divergence", s.divergence},
+      {"events_seq", s.events_seq},
+      {"trajectory_config", trajectory},
+      {"files", listed},
+  };
+  seal_checkpoint_state(state);
+  return state.dump(2) + "\n";
+}
+
+CheckpointState parse_checkpoint_state(std::string_view text_in, const CheckpointExpectation& expect) {
+  json j;
+  try {
+    j = json::parse(text_in.begin(), text_in.end());
+  } catch (const json::exception& e) {
+    reject("not valid JSON (" + printable(e.what()) + ")");
+  }
+  if (!j.is_object()) reject("expected an object, got " + shown(j));
+
+  // Integrity first: any byte changed since the save shows here, before a field is trusted.
+  const std::string checksum = text(j, "checksum");
+  json body = j;
+  body.erase("checksum");
+  if (checksum != digest_of(body)) reject("checksum does not match its contents (the file is damaged)");
+
+  const json& version = member(j, "version");
+  if (!version.is_number_integer() || version.get<int64_t>() != kCheckpointVersion)
+    reject("version " + shown(version) + " is not supported (this trainer writes " +
+           std::to_string(kCheckpointVersion) + ")");
+
+  // Whose checkpoint it is.
+  const std::string run_id = text(j, "run_id");
+  if (run_id != expect.run_id)
+    reject("written by run " + shown(json(run_id)) + ", not this run " + shown(json(expect.run_id)));
+  const json& saved = member(j, "trajectory_config");
+  if (saved != expect.trajectory_config) {
+    const json diff = json::diff(saved, expect.trajectory_config);
+    const std::string where =
+        diff.empty() || !diff[0].is_object() ? "?" : diff[0].value("path", std::string("?"));
+    reject("written under a different run config (first difference at " + shown(json(where)) +
+           "); resume needs the same model, data, train, precision and quant");
+  }
+
+  // Whether its counters describe a state this run can be in.
+  CheckpointState out;
+  TrainerState& s = out.state;
+  s.step = count(j, "step");
+  if (s.step > expect.total_steps)
+    reject("step " + std::to_string(s.step) + " is beyond the run's " +
+           std::to_string(expect.total_steps) + " steps");
+  if (expect.step_in_name && s.step != *expect.step_in_name)
+    reject("step " + std::to_string(s.step) + " differs from the step in the directory name (" +
+           std::to_string(*expect.step_in_name) + ")");
+  s.tokens = count(j, "tokens");
+  if (!is_product(s.tokens, s.step, expect.tokens_per_step))
+    reject("tokens " + std::to_string(s.tokens) + " is not step " + std::to_string(s.step) + " x " +
+           std::to_string(expect.tokens_per_step) + " tokens per step");
+  s.samples = count(j, "samples");
+  if (!is_product(s.samples, s.step, expect.samples_per_step))
+    reject("samples " + std::to_string(s.samples) + " is not step " + std::to_string(s.step) +
+           " x " + std::to_string(expect.samples_per_step) + " sequences per step");
+  const json& reached = member(j, "target_reached");
+  if (!reached.is_boolean()) reject("target_reached: expected true or false, got " + shown(reached));
+  s.target_reached = reached.get<bool>();
+  s.events_seq = count(j, "events_seq");
+  s.divergence = member(j, "divergence");
+  try {
+    DivergenceDetector probe{contract::DivergenceConfig{}};
+    probe.restore(s.divergence);
+  } catch (const std::invalid_argument& e) {
+    reject(e.what());
+  }
+  out.files = files_of(j);
+  return out;
+}
+
+}  // namespace mxablate::trainer
