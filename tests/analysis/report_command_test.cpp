@@ -167,7 +167,7 @@ TEST_CASE("hostile names in a database: report, tables and status print them as 
   for (int i = 1; i <= 3; ++i) CHECK_FALSE(std::filesystem::exists(mark + std::to_string(i)));
 }
 
-TEST_CASE("status shows axis values that are not JSON, or not UTF-8, as text") {
+TEST_CASE("status shows axis values that are not JSON or not UTF-8 as text") {
   TempDir dir("mxablate_status_bad_axes");
   const std::string db = dir / "m.db";
   build_database(db, dir / "MARK");
@@ -181,9 +181,10 @@ TEST_CASE("status shows axis values that are not JSON, or not UTF-8, as text") {
   }
   const Cli status = run_cli(dir, "status --db " + db);
   INFO(status.err);
+  INFO(status.out);
   REQUIRE(status.exit_code == 0);
   const auto line_of = [&](const std::string& run) {
-    const size_t at = status.out.find("\n" + run + " ");
+    const size_t at = status.out.find("\n  " + run + " ");
     return at == std::string::npos ? std::string()
                                    : status.out.substr(at + 1, status.out.find('\n', at + 1) - at - 1);
   };
