@@ -103,4 +103,11 @@ std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& ev
   return out;
 }
 
+std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<nlohmann::json>& events) {
+  std::vector<std::pair<int64_t, double>> curve;
+  for (const auto& e : events_of_kind(events, "eval"))
+    curve.emplace_back(e["tokens"].get<int64_t>(), e["val_loss"].get<double>());
+  return curve;
+}
+
 }  // namespace mxablate::test

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,5 +33,7 @@ std::string fresh_run_dir(const std::string& name);
 std::vector<nlohmann::json> effective_events(const std::string& run_dir);
 std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& events,
                                            const std::string& kind);
+// The (tokens, val_loss) of every eval event, in order.
+std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<nlohmann::json>& events);
 
 }  // namespace mxablate::test

@@ -20,13 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<json>& events) {
-  std::vector<std::pair<int64_t, double>> curve;
-  for (const auto& e : events_of_kind(events, "eval"))
-    curve.emplace_back(e["tokens"].get<int64_t>(), e["val_loss"].get<double>());
-  return curve;
-}
-
 // 16 steps, checkpoints every 4 (three kept), evaluations every 4.
 contract::RunConfig fallback_config() {
   contract::RunConfig c = smoke_config();

@@ -18,13 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<json>& events) {
-  std::vector<std::pair<int64_t, double>> curve;
-  for (const auto& e : events_of_kind(events, "eval"))
-    curve.emplace_back(e["tokens"].get<int64_t>(), e["val_loss"].get<double>());
-  return curve;
-}
-
 // A config that exercises every random stream: all three GEMMs in MXFP4, stochastic rounding
 // of the gradients, and a per-step-random Hadamard rotation of Wgrad.
 contract::RunConfig mxfp4_config() {

@@ -35,12 +35,7 @@ void validate(const DataPrepareOptions& o) {
   if (o.tokenizer_model.empty() && (o.vocab_size < 16 || o.vocab_size > (int64_t{1} << 31)))
     throw std::invalid_argument("--vocab-size: must be in [16, 2^31], got " +
                                 std::to_string(o.vocab_size));
-  if (!(o.val_fraction > 0 && o.val_fraction < 1))
-    throw std::invalid_argument("--val-fraction: must be in (0, 1), got " +
-                                std::to_string(o.val_fraction));
-  if (o.shard_tokens < 1024)
-    throw std::invalid_argument("--shard-tokens: must be >= 1024, got " +
-                                std::to_string(o.shard_tokens));
+  validate_split_options(o.val_fraction, o.shard_tokens);
   if (!(o.character_coverage > 0 && o.character_coverage <= 1))
     throw std::invalid_argument("--character-coverage: must be in (0, 1]");
   if (o.tokenizer_max_sentences < 1)

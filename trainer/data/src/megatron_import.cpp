@@ -13,6 +13,7 @@
 
 #include "mxablate/data/megatron_index.h"
 #include "mxablate/data/sha256.h"
+#include "mxablate/data/split_writer.h"
 
 namespace mxablate::data {
 namespace {
@@ -33,12 +34,7 @@ void validate(const MegatronImportOptions& o) {
   if (o.vocab_size < 1 || o.vocab_size > (int64_t{1} << 31))
     throw std::invalid_argument("--vocab-size: must be in [1, 2^31], got " +
                                 std::to_string(o.vocab_size));
-  if (!(o.val_fraction > 0 && o.val_fraction < 1))
-    throw std::invalid_argument("--val-fraction: must be in (0, 1), got " +
-                                std::to_string(o.val_fraction));
-  if (o.shard_tokens < 1024)
-    throw std::invalid_argument("--shard-tokens: must be >= 1024, got " +
-                                std::to_string(o.shard_tokens));
+  validate_split_options(o.val_fraction, o.shard_tokens);
   if (!o.tokenizer.empty() && !fs::is_regular_file(o.tokenizer))
     throw std::invalid_argument("--tokenizer: " + o.tokenizer + ": no such file");
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 
 #include "mxablate/data/sequence_sampler.h"
 #include "mxablate/data/sha256.h"
@@ -10,6 +12,15 @@
 namespace mxablate::data {
 
 namespace fs = std::filesystem;
+
+void validate_split_options(double val_fraction, int64_t shard_tokens) {
+  if (!(val_fraction > 0 && val_fraction < 1))
+    throw std::invalid_argument("--val-fraction: must be in (0, 1), got " +
+                                std::to_string(val_fraction));
+  if (shard_tokens < 1024)
+    throw std::invalid_argument("--shard-tokens: must be >= 1024, got " +
+                                std::to_string(shard_tokens));
+}
 
 bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction) {
   const uint64_t h = splitmix64(splitmix64(split_seed) ^ static_cast<uint64_t>(document_index));

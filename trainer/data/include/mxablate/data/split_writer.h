@@ -19,6 +19,10 @@ inline constexpr uint64_t kDefaultSplitSeed = 1;
 // Tokens per shard file at most, unless the user says otherwise.
 inline constexpr int64_t kDefaultShardTokens = int64_t{1} << 27;
 
+// Throws std::invalid_argument naming the option (--val-fraction, --shard-tokens) when a value
+// is outside what the split rule and the shard writer accept.
+void validate_split_options(double val_fraction, int64_t shard_tokens);
+
 // Which split a document goes to: a pure function of (split_seed, document index).
 bool is_validation_document(uint64_t split_seed, int64_t document_index, double val_fraction);
 
