@@ -75,8 +75,10 @@ TEST_CASE("every kind the trainer writes is an event, with null measurements") {
       line(5, "divergence", {{"reason", "nonfinite_loss"}, {"value", nullptr}, {"severity", "fatal"}}),
       line(6, "checkpoint", {{"path", "/r/ckpt"}}),
       line(7, "resume", {{"discard_after_seq", 6}}),
-      line(8, "target_reached", {{"val_loss", 3.0}}),
-      line(9, "run_end", {{"status", "diverged"}, {"wall_s", 1.5}, {"tokens_per_s", nullptr},
+      line(8, "checkpoint_rejected", {{"path", "/r/ckpt"}, {"reason", "model.pt: missing"},
+                                      {"moved_to", ""}}),
+      line(9, "target_reached", {{"val_loss", 3.0}}),
+      line(10, "run_end", {{"status", "diverged"}, {"wall_s", 1.5}, {"tokens_per_s", nullptr},
                           {"peak_rss_bytes", 1 << 20}, {"peak_gpu_bytes", 0}, {"reason", "x"}}),
   };
   for (const auto& l : lines) {
@@ -85,7 +87,7 @@ TEST_CASE("every kind the trainer writes is an event, with null measurements") {
     CHECK(p.error == "");
     CHECK(p.event.has_value());
   }
-  CHECK(s.last_seq == 9);
+  CHECK(s.last_seq == 10);
 }
 
 TEST_CASE("impossible lines are refused with a reason, never returned as data") {

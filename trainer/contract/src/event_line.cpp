@@ -18,6 +18,7 @@ enum class Type {
   kNonNegative,  // number >= 0, or null
   kFraction,     // number in [0, 1], or null
   kText,         // non-empty string
+  kString,       // any string, "" included
   kLayer,        // integer >= 0 or non-empty string
   kBool,
   kObject,
@@ -39,7 +40,7 @@ struct KindRule {
 };
 
 namespace k = event_kind;
-const std::array<KindRule, 9> kKinds{{
+const std::array<KindRule, 10> kKinds{{
     {k::kRunStart, false, true,
      {{"attempt", Type::kCount, false}, {"params", Type::kCount, false},
       {"device", Type::kText, false}, {"resumed", Type::kBool, false},
@@ -57,6 +58,9 @@ const std::array<KindRule, 9> kKinds{{
      {{"reason", Type::kText, true}, {"value", Type::kMeasure, false},
       {"severity", Type::kSeverity, true}}},
     {k::kCheckpoint, false, false, {{"path", Type::kText, true}}},
+    {k::kCheckpointRejected, false, false,
+     {{"path", Type::kText, true}, {"reason", Type::kText, true},
+      {"moved_to", Type::kString, false}}},
     {k::kResume, false, true, {{"discard_after_seq", Type::kCount, true}}},
     {k::kTargetReached, true, false, {{"val_loss", Type::kMeasure, true}}},
     {k::kRunEnd, false, false,
@@ -72,6 +76,7 @@ const char* describe(Type t) {
     case Type::kNonNegative: return "a number >= 0 or null";
     case Type::kFraction: return "a number in [0, 1] or null";
     case Type::kText: return "a non-empty string";
+    case Type::kString: return "a string";
     case Type::kLayer: return "a layer index or name";
     case Type::kBool: return "true or false";
     case Type::kObject: return "an object";
@@ -122,6 +127,7 @@ bool has_type(const json& v, Type t) {
     case Type::kNonNegative: return number_in(0, kInf);
     case Type::kFraction: return number_in(0, 1);
     case Type::kText: return v.is_string() && !v.get_ref<const std::string&>().empty();
+    case Type::kString: return v.is_string();
     case Type::kLayer:
       return count_of(v).has_value() || (v.is_string() && !v.get_ref<const std::string&>().empty());
     case Type::kBool: return v.is_boolean();

@@ -16,8 +16,7 @@
 //                  this event's seq) belong to a timeline lost in a crash; readers drop them
 //   checkpoint_rejected  step, tokens (where the run resumes), path, reason (one line),
 //                  moved_to (where it was set aside, "" if it could not be): a checkpoint that
-//                  failed verification on resume; written after that resume event. Readers that
-//                  do not know the kind store it as a generic event.
+//                  failed verification on resume; written after that resume event.
 //   target_reached step, tokens, val_loss
 //   run_end        status (converged | budget_exhausted | diverged | failed | interrupted),
 //                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?
@@ -25,7 +24,9 @@
 // Durability: the writer flushes and fsyncs at eval, checkpoint and run_end boundaries, so a
 // crash loses at most the sampled train events since the last of those. A torn final line (no
 // newline) is never consumed by the reader, and the writer truncates it away when it reopens.
-// What makes a line an event (types, ranges, seq order) is event_line.h.
+// What makes a line an event (types, ranges, seq order) is event_line.h: a new kind is added
+// there too, or readers skip its lines as bad (trainer_core_test checks every kind RunEvents
+// writes against it).
 #pragma once
 
 #include <cstdint>

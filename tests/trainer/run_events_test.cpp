@@ -1,0 +1,61 @@
+// The trainer's writer and the readers' definition of an event line must agree on every kind:
+// a kind the writer has and event_line.h lacks is skipped by every reader as a bad line (this
+// happened to checkpoint_rejected). Each RunEvents function writes once; the log reads back whole.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "catch.h"
+#include "mxablate/contract/event_log.h"
+#include "mxablate/trainer/run_events.h"
+
+using namespace mxablate;
+using nlohmann::json;
+
+TEST_CASE("every kind RunEvents writes reads back through the event reader") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mxablate_run_events_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "events.jsonl").string();
+  std::vector<std::string> written;
+  {
+    trainer::RunEvents ev(path);
+    ev.run_start({0, 0}, {{"attempt", 1}, {"device", "cpu"}, {"params", 10}});
+    written.push_back("run_start");
+    ev.train({1, 10}, 3.5, 1e-3, 0.5, 1000.0);
+    written.push_back("train");
+    ev.eval({1, 10}, 3.4);
+    written.push_back("eval");
+    kernels::QuantTelemetry t;
+    t.elements = 64;
+    t.nonzero_inputs = 60;
+    t.sum_sq_input = 1.0;
+    t.sum_sq_error = 0.01;
+    ev.quant_stats({1, 10}, 0, "blocks.0.attn.q", "fprop", "x", t);
+    written.push_back("quant_stats");
+    ev.divergence({1, 10}, {"grad_norm_explosion", 50.0, 5.0, false});
+    written.push_back("divergence");
+    const int64_t ckpt = ev.checkpoint({2, 20}, dir.string() + "/checkpoints/step-00000002");
+    written.push_back("checkpoint");
+    ev.resume({2, 20}, ckpt, dir.string() + "/checkpoints/step-00000002");
+    written.push_back("resume");
+    // Both shapes the trainer writes: set aside, and "" when it could not be moved.
+    ev.checkpoint_rejected({2, 20}, dir.string() + "/checkpoints/step-00000004",
+                           "model.pt: missing", dir.string() + "/checkpoints/step-00000004.rejected");
+    ev.checkpoint_rejected({2, 20}, dir.string() + "/checkpoints/step-00000006",
+                           "state.json: not valid JSON", "");
+    written.push_back("checkpoint_rejected");
+    written.push_back("checkpoint_rejected");
+    ev.target_reached({3, 30}, 3.0, 3.1);
+    written.push_back("target_reached");
+    ev.run_end({3, 30}, {"converged", 1.5, 1000.0, 1 << 20, 0, ""});
+    written.push_back("run_end");
+  }
+  std::vector<std::string> read;
+  for (const json& e : contract::read_effective_events(path)) read.push_back(e["kind"]);
+  CHECK(read == written);
+  std::filesystem::remove_all(dir);
+}
