@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "catch.h"
+#include "process_util.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/results/sqlite_db.h"
 #include "test_util.h"
@@ -59,20 +60,7 @@ struct SweepCli {
   }
   // Trainer processes still running for this sweep's run directories.
   int live_trainers() const {
-    int n = 0;
-    for (const auto& p : fs::directory_iterator("/proc")) {
-      std::ifstream cmd(p.path() / "cmdline");
-      std::string args((std::istreambuf_iterator<char>(cmd)), {});
-      std::ifstream stat(p.path() / "stat");
-      std::string st;
-      std::getline(stat, st);
-      const size_t paren = st.rfind(')');
-      const bool zombie = paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
-      if (!zombie && contains(args, "mxablate-fake-train") &&
-          contains(args, (dir.path() / "runs").string()))
-        ++n;
-    }
-    return n;
+    return test::count_live_processes({"mxablate-fake-train", (dir.path() / "runs").string()});
   }
 };
 
@@ -199,18 +187,7 @@ TEST_CASE("two orchestrators on one database from two directories: one writer, n
     return st.get_int(0);
   };
   const auto trainers_gone = [&] {
-    for (const auto& p : fs::directory_iterator("/proc")) {
-      std::ifstream cmd(p.path() / "cmdline");
-      std::string line((std::istreambuf_iterator<char>(cmd)), {});
-      std::ifstream stat(p.path() / "stat");
-      std::string st;
-      std::getline(stat, st);
-      const size_t paren = st.rfind(')');
-      const bool zombie = paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
-      if (!zombie && contains(line, "mxablate-fake-train") && contains(line, s.dir.path().string()))
-        return false;
-    }
-    return true;
+    return test::count_live_processes({"mxablate-fake-train", s.dir.path().string()}) == 0;
   };
 
   // While one runs, the other is refused with a message naming the database and the pid.

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "catch.h"
+#include "process_util.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/orchestrator/sweep_lock.h"
 #include "mxablate/results/sqlite_db.h"
@@ -257,11 +258,7 @@ TEST_CASE("a database that fills up mid-sweep stops the trainers; the same sweep
     }
   }
   // No trainer of this sweep is left running.
-  for (const auto& p : fs::directory_iterator("/proc")) {
-    std::ifstream cmd(p.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), {});
-    CHECK_FALSE(contains(args, (f.options.runs_dir / "full").string()));
-  }
+  CHECK(test::count_live_processes({(f.options.runs_dir / "full").string()}) == 0);
   const SweepResult r = f.run();  // a normal store: room again
   CHECK(r.budget_exhausted == 4);
   for (const RunSpec& run : f.plan.runs)

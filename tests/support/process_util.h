@@ -4,8 +4,11 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <initializer_list>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace mxablate::test {
@@ -26,6 +29,29 @@ inline CommandResult run_command(const std::string& command) {
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// How many live (not zombie) processes have a command line holding every one of `parts`.
+// Processes come and go while /proc is listed (other tests run in parallel): an entry that
+// vanishes is skipped, never an exception.
+inline int count_live_processes(std::initializer_list<std::string> parts) {
+  int n = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::ifstream cmd(it->path() / "cmdline");
+    const std::string args((std::istreambuf_iterator<char>(cmd)), {});
+    bool all = !args.empty();
+    for (const std::string& part : parts) all = all && args.find(part) != std::string::npos;
+    if (!all) continue;
+    std::ifstream stat(it->path() / "stat");
+    std::string st;
+    std::getline(stat, st);
+    const size_t paren = st.rfind(')');
+    const bool zombie = paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
+    if (!zombie && !st.empty()) ++n;
+  }
+  return n;
 }
 
 // A fresh directory under the system temp dir, removed at scope exit.
