@@ -209,7 +209,7 @@ TEST_CASE("the reader reports bad lines by number and skips them") {
   CHECK(r.position().lines == 5);
 }
 
-TEST_CASE("a partial last line is not consumed, however long; an overlong line is skipped") {
+TEST_CASE("a partial last line is not consumed, however long, an overlong line is skipped") {
   TempLog log;
   log.write(train(1, 1) + "\n" + std::string(3 << 20, 'x'));  // 3 MiB, no newline yet
   EventReader r(log.path);

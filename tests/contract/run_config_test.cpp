@@ -185,7 +185,7 @@ TEST_CASE("every number out of range for its key is refused, naming key and valu
   CHECK(with("", "model", json::array()) == "model: expected a string, got []");
 }
 
-TEST_CASE("strings must be valid UTF-8 without NULs; messages stay printable") {
+TEST_CASE("strings must be valid UTF-8 without NULs, messages stay printable") {
   json j = valid();
   j["model"] = std::string("sm\xff" "oke");
   CHECK(error_of(j) == "model: not valid UTF-8, got \"sm\xef\xbf\xbd" "oke\"");

@@ -118,7 +118,7 @@ TEST_CASE("subnormal inputs: exact at the bottom of the scale range, flushed bel
   CHECK(exponent(std::numeric_limits<float>::denorm_min(), ScaleRule::kFloor) == -127);
 }
 
-TEST_CASE("NaN and Inf give the block a NaN scale and propagate; other blocks are untouched") {
+TEST_CASE("NaN and Inf give the block a NaN scale and propagate, other blocks are untouched") {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
     std::vector<float> x(64, 1.0f);

@@ -19,7 +19,7 @@ QuantSpec sr_spec(QuantFormat f = QuantFormat::kMXFP4) {
 }
 }  // namespace
 
-TEST_CASE("the same key gives identical bits; another step or operand gives other bits") {
+TEST_CASE("the same key gives identical bits, another step or operand gives other bits") {
   const auto x = activation_like(64, 256, 1);
   const RngKey key{9, 100, 2, GemmKind::kWgrad, Operand::kA};
   const auto a = run_quantize(x, 64, 256, Axis::kCols, sr_spec(), key);

@@ -63,7 +63,7 @@ TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings"
   CHECK(h16.where("data.dataset") == Location{8, 19});
 }
 
-TEST_CASE("YAML scalars get their YAML 1.2 types; quoted ones stay strings") {
+TEST_CASE("YAML scalars get their YAML 1.2 types, quoted ones stay strings") {
   const Recipe r = parse_recipe(R"(name: t
 arms:
   a: {train: {lr: 1e-3, max_tokens: 1000000, seed: 7}, mllog: true, model: smoke}
@@ -77,7 +77,7 @@ arms:
   CHECK(r.arms[1].overrides.value["data"]["dataset"] == "123");
 }
 
-TEST_CASE("grid axes take any config path; include and exclude adjust the product") {
+TEST_CASE("grid axes take any config path, include and exclude adjust the product") {
   const Recipe r = parse_recipe(R"(name: g
 base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
 arms:
@@ -120,7 +120,7 @@ include:
   CHECK(plan.runs[1].config.precision.fprop == "mxfp4");
 }
 
-TEST_CASE("an arm's extends chain merges mapping by mapping; lists replace") {
+TEST_CASE("an arm's extends chain merges mapping by mapping, lists replace") {
   const Recipe r = parse_recipe(R"(name: e
 base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
 arms:

@@ -93,7 +93,7 @@ TEST_CASE("a timed-out attempt fails, with or without a run_end") {
   CHECK(decide_outcome(o).status == "failed");
 }
 
-TEST_CASE("a stop we asked for is an interruption; one from outside is retried") {
+TEST_CASE("a stop we asked for is an interruption, one from outside is retried") {
   AttemptObservation o = ended(4, std::nullopt, "interrupted");
   o.stop_requested = true;
   Outcome out = decide_outcome(o);

@@ -51,7 +51,7 @@ struct MessageLog : ProgressSink {
 
 }  // namespace
 
-TEST_CASE("a sweep runs every planned run in parallel slots; running it again runs nothing") {
+TEST_CASE("a sweep runs every planned run in parallel slots, running it again runs nothing") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}});
   SweepFixture f(fake_recipe("all-runs", kSteps, 4, 5, "[1, 2, 3]"));
   f.slots = 3;
@@ -132,7 +132,7 @@ TEST_CASE("a crash before the first checkpoint restarts the run from scratch, no
   CHECK(f.scalar("SELECT COUNT(*) FROM train_steps WHERE run_id = '" + a1.run_id + "'") == kSteps);
 }
 
-TEST_CASE("a run that crashes on every attempt fails after the limit; the others finish") {
+TEST_CASE("a run that crashes on every attempt fails after the limit, the others finish") {
   ScopedEnv env({{"MXABLATE_FAKE_CRASH_AT_STEP", "6@A/1"}, {"MXABLATE_FAKE_CRASH_ALWAYS", "1@A/1"}});
   SweepFixture f(fake_recipe("crashy", kSteps, 4, 5));
   f.options.max_attempts = 3;
@@ -162,7 +162,7 @@ TEST_CASE("a diverged run is a result, recorded with its divergence event, never
   CHECK(f.scalar("SELECT COUNT(*) FROM train_steps WHERE loss IS NULL") == 2);
 }
 
-TEST_CASE("a trainer that exits at once (bad config) fails with its message; others are fine") {
+TEST_CASE("a trainer that exits at once (bad config) fails with its message, others are fine") {
   ScopedEnv env({{"MXABLATE_FAKE_EXIT", "2@A/2"}});
   SweepFixture f(fake_recipe("badconfig", kSteps, 4, 5));
   const SweepResult r = f.run();
@@ -212,7 +212,7 @@ TEST_CASE("a hung trainer is stopped at the timeout, killed if it ignores SIGTER
   }
 }
 
-TEST_CASE("a stop request checkpoints the running trainers; the next run resumes them") {
+TEST_CASE("a stop request checkpoints the running trainers, the next run resumes them") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "25"}});
   SweepFixture f(fake_recipe("stop", kSteps, 4, 5));
   std::atomic<int> events_seen{0};
@@ -236,7 +236,7 @@ TEST_CASE("a stop request checkpoints the running trainers; the next run resumes
   check_complete_and_unduplicated(f);
 }
 
-TEST_CASE("a database that fills up mid-sweep stops the trainers; the same sweep then finishes") {
+TEST_CASE("a database that fills up mid-sweep stops the trainers, the same sweep then finishes") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "3"}});
   SweepFixture f(fake_recipe("full", 200, 4, 5));
   {

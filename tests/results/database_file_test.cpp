@@ -183,7 +183,7 @@ TEST_CASE("a database created on a nearly full filesystem is whole or absent") {
   CHECK(failed > 0);
 }
 
-TEST_CASE("one writer per database, whatever path leads to it; readers are never blocked") {
+TEST_CASE("one writer per database, whatever path leads to it, readers are never blocked") {
   TempDir dir;
   const std::string path = dir.file("results.db");
   fs::create_directories(dir.path() / "elsewhere");

@@ -43,7 +43,7 @@ bool mentions(const std::vector<std::string>& warnings, const std::string& part)
 
 }  // namespace
 
-TEST_CASE("bad lines are warned about by line number and never stored; later lines are") {
+TEST_CASE("bad lines are warned about by line number and never stored, later lines are") {
   LogFixture f;
   f.write(eval(1, 1, 4.0) + eval(2, 2, 3.5) +
           // the seq goes backwards with a fake best loss: not data
@@ -87,7 +87,7 @@ TEST_CASE("warnings about bad lines are bounded per run") {
   CHECK(log.bad_lines() == 100);
 }
 
-TEST_CASE("a partial last line waits; the position survives a restart without replays") {
+TEST_CASE("a partial last line waits, the position survives a restart without replays") {
   LogFixture f;
   f.write(eval(1, 1, 4.0) + R"({"seq":2,"kind":"eval","ti)");
   {

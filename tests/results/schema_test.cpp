@@ -52,7 +52,7 @@ TEST_CASE("a new store is at the newest schema version, in WAL mode, with every 
   for (const auto& v : views) Statement(store.db(), "SELECT * FROM " + v).step();
 }
 
-TEST_CASE("reopening a store applies nothing; an older one gets only the missing migrations") {
+TEST_CASE("reopening a store applies nothing, an older one gets only the missing migrations") {
   TempDir dir;
   { ResultsStore store(dir.file("a.db")); }
   Database db(dir.file("a.db"), Database::Mode::kReadWriteCreate);

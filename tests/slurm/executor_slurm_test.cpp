@@ -347,7 +347,7 @@ TEST_CASE("squeue outages are ridden out until the limit, then end the sweep wit
   CHECK_THROWS_WITH(h.collect(), has_text("Unable to contact"));
 }
 
-TEST_CASE("sbatch is tried again after a timeout; a refusal fails the batch with its reason") {
+TEST_CASE("sbatch is tried again after a timeout, a refusal fails the batch with its reason") {
   Harness h;
   h.collect();
   h.fake->submit_failures = 1;

@@ -48,7 +48,7 @@ TEST_CASE("sbatch's parsable answer gives the job id, with or without a cluster 
   CHECK_THROWS_WITH(slurm->submit("/s/a.sh", "0", false), has_text("printed no job id"));
 }
 
-TEST_CASE("a refusal is one line without the command's prefixes; outages count as transient") {
+TEST_CASE("a refusal is one line without the command's prefixes, outages count as transient") {
   FakeCommands cmd;
   cmd.write("sbatch",
             "echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' "
@@ -96,7 +96,7 @@ TEST_CASE("squeue is asked for all of the jobs at once and its lines parsed") {
   CHECK(slurm->query_jobs({"99"}).empty());
 }
 
-TEST_CASE("scancel: tasks that already ended are not an error; kill sends SIGKILL to all steps") {
+TEST_CASE("scancel: tasks that already ended are not an error, kill sends SIGKILL to all steps") {
   FakeCommands cmd;
   cmd.write("scancel",
             "echo 'scancel: error: Kill job error on job id 12_1: Job/step already completing or "
@@ -137,7 +137,7 @@ TEST_CASE("a command that hangs is killed at its time limit and reported as tran
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
 
-TEST_CASE("programs are found on PATH; a missing one is reported by name") {
+TEST_CASE("programs are found on PATH, a missing one is reported by name") {
   FakeCommands cmd;
   cmd.write("mxablate-test-tool", "exit 0\n");
   CHECK(find_program("mxablate-test-tool") == cmd.dir.path / "mxablate-test-tool");

@@ -250,7 +250,7 @@ TEST_CASE("a task scancelled mid-run resumes from its checkpoint in a new job", 
   CHECK(SlurmSweepFiles(s.sweep_dir()).read_submissions().size() == 2);
 }
 
-TEST_CASE("stopping the orchestrator leaves the jobs running; re-running re-attaches to them",
+TEST_CASE("stopping the orchestrator leaves the jobs running, re-running re-attaches to them",
           "[slurm]") {
   // 10 s runs: long enough that all four are still running through two restarts.
   Sweep s("reattach", fake_recipe("reattach", 100, {"bf16", "FDW"}, {1, 2}));

@@ -221,7 +221,7 @@ TEST_CASE("A damaged checkpoint is rejected with one line and changes nothing", 
   check_unchanged();
 }
 
-TEST_CASE("Checkpoints are listed newest first; a rejected one is set aside", "[trainer][checkpoint]") {
+TEST_CASE("Checkpoints are listed newest first, a rejected one is set aside", "[trainer][checkpoint]") {
   Trained saved = train(96, 1, 1);
   const fs::path run = fresh_dir("listing");
   for (int64_t step : {1, 3, 2}) save_checkpoint(run.string(), *saved.model, *saved.optimizer, state_at(step), kRunConfig);

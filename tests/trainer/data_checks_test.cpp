@@ -92,7 +92,7 @@ TEST_CASE("A token outside the vocabulary is never returned by a read", "[data][
   CHECK_THROWS_WITH(stream.read(3000 + 995, across), has_text("s.bin: token 1000 is 65535"));
 }
 
-TEST_CASE("Opening a dataset checks the cheap things; verify_dataset checks everything", "[data][checks]") {
+TEST_CASE("Opening a dataset checks the cheap things, verify_dataset checks everything", "[data][checks]") {
   SECTION("intact") {
     const fs::path dir = make_dataset("mxablate_data_ok", 200000);
     CHECK(open_error(dir) == "opened");

@@ -68,7 +68,7 @@ TEST_CASE("Stochastic rounding classes and Hadamard GEMMs land on the right oper
   }
 }
 
-TEST_CASE("BF16 GEMMs never round stochastically; kept layers are plain BF16", "[trainer][plan]") {
+TEST_CASE("BF16 GEMMs never round stochastically, kept layers are plain BF16", "[trainer][plan]") {
   contract::RunConfig c;
   c.precision = {"bf16", "mxfp4", "bf16"};
   c.quant.stochastic_rounding = {"grad", "activation", "weight"};

@@ -24,7 +24,7 @@ TEST_CASE("MLLOG lines carry namespace, time, event type, key, value and metadat
   CHECK(line.find("\"key\"") < line.find("\"value\""));
 }
 
-TEST_CASE("A disabled logger writes nothing; an enabled one one line per call", "[trainer][mllog]") {
+TEST_CASE("A disabled logger writes nothing, an enabled one one line per call", "[trainer][mllog]") {
   std::ostringstream off_out, on_out;
   MlLogger off(false, off_out), on(true, on_out);
   off.start("run_start");

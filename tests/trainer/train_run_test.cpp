@@ -242,7 +242,7 @@ TEST_CASE("An injected non-finite value is a fatal divergence: event and exit st
   }
 }
 
-TEST_CASE("Validation regressions and the target are events; stop_at_target converges", "[train]") {
+TEST_CASE("Validation regressions and the target are events, stop_at_target converges", "[train]") {
   contract::RunConfig c = smoke_config();
   c.train.max_tokens = 1024 * 60;
   c.eval.every_tokens = 1024 * 5;
