@@ -77,7 +77,12 @@ hip_check=OFF
 [ -x /usr/local/cuda/bin/nvcc ] && cuda_check=ON
 command -v hipcc >/dev/null 2>&1 && hip_check=ON
 
+# The tests are configured only with --tests: they need Catch2, a test tool the main job's
+# packages leave out (a fresh machine has none before the test command installs it).
+build_tests=OFF
+[ "$MODE" = "--tests" ] && build_tests=ON
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMXABLATE_BUILD_TESTS=$build_tests \
   -DMXABLATE_CUDA_COMPILE_CHECK=$cuda_check -DMXABLATE_HIP_COMPILE_CHECK=$hip_check \
   >"$LOG_DIR/configure.log" 2>&1 || fail "CMake configure failed" "$LOG_DIR/configure.log"
 phase_done "configuring"
