@@ -124,7 +124,20 @@ TEST_CASE("Impossible states are rejected even with a matching checksum", "[trai
         "state.json: files: lists files a checkpoint does not have");
 }
 
-TEST_CASE("Another run's checkpoint is rejected", "[trainer][checkpoint]") {
+TEST_CASE("Another run's checkpoint is rejected as another run's, not as damage", "[trainer][checkpoint]") {
+  CHECK_THROWS_AS(parse_checkpoint_state(resealed([](json& j) { j["run_id"] = "run-2"; }), expectation()),
+                  CheckpointOfAnotherRun);
+  CHECK_THROWS_AS(parse_checkpoint_state(resealed([](json& j) { j["trajectory_config"]["train"]["lr"] = 0.5; }),
+                                         expectation()),
+                  CheckpointOfAnotherRun);
+  // Damage is not another run's: the caller falls back from it.
+  try {
+    parse_checkpoint_state(resealed([](json& j) { j["step"] = -1; }), expectation());
+    FAIL("a negative step was accepted");
+  } catch (const CheckpointOfAnotherRun&) {
+    FAIL("a negative step was taken for another run's checkpoint");
+  } catch (const CheckpointRejected&) {
+  }
   CHECK(rejection(resealed([](json& j) { j["run_id"] = "run-2"; })) ==
         "state.json: written by run \"run-2\", not this run \"run-1\"");
   CHECK(rejection(resealed([](json& j) { j["trajectory_config"]["train"]["lr"] = 0.002; })) ==

@@ -123,11 +123,6 @@ TEST_CASE("A damaged newest checkpoint: resume falls back to the one before, sam
     rewrite_state(dir / "checkpoints/step-00000008", [](json& j) { j["divergence"]["steps"] = "eight"; });
     expected_reason = "state.json: divergence.steps: expected an integer >= 0";
   }
-  SECTION("another run's checkpoint") {
-    dir = copy_crashed("fb_other_run");
-    rewrite_state(dir / "checkpoints/step-00000008", [](json& j) { j["run_id"] = "someone-else"; });
-    expected_reason = "state.json: written by run \"someone-else\", not this run \"fallback-run\"";
-  }
 
   const TrainResult resumed = run_train(dir.string(), nullptr, "--resume");
   INFO(resumed.output);
@@ -152,6 +147,33 @@ TEST_CASE("A damaged newest checkpoint: resume falls back to the one before, sam
   for (const auto& e : events_of_kind(events, "train")) losses.push_back(e["loss"]);
   for (const auto& e : events_of_kind(reference, "train")) ref_losses.push_back(e["loss"]);
   CHECK(losses == ref_losses);
+}
+
+TEST_CASE("Resuming under another config refuses (exit 2) and sets nothing aside",
+          "[train][resume][checkpoint]") {
+  contract::RunConfig c = fallback_config();
+  const std::string dir = fresh_run_dir("fb_other_config");
+  REQUIRE(run_train(dir, &c, "--debug-crash-at-step 10").exit_code == 137);
+  c.train.lr *= 2;  // the run directory reused for another config
+  const TrainResult r = run_train(dir, &c, "--resume");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, has_text("step-00000008: state.json: written under a different run config "
+                                "(first difference at \"/train/lr\")"));
+  CHECK(fs::exists(dir + "/checkpoints/step-00000008/state.json"));
+  CHECK(fs::exists(dir + "/checkpoints/step-00000004/state.json"));
+  CHECK_FALSE(fs::exists(dir + "/checkpoints/step-00000008.rejected"));
+  const auto after = effective_events(dir);
+  CHECK(events_of_kind(after, "checkpoint_rejected").empty());
+  CHECK(events_of_kind(after, "resume").empty());
+  // With its own config back, the run resumes from its newest checkpoint.
+  c.train.lr /= 2;
+  const TrainResult resumed = run_train(dir, &c, "--resume");
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  const auto resumes = events_of_kind(effective_events(dir), "resume");
+  REQUIRE(resumes.size() == 1);
+  CHECK(resumes[0]["step"] == 8);
 }
 
 TEST_CASE("No intact checkpoint: the run starts over, recording why", "[train][resume][checkpoint]") {

@@ -152,14 +152,17 @@ CheckpointState parse_checkpoint_state(std::string_view text_in, const Checkpoin
   // Whose checkpoint it is.
   const std::string run_id = text(j, "run_id");
   if (run_id != expect.run_id)
-    reject("written by run " + shown(json(run_id)) + ", not this run " + shown(json(expect.run_id)));
+    throw CheckpointOfAnotherRun(std::string(kCheckpointStateFile) + ": written by run " +
+                                 shown(json(run_id)) + ", not this run " + shown(json(expect.run_id)));
   const json& saved = member(j, "trajectory_config");
   if (saved != expect.trajectory_config) {
     const json diff = json::diff(saved, expect.trajectory_config);
     const std::string where =
         diff.empty() || !diff[0].is_object() ? "?" : diff[0].value("path", std::string("?"));
-    reject("written under a different run config (first difference at " + shown(json(where)) +
-           "); resume needs the same model, data, train, precision and quant");
+    throw CheckpointOfAnotherRun(std::string(kCheckpointStateFile) +
+                                 ": written under a different run config (first difference at " +
+                                 shown(json(where)) +
+                                 "); resume needs the same model, data, train, precision and quant");
   }
 
   // Whether its counters describe a state this run can be in.

@@ -231,6 +231,11 @@ class TrainingRun {
         state_ = load_checkpoint(path, *s_.model, *s_.optimizer, expect);
         used = path;
         break;
+      } catch (const CheckpointOfAnotherRun& e) {
+        // A run directory reused for another config (or another run's copy): falling back would
+        // set aside good checkpoints and train a different run under this one's name.
+        throw ConfigError("checkpoint " + path + ": " + e.what() +
+                          " (resume with the config it was written under, or use a new run directory)");
       } catch (const CheckpointRejected& e) {
         rejected.emplace_back(path, e.what());
       }

@@ -45,6 +45,11 @@ struct CheckpointFile {
 struct CheckpointRejected : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// An intact checkpoint of another run, or of this run under another config: not damage to fall
+// back from but a resume that must not happen (the trainer exits 2 and touches nothing).
+struct CheckpointOfAnotherRun : CheckpointRejected {
+  using CheckpointRejected::CheckpointRejected;
+};
 
 // What a checkpoint of the run being resumed must agree with.
 struct CheckpointExpectation {
