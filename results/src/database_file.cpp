@@ -123,7 +123,7 @@ bool create_database_if_missing(const std::string& path) {
   return true;
 }
 
-void check_database_file(const std::string& path) {
+void check_database_file(const std::string& path, bool read_header) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT)
@@ -138,6 +138,7 @@ void check_database_file(const std::string& path) {
         "{}: an empty file, not a results database; it is left alone — remove it or pass "
         "another --db",
         path));
+  if (!read_header) return;
   char header[16] = {};
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_errno(path, "cannot read the results database");
@@ -155,8 +156,10 @@ void check_results_schema(Database& db) {
     version = schema_version(db);
   } catch (const SqliteError& e) {
     if (e.code == SQLITE_NOTADB || e.code == SQLITE_CORRUPT)
-      throw NotAResultsDatabase(fmt::format("{}: not a readable results database ({})", db.path(),
-                                            sqlite3_errstr(e.code)));
+      throw NotAResultsDatabase(fmt::format(
+          "{}: not a results database (not an SQLite file, or a damaged one: {}); it is left "
+          "alone — pass another --db",
+          db.path(), sqlite3_errstr(e.code)));
     throw;
   }
   if (version > latest_schema_version())

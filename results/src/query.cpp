@@ -30,7 +30,7 @@ std::string first_words(const std::string& sql) {
 }  // namespace
 
 std::unique_ptr<Database> open_read_only(const std::string& path) {
-  check_database_file(path);
+  check_database_file(path, /*read_header=*/false);
   auto db = std::make_unique<Database>(path, Database::Mode::kReadOnly);
   check_results_schema(*db);
   sqlite3_set_authorizer(db->handle(), deny_attach, nullptr);

@@ -5,7 +5,8 @@
 namespace mxablate::results {
 
 RunLog::RunLog(Database& db, std::string run_id, std::string events_path)
-    : db_(db), run_id_(std::move(run_id)), path_(std::move(events_path)), reader_(load_reader()) {}
+    : db_(db), run_id_(std::move(run_id)), path_(std::move(events_path)), reader_(load_reader()),
+      committed_(reader_.position()) {}
 
 contract::EventReader RunLog::load_reader() const {
   Statement st(db_, "SELECT ingest_offset, last_seq, ingest_position FROM runs WHERE run_id = ?1");
@@ -65,6 +66,7 @@ RunLog::Update RunLog::poll() {
       if (batch.events.empty() && !batch.restarted && reader_.offset() == before) break;
       merge(update.summary,
             ingest_events(db_, run_id_, batch.events, reader_.position(), batch.restarted.has_value()));
+      committed_ = reader_.position();
       update.events += batch.events.size();
       for (const auto& ev : batch.events) {  // checked events: step and tokens are integers
         update.step = ev["step"].get<int64_t>();
@@ -72,7 +74,9 @@ RunLog::Update RunLog::poll() {
       }
     }
   } catch (const SqliteError&) {
-    reader_ = load_reader();  // what was read but not stored is read again next time
+    // What was read but not stored is read again next time. From the position kept here, not
+    // one read back from the database that has just failed.
+    reader_ = contract::EventReader(path_, committed_);
     throw;
   }
   return update;

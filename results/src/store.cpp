@@ -35,7 +35,7 @@ void configure_writer(Database& db) {
 // Creates the database if needed and checks what is there before anything locks or opens it.
 const std::string& prepared(const std::string& path) {
   create_database_if_missing(path);
-  check_database_file(path);
+  check_database_file(path, /*read_header=*/true);
   return path;
 }
 

@@ -270,7 +270,10 @@ TEST_CASE("every read command answers a missing or foreign database the same way
   };
   const std::vector<Db> dbs{
       {f.dir.file("none.db"), ": no results database here (run a sweep first, or pass --db)"},
-      {f.dir.file("notes.db"), ": not a results database (not an SQLite file); it is left alone — pass another --db"},
+      // Readers never open the file outside SQLite (that would drop this process's locks on it):
+      // SQLite itself says it is not a database.
+      {f.dir.file("notes.db"), ": not a results database (not an SQLite file, or a damaged one: "
+                               "file is not a database); it is left alone — pass another --db"},
       {f.dir.file("empty.db"), ": an empty file, not a results database; it is left alone — remove it or pass another --db"},
   };
   for (const Db& db : dbs) {

@@ -112,7 +112,7 @@ TEST_CASE("a file that is not an mxablate database is refused and left as it was
       {"empty.db", "", "an empty file, not a results database"},
       {"text.db", "hello, I am notes\n", "not a results database (not an SQLite file)"},
       {"torn.db", std::string("SQLite format 3\0", 16) + std::string(50, '\x07'),
-       "not a readable results database"},
+       "not a results database (not an SQLite file, or a damaged one"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

@@ -23,8 +23,12 @@ struct NotAResultsDatabase : SqliteError {
 bool create_database_if_missing(const std::string& path);
 
 // Throws NotAResultsDatabase when the file at `path` cannot be an mxablate database: missing,
-// not a regular file, empty, or without the SQLite header. Reads only the first bytes.
-void check_database_file(const std::string& path);
+// not a regular file, empty, or (with read_header) without the SQLite header.
+// The header read opens and closes a descriptor of the file, and closing any descriptor drops
+// every POSIX lock this process holds on it, SQLite's included: only a writer about to open the
+// file, before any connection of its own, reads the header. Readers open read-only and let
+// check_results_schema refuse what SQLite cannot read.
+void check_database_file(const std::string& path, bool read_header);
 
 // Throws NotAResultsDatabase when the open database is not an mxablate results database (schema
 // version 0: some other SQLite file) or is newer than this build knows.

@@ -47,6 +47,7 @@ class RunLog {
   std::string run_id_;
   std::string path_;
   contract::EventReader reader_;
+  contract::LogPosition committed_;  // the position stored with the last committed rows
   int64_t bad_lines_ = 0;
 };
 
