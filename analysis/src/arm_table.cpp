@@ -1,5 +1,7 @@
 #include "mxablate/analysis/arm_table.h"
 
+#include "mxablate/contract/perplexity.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -46,16 +48,10 @@ std::string loss_text(const std::optional<double>& v) {
 
 std::string perplexity_text(const ArmSummary& a) {
   const auto ppl = [](const std::optional<double>& loss) {
-    return loss && std::isfinite(*loss) && std::isfinite(std::exp(*loss))
-               ? fmt::format("{:.2f}", std::exp(*loss))
-               : std::string("-");
+    const auto p = contract::perplexity_of(loss);
+    return p ? fmt::format("{:.2f}", *p) : std::string("-");
   };
   return ppl(a.final_val_loss) + " / " + ppl(a.best_val_loss);
-}
-
-std::optional<double> exp_of(const std::optional<double>& loss) {
-  if (!loss) return std::nullopt;
-  return std::exp(*loss);
 }
 
 std::string diverged_text(const ArmSummary& a) {
@@ -134,8 +130,8 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
         optional_number(a.cost.median_pct), optional_number(a.cost.ci_low_pct),
         optional_number(a.cost.ci_high_pct), a.cost.lower_bound ? "true" : "false"};
     if (ppl) {
-      cells.push_back(optional_number(exp_of(a.final_val_loss)));
-      cells.push_back(optional_number(exp_of(a.best_val_loss)));
+      cells.push_back(optional_number(contract::perplexity_of(a.final_val_loss)));
+      cells.push_back(optional_number(contract::perplexity_of(a.best_val_loss)));
     } else {
       cells.push_back(optional_number(a.final_val_loss));
     }

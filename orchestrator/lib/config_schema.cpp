@@ -50,10 +50,6 @@ bool integral(const json& v) {
   return std::isfinite(d) && std::floor(d) == d;
 }
 
-// Integers written as floats (1e6, or digits beyond int64) are exact only up to here; the
-// contract reads no larger ones.
-constexpr double kLargestFloatInteger = 9.0e15;
-
 }  // namespace
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -196,9 +192,10 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
         fmt::format("an integer from {} to {}",
                     expected.is_number_unsigned() ? "0" : "-9223372036854775808",
                     std::numeric_limits<int64_t>::max());
+    // Beyond int64 no spelling helps; below it, digits do where an exponent cannot.
     if (value.is_number_float() && std::fabs(value.get<double>()) >= 0x1p63)
       throw range_error(full_range);
-    if (value.is_number_float() && std::fabs(value.get<double>()) > kLargestFloatInteger)
+    if (value.is_number_float() && std::fabs(value.get<double>()) > contract::kLargestFloatInteger)
       throw range_error(full_range + "; beyond 9e15 write it digit by digit, without an exponent");
     if (expected.is_number_unsigned() && value.get<double>() < 0)
       throw range_error(

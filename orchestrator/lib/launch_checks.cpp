@@ -10,6 +10,7 @@
 
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
+#include "mxablate/data/sequence_sampler.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/training_plan.h"
 
@@ -101,10 +102,9 @@ class LaunchChecker {
     const int64_t val_tokens = d.manifest.validation.tokens;
     const int64_t seq_len = c.data.seq_len;
 
-    // Every sequence is read with one more token (the last target): a split of N tokens holds
-    // sequences of at most N - 1.
+    // A sequence longer than a split allows: not one sequence fits (data/sequence_sampler.h).
     const int64_t longest = std::min(train_tokens, val_tokens) - 1;
-    if (seq_len > longest)
+    if (data::sequences_in_stream(std::min(train_tokens, val_tokens), seq_len) < 1)
       throw error(run, "data.seq_len",
                   fmt::format("{} is longer than {} allows: its {} split holds {} tokens, so a "
                               "sequence can be at most {}",
@@ -113,7 +113,7 @@ class LaunchChecker {
                               std::min(train_tokens, val_tokens), std::max<int64_t>(0, longest)));
 
     const trainer::TrainingPlan tp = trainer::make_training_plan(c);
-    const int64_t available = sequences_in_split(val_tokens, seq_len);
+    const int64_t available = data::sequences_in_stream(val_tokens, seq_len);
     if (tp.eval_sequences > available)
       throw error(run, "eval.tokens",
                   fmt::format("{:g} tokens ({} sequences of {}) are more than the validation split "
@@ -152,10 +152,6 @@ class LaunchChecker {
 };
 
 }  // namespace
-
-int64_t sequences_in_split(int64_t tokens, int64_t seq_len) {
-  return seq_len > 0 && tokens > 0 ? (tokens - 1) / seq_len : 0;
-}
 
 std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan) {
   return LaunchChecker(recipe).check(plan);

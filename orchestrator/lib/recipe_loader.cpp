@@ -378,14 +378,14 @@ class Loader {
                                       x.dump()));
         t.val_loss = x.get<double>();
       } else if (k == "perplexity") {
-        // Perplexity is exp(validation loss): the target is kept as the loss it stands for, so
-        // the trainer, the store and every table compare against one number.
-        if (!x.is_number() || !(x.get<double>() > 1) || !std::isfinite(std::log(x.get<double>())))
+        // Kept as the loss it stands for (contract/perplexity.h); the YAML reader refuses
+        // non-finite numbers already.
+        if (!x.is_number() || !(x.get<double>() > 1))
           throw error(at, fmt::format("target.perplexity: expected a finite number > 1 (the "
                                       "loss is its logarithm), got {}",
                                       x.dump()));
         t.perplexity = x.get<double>();
-        t.val_loss = std::log(*t.perplexity);
+        t.val_loss = contract::loss_of_perplexity(*t.perplexity);
       } else if (k == "from_arm") {
         if (!x.is_string())
           throw error(at, fmt::format("target.from_arm: expected an arm name, got {}", x.dump()));

@@ -97,3 +97,15 @@ TEST_CASE("paper figures are matched by settings, not by arm names") {
   a.hadamard_mode = "none";
   CHECK_FALSE(paper_figure(a).has_value());
 }
+
+TEST_CASE("a perplexity too large for a double is shown as missing in every format") {
+  // exp(800) overflows to inf: one rule (contract::perplexity_of) for every format.
+  std::vector<ArmSummary> a = arms();
+  a[1].final_val_loss = 800.0;
+  a[1].best_val_loss = 3.0;
+  const std::string md = render_table(a, TableFormat::kMarkdown, "", TableMetric::kPerplexity);
+  CHECK(md.find("| - / 20.09 |") != std::string::npos);
+  const std::string csv = render_table(a, TableFormat::kCsv, "", TableMetric::kPerplexity);
+  CHECK(csv.find("inf") == std::string::npos);
+  CHECK(csv.find(",false,,20.0855,") != std::string::npos);
+}

@@ -151,7 +151,7 @@ TEST_CASE("every number out of range for its key is refused, naming key and valu
   CHECK(with("eval", "tokens", 1e300) == "eval.tokens: must be at most 9e15, got 1e+300");
   CHECK(with("data", "seq_len", 1 << 21) == "data.seq_len: must be at most 1048576, got 2097152");
   CHECK(with("", "threads", 100000) == "threads: must be in [0, 1024] (0: the library default), got 100000");
-  CHECK(with("", "threads", -1) == "threads: must be >= 0, got -1");
+  CHECK(with("", "threads", -1) == "threads: must be in [0, 1024] (0: the library default), got -1");
   CHECK(with("divergence", "grad_norm_factor", 1) ==
         "divergence.grad_norm_factor: must be > 1, got 1.0");
   CHECK(with("target", "val_loss", -3) == "target.val_loss: must be > 0 (or null), got -3.0");

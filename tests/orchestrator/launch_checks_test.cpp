@@ -7,6 +7,7 @@
 
 #include "catch.h"
 #include "mxablate/data/manifest.h"
+#include "mxablate/data/sequence_sampler.h"
 #include "mxablate/orchestrator/launch_checks.h"
 #include "test_util.h"
 #ifdef MXABLATE_HAVE_DATA_PREPARE
@@ -103,7 +104,7 @@ TEST_CASE("eval.tokens beyond the validation split is refused at its key") {
                                  "most 1984 tokens) (run: A)\n",
                                  f.data.string()));
   // The trainer's own rule: 31 sequences of 64 (each read with the token after it) fit, 32 not.
-  CHECK(mxablate::orchestrator::sequences_in_split(2000, 64) == 31);
+  CHECK(mxablate::data::sequences_in_stream(2000, 64) == 31);
   CHECK(f.mx("plan", {f.data.string(), 64, 1024, 8192, 1984}).code() == 0);
   CHECK(f.mx("plan", {f.data.string(), 64, 1024, 8192, 1985}).code() == 2);
 }
@@ -200,7 +201,7 @@ TEST_CASE("a dataset made by data prepare: eval.tokens is checked against its va
   std::ostringstream log;
   mxablate::data::prepare_data(o, log);
   const mxablate::data::Manifest m = mxablate::data::read_manifest(prepared.string());
-  const int64_t fits = mxablate::orchestrator::sequences_in_split(m.validation.tokens, 64) * 64;
+  const int64_t fits = mxablate::data::sequences_in_stream(m.validation.tokens, 64) * 64;
   REQUIRE(fits >= 64);
   CHECK(f.mx("plan", {prepared.string(), 64, 1024, 1024, static_cast<int>(fits)}).code() == 0);
   const ProcessResult r =

@@ -35,10 +35,6 @@ void read_value(const json& v, const std::string& path, double& out) {
   if (!std::isfinite(out)) throw ConfigError(path + ": must be a finite number, got " + shown(v));
 }
 
-// Integers beyond 2^53 cannot come from YAML's floats exactly; nothing in a run config needs
-// them except seeds, which may use the whole unsigned range when written as integers.
-constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
-
 void read_value(const json& v, const std::string& path, int64_t& out) {
   // YAML writes 100e6 as a float; accept any number with an integral value.
   if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + shown(v));
@@ -46,7 +42,7 @@ void read_value(const json& v, const std::string& path, int64_t& out) {
     const double d = v.get<double>();
     if (!std::isfinite(d) || std::floor(d) != d)
       throw ConfigError(path + ": expected an integer, got " + shown(v));
-    if (std::fabs(d) > kMaxExactInteger)
+    if (std::fabs(d) > kLargestFloatInteger)
       throw ConfigError(path + ": out of range (beyond 9e15 write an integer digit by digit, "
                         "without an exponent), got " + shown(v));
     out = static_cast<int64_t>(d);
@@ -193,7 +189,7 @@ void validate_limits(const RunConfig& c) {
   require(t.global_batch_tokens <= (int64_t{1} << 40), "train.global_batch_tokens",
           "must be at most 2^40", t.global_batch_tokens);
   // Budgets beyond 9e15 tokens are validate_runnable's to refuse.
-  if (t.global_batch_tokens > 0 && t.max_tokens <= 9.0e15)
+  if (t.global_batch_tokens > 0 && t.max_tokens <= kLargestFloatInteger)
     require(std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens)) <=
                 static_cast<double>(kMaxSteps),
             "train.max_tokens",
@@ -222,8 +218,7 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
 // arithmetic (int64 steps) would overflow, a GPU-only GEMM path on the CPU.
 void validate_runnable(const RunConfig& c) {
   constexpr int kMaxThreads = 1024;
-  constexpr double kMaxTokens = 9.0e15;  // steps are int64; token counts stay exact doubles
-  require(c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
+  require(c.threads >= 0 && c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
           c.threads);
   require(c.train.weight_decay >= 0, "train.weight_decay", "must be >= 0",
           c.train.weight_decay);
@@ -235,7 +230,7 @@ void validate_runnable(const RunConfig& c) {
                                     std::pair{"train.warmup_tokens", c.train.warmup_tokens},
                                     std::pair{"eval.every_tokens", c.eval.every_tokens},
                                     std::pair{"eval.tokens", c.eval.tokens}})
-    require(value <= kMaxTokens, name, "must be at most 9e15", value);
+    require(value <= kLargestFloatInteger, name, "must be at most 9e15", value);
   // The trainer resolves the GEMM path before the first step, whatever the precisions.
   if (c.quant.gemm_path == "fp8" && c.device != "cuda")
     throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
@@ -303,7 +298,6 @@ void validate(const RunConfig& c) {
   require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
           c.telemetry.quant_every_steps);
   require_one_of(c.device, {"cpu", "cuda"}, "device");
-  require(c.threads >= 0, "threads", "must be >= 0", c.threads);
   validate_runnable(c);
 }
 

@@ -42,7 +42,7 @@ uint64_t KeyedPermutation::operator()(uint64_t i) const {
 }
 
 SequenceSampler::SequenceSampler(int64_t stream_tokens, int64_t seq_len, uint64_t data_seed)
-    : seq_len_(seq_len), windows_(seq_len > 0 ? (stream_tokens - 1) / seq_len : 0),
+    : seq_len_(seq_len), windows_(sequences_in_stream(stream_tokens, seq_len)),
       seed_(data_seed) {
   if (seq_len <= 0) throw std::invalid_argument("sequence length must be > 0");
   if (windows_ <= 0)

@@ -37,7 +37,7 @@ TokenBatch TrainBatches::get(int64_t first_sample, int64_t count, const at::Devi
 std::vector<TokenBatch> validation_batches(const data::TokenDataset& dataset, int64_t seq_len,
                                            int64_t sequences, int64_t batch_sequences,
                                            const at::Device& device) {
-  const int64_t available = (dataset.validation.size() - 1) / seq_len;
+  const int64_t available = data::sequences_in_stream(dataset.validation.size(), seq_len);
   if (available < sequences)
     throw std::invalid_argument(
         "eval.tokens: " + std::to_string(sequences * seq_len) + " tokens (" +

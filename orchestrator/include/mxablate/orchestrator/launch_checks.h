@@ -27,8 +27,4 @@ inline constexpr double kMaxEpochsWithoutWarning = 2.0;
 // "FILE:LINE:COL: key: …", one per distinct message.
 std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan);
 
-// The longest sequence a split of `tokens` tokens holds: every sequence is read with the token
-// after it (its last target), so a split holds (tokens - 1) / seq_len sequences.
-int64_t sequences_in_split(int64_t tokens, int64_t seq_len);
-
 }  // namespace mxablate::orchestrator

@@ -20,6 +20,11 @@
 
 namespace mxablate::contract {
 
+// The largest integer a config may write as a float (YAML reads 100e6 as one), and the largest
+// token count: floats are exact integers only up to 2^53, and the messages say "9e15". The
+// recipe schema and the contract both check against this one number.
+inline constexpr double kLargestFloatInteger = 9.0e15;
+
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };

@@ -11,6 +11,13 @@
 
 namespace mxablate::data {
 
+// How many sequences of seq_len a stream of `tokens` tokens holds: every sequence is read with
+// the token after it (its last target), so (tokens - 1) / seq_len. The one definition the
+// training windows, the validation batches and the planner's launch checks all use.
+inline int64_t sequences_in_stream(int64_t tokens, int64_t seq_len) {
+  return seq_len > 0 && tokens > 0 ? (tokens - 1) / seq_len : 0;
+}
+
 // A keyed pseudo-random permutation of [0, n): a 4-round Feistel network on the smallest
 // even-bit-width domain ≥ n, with cycle-walking to stay inside [0, n). O(1) memory, any n.
 class KeyedPermutation {
