@@ -40,7 +40,7 @@ class DataFile {
  public:
   DataFile(const fs::path& path, const std::string& title, const char* more_columns = "")
       : path_(path), out_(path, std::ios::trunc) {
-    out_ << "tokens\t" << escape::gnuplot_datafile_text(escape::clip(escape::visible(title), kLabelColumns))
+    out_ << "tokens\t" << escape::gnuplot_datafile_text(escape::clip(title, kLabelColumns))
          << more_columns << "\n";
   }
   void row(std::initializer_list<double> values) {

@@ -236,16 +236,17 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
   }
   CHECK(scripts == 5);
 
-  // The figures show the names as text: visible form, clipped to 40 columns.
+  // The figures show the names as text: clipped to 40 characters, then in visible form (an
+  // escape such as \x1b is never cut in half).
   const std::vector<std::string> loss = svg_texts(read((dir.path / "hostile" / "plots" / "loss.svg").string()));
   for (const std::string& arm : {names.base, names.fdw, names.sr}) {
-    const std::string shown = mxablate::escape::clip(mxablate::escape::visible(arm), 40);
+    const std::string shown = mxablate::escape::visible(mxablate::escape::clip(arm, 40));
     CHECK(std::find(loss.begin(), loss.end(), shown) != loss.end());
   }
   const std::vector<std::string> tele =
       svg_texts(read((dir.path / "hostile" / "plots" / "telemetry_fprop.svg").string()));
   CHECK(std::find(tele.begin(), tele.end(),
-                  mxablate::escape::clip(mxablate::escape::visible(names.fdw + " " + names.operand_a), 40)) != tele.end());
+                  mxablate::escape::visible(mxablate::escape::clip(names.fdw + " " + names.operand_a, 40))) != tele.end());
 
   // The page: names as text only, never markup or raw control bytes.
   const std::string html = read(r.html_path);

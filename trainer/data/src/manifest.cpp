@@ -1,9 +1,11 @@
 #include "mxablate/data/manifest.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 #include "mxablate/data/sha256.h"
 
@@ -200,8 +202,11 @@ TokenDataset open_dataset(const std::string& data_dir) {
         throw DataError(shard.path() + ": vocabulary size " + std::to_string(shard.vocab_size()) +
                         " differs from the manifest's " +
                         std::to_string(ds.manifest.tokenizer.vocab_size));
-      for (const int64_t start : {int64_t{0}, shard.size() - kSampledTokens})
-        if (const auto bad = shard.find_out_of_vocabulary(start, kSampledTokens))
+      // The first and the last kSampledTokens, each token once (a short shard is one range).
+      const int64_t head = std::min(shard.size(), kSampledTokens);
+      const int64_t tail = std::max(head, shard.size() - kSampledTokens);
+      for (const auto& [start, count] : {std::pair{int64_t{0}, head}, std::pair{tail, shard.size() - tail}})
+        if (const auto bad = shard.find_out_of_vocabulary(start, count))
           throw DataError(shard.describe_token(*bad));
     }
     return stream;
