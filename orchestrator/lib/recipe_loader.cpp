@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "mxablate/contract/perplexity.h"
 #include "mxablate/orchestrator/config_schema.h"
 #include "mxablate/orchestrator/recipe.h"
 
