@@ -1,13 +1,9 @@
 #include "mxablate/kernels/quant_spec.h"
 
-#include <array>
-#include <utility>
+#include "mxablate/kernels/name_table.h"
 
 namespace mxablate::kernels {
 namespace {
-
-template <typename Enum, size_t N>
-using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr NameTable<QuantFormat, 6> kFormatNames{{{QuantFormat::kFP32, "fp32"},
                                                   {QuantFormat::kBF16, "bf16"},
@@ -15,8 +11,10 @@ constexpr NameTable<QuantFormat, 6> kFormatNames{{{QuantFormat::kFP32, "fp32"},
                                                   {QuantFormat::kFP8E5M2, "fp8-e5m2"},
                                                   {QuantFormat::kMXFP4, "mxfp4"},
                                                   {QuantFormat::kNVFP4, "nvfp4"}}};
-constexpr NameTable<ScaleRule, 3> kRuleNames{
-    {{ScaleRule::kFloor, "floor"}, {ScaleRule::kCeil, "ceil"}, {ScaleRule::kEven, "even"}}};
+constexpr NameTable<ScaleRule, 4> kRuleNames{{{ScaleRule::kFloor, "floor"},
+                                              {ScaleRule::kCeil, "ceil"},
+                                              {ScaleRule::kEven, "even"},
+                                              {ScaleRule::kMse, "mse"}}};
 constexpr NameTable<Rounding, 2> kRoundingNames{
     {{Rounding::kNearest, "nearest"}, {Rounding::kStochastic, "stochastic"}}};
 constexpr NameTable<HadamardMode, 4> kHadamardNames{
@@ -25,32 +23,10 @@ constexpr NameTable<HadamardMode, 4> kHadamardNames{
      {HadamardMode::kFixedRandom, "fixed-random"},
      {HadamardMode::kPerStepRandom, "per-step-random"}}};
 constexpr NameTable<Axis, 2> kAxisNames{{{Axis::kRows, "rows"}, {Axis::kCols, "cols"}}};
+constexpr NameTable<BlockShape, 2> kBlockShapeNames{
+    {{BlockShape::k1D, "1d"}, {BlockShape::k2D, "2d"}}};
 constexpr NameTable<GemmKind, 3> kGemmNames{
     {{GemmKind::kFprop, "fprop"}, {GemmKind::kDgrad, "dgrad"}, {GemmKind::kWgrad, "wgrad"}}};
-
-template <typename Enum, size_t N>
-std::string_view name_of(const NameTable<Enum, N>& table, Enum v) {
-  for (const auto& [e, name] : table)
-    if (e == v) return name;
-  return "?";
-}
-
-template <typename Enum, size_t N>
-std::optional<Enum> parse_from(const NameTable<Enum, N>& table, std::string_view s) {
-  for (const auto& [e, name] : table)
-    if (name == s) return e;
-  return std::nullopt;
-}
-
-template <typename Enum, size_t N>
-std::string names_of(const NameTable<Enum, N>& table) {
-  std::string out;
-  for (const auto& entry : table) {
-    if (!out.empty()) out += ", ";
-    out += entry.second;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -82,6 +58,7 @@ std::string_view to_string(Rounding v) { return name_of(kRoundingNames, v); }
 std::string_view to_string(HadamardMode v) { return name_of(kHadamardNames, v); }
 std::string_view to_string(Axis v) { return name_of(kAxisNames, v); }
 std::string_view to_string(GemmKind v) { return name_of(kGemmNames, v); }
+std::string_view to_string(BlockShape v) { return name_of(kBlockShapeNames, v); }
 
 std::optional<QuantFormat> parse_quant_format(std::string_view s) { return parse_from(kFormatNames, s); }
 std::optional<ScaleRule> parse_scale_rule(std::string_view s) { return parse_from(kRuleNames, s); }
@@ -89,11 +66,13 @@ std::optional<Rounding> parse_rounding(std::string_view s) { return parse_from(k
 std::optional<HadamardMode> parse_hadamard_mode(std::string_view s) { return parse_from(kHadamardNames, s); }
 std::optional<Axis> parse_axis(std::string_view s) { return parse_from(kAxisNames, s); }
 std::optional<GemmKind> parse_gemm_kind(std::string_view s) { return parse_from(kGemmNames, s); }
+std::optional<BlockShape> parse_block_shape(std::string_view s) { return parse_from(kBlockShapeNames, s); }
 
 std::string quant_format_names() { return names_of(kFormatNames); }
 std::string scale_rule_names() { return names_of(kRuleNames); }
 std::string rounding_names() { return names_of(kRoundingNames); }
 std::string hadamard_mode_names() { return names_of(kHadamardNames); }
+std::string block_shape_names() { return names_of(kBlockShapeNames); }
 
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
   if (rows <= 0 || cols <= 0)

@@ -131,7 +131,11 @@ inline constexpr int kE8M0Bias = 127;
 inline constexpr int kScaleExpMin = -127;
 inline constexpr int kScaleExpMax = 127;
 
-enum class ScaleRule : uint8_t { kFloor = 0, kCeil = 1, kEven = 2 };
+// kMse picks, per block, the better of two candidate scales by squared error (docs/design.md §3):
+// for MXFP4 the exponents floor(log2 amax) - 2 and - 1, for NVFP4 "four over six" (the block
+// maximum mapped to 4 or to 6). It is not a closed-form exponent, so shared_exponent_unclamped
+// does not take it: the quantizers choose between candidates themselves.
+enum class ScaleRule : uint8_t { kFloor = 0, kCeil = 1, kEven = 2, kMse = 3 };
 
 // Shared exponent for a block with finite amax under one of the three rules (DESIGN §3), before
 // the clamp. `elem_emax` is floor(log2(max_finite)) of the element format (2 for E2M1).
@@ -156,6 +160,8 @@ MX_HD int shared_exponent_unclamped(float amax, ScaleRule rule, int elem_emax) {
       const bool carries = up && kept == 3u;
       return s.floor_log2 - elem_emax + (carries ? 1 : 0);
     }
+    case ScaleRule::kMse:  // the first candidate; the quantizer compares it with the next one
+      return s.floor_log2 - elem_emax;
   }
   return 0;
 }

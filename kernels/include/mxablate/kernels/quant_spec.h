@@ -27,12 +27,22 @@ enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
 // kCols: blocks run down a column.
 enum class Axis : uint8_t { kRows = 0, kCols = 1 };
 
+// k1D: a scale per block of consecutive elements along the quantization axis. k2D: a scale per
+// square tile (32 x 32 MXFP4, 16 x 16 NVFP4), so quantizing along rows or along columns gives the
+// same values — W in Fprop and Wᵀ in Dgrad agree (docs/design.md §3).
+enum class BlockShape : uint8_t { k1D = 0, k2D = 1 };
+
 struct QuantSpec {
   QuantFormat format = QuantFormat::kMXFP4;
-  ScaleRule scale_rule = ScaleRule::kFloor;  // MXFP4 only
+  ScaleRule scale_rule = ScaleRule::kFloor;  // MXFP4; kMse also NVFP4 (four over six)
   Rounding rounding = Rounding::kNearest;
   HadamardMode hadamard = HadamardMode::kNone;
   int hadamard_size = 16;
+  BlockShape blocks = BlockShape::k1D;
+  // In (0, 1]. Under stochastic rounding the operand is multiplied by it before rounding, so SR
+  // never saturates (3/4 with the floor rule); dequantized outputs hold Q(prescale * x) and the
+  // GEMM divides the factor back out (docs/design.md §3). Ignored under round-to-nearest.
+  float sr_prescale = 1.0f;
 };
 
 // Elements sharing one scale: 32 for MXFP4, 16 for NVFP4, 0 for per-tensor or unscaled formats.
@@ -48,21 +58,24 @@ std::string_view to_string(Rounding v);
 std::string_view to_string(HadamardMode v);
 std::string_view to_string(Axis v);
 std::string_view to_string(GemmKind v);
+std::string_view to_string(BlockShape v);
 
 // Parsers accept exactly the names to_string produces (e.g. "mxfp4", "fp8-e4m3", "floor",
-// "stochastic", "per-step-random", "rows", "wgrad"); nullopt otherwise.
+// "stochastic", "per-step-random", "rows", "wgrad", "2d"); nullopt otherwise.
 std::optional<QuantFormat> parse_quant_format(std::string_view s);
 std::optional<ScaleRule> parse_scale_rule(std::string_view s);
 std::optional<Rounding> parse_rounding(std::string_view s);
 std::optional<HadamardMode> parse_hadamard_mode(std::string_view s);
 std::optional<Axis> parse_axis(std::string_view s);
 std::optional<GemmKind> parse_gemm_kind(std::string_view s);
+std::optional<BlockShape> parse_block_shape(std::string_view s);
 
 // The comma-separated list of accepted names, for error messages ("one of: a, b, c").
 std::string quant_format_names();
 std::string scale_rule_names();
 std::string rounding_names();
 std::string hadamard_mode_names();
+std::string block_shape_names();
 
 // Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid
 // and both it and the block size divide the length of the quantization axis. Returns an empty

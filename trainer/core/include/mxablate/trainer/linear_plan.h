@@ -14,8 +14,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "mxablate/contract/quant_settings.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/kernels/quant_spec.h"
 
@@ -31,6 +33,12 @@ struct GemmPlan {
 
 struct LinearPlan {
   std::array<GemmPlan, 3> gemm;  // indexed by kernels::GemmKind
+  // DGE: the weight's gradient is multiplied by the estimator's derivative at W as Fprop
+  // quantized it (Fprop's W must be FP4 and not rotated).
+  std::optional<contract::DgeConfig> dge;
+  // OCC: X is clamped at the quantile before it is quantized for Fprop and Wgrad, and the
+  // residual's products are added back in BF16.
+  std::optional<contract::OccConfig> occ;
   const GemmPlan& operator[](kernels::GemmKind g) const { return gemm[static_cast<size_t>(g)]; }
 };
 
