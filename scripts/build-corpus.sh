@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the default training corpus (DESIGN §4) from real English text shipped in packages and
+# Builds the default training corpus (docs/design.md §4) from real English text shipped in packages and
 # prepares it into token shards with `mxablate data prepare`:
 #   King James Bible   (Debian bible-kjv + bible-kjv-text)  one document per chapter
 #   Jane Austen        (Debian r-cran-janeaustenr)          one document per paragraph

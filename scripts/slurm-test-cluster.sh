@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster on localhost for integration tests (DESIGN §8, notes/toolchains.md).
+# A one-node Slurm cluster on localhost for integration tests (docs/design.md §8, notes/toolchains.md).
 #
 #   scripts/slurm-test-cluster.sh start DIR   start munge (if not running), slurmctld, slurmd with
 #                                             state under DIR; prints `export SLURM_CONF=…`

@@ -11,21 +11,7 @@
 namespace mxablate::analysis {
 namespace {
 
-bool is_quantized(const std::string& precision) { return precision == "mxfp4"; }
-bool is_high_precision(const std::string& precision) {
-  return precision == "fp8" || precision == "bf16";
-}
-bool has_hadamard(const ArmSummary& a) { return !a.hadamard_mode.empty() && a.hadamard_mode != "none"; }
-
-std::string interventions_text(const ArmSummary& a) {
-  std::string out;
-  if (!a.stochastic_rounding.empty()) out += "SR(" + a.stochastic_rounding + ")";
-  if (has_hadamard(a)) {
-    if (!out.empty()) out += " + ";
-    out += fmt::format("H{} {} ({})", a.hadamard_size, a.hadamard_mode, a.hadamard_gemms);
-  }
-  return out.empty() ? "-" : out;
-}
+std::string name(contract::GemmPrecision p) { return std::string(contract::to_string(p)); }
 
 std::string pct(double v) { return fmt::format("{:+.1f}", std::fabs(v) < 0.05 ? 0.0 : v); }
 
@@ -126,7 +112,8 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
                      ppl ? "final_val_perplexity,best_val_perplexity" : "final_val_loss");
   for (const auto& a : arms) {
     std::vector<std::string> cells = {
-        a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), a.is_baseline ? "true" : "false",
+        a.arm, name(a.precision.fprop), name(a.precision.dgrad), name(a.precision.wgrad),
+        a.interventions, a.is_baseline ? "true" : "false",
         optional_number(a.cost.median_pct), optional_number(a.cost.ci_low_pct),
         optional_number(a.cost.ci_high_pct), a.cost.lower_bound ? "true" : "false"};
     if (ppl) {
@@ -137,7 +124,7 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
     }
     for (const std::string& c :
          {std::to_string(a.seeds), std::to_string(a.converged), std::to_string(a.diverged),
-          a.first_divergence_reason, std::to_string(a.not_reached), paper_figure(a).value_or("")})
+          a.first_divergence_reason, std::to_string(a.not_reached), a.paper.value_or("")})
       cells.push_back(c);
     for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + escape::csv_field(cells[i]);
     out += "\n";
@@ -145,26 +132,6 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
 }
 
 }  // namespace
-
-std::optional<std::string> paper_figure(const ArmSummary& a) {
-  const bool f = is_quantized(a.fprop), d = is_quantized(a.dgrad), w = is_quantized(a.wgrad);
-  const bool sr = !a.stochastic_rounding.empty();
-  const bool plain = !sr && !has_hadamard(a);
-  if (!f && !d && !w) {
-    const bool fp8 = a.fprop == "fp8" && a.dgrad == "fp8" && a.wgrad == "fp8";
-    return fp8 && plain ? std::optional<std::string>("baseline (FP8)") : std::nullopt;
-  }
-  if (f && !d && !w && is_high_precision(a.dgrad) && is_high_precision(a.wgrad) && plain)
-    return std::string("modest");
-  if (f && d && !w && is_high_precision(a.wgrad) && plain) return std::string("modest");
-  if (!(f && d && w)) return std::nullopt;
-  if (plain) return std::string("+26-27 %");
-  if (sr && !has_hadamard(a)) return std::string("did not converge");
-  if (!sr && a.hadamard_mode == "per-step-random") return std::string("did not converge");
-  if (!sr && a.hadamard_mode == "deterministic" && a.hadamard_size == 16)
-    return std::string("+8-9 %");
-  return std::nullopt;
-}
 
 std::string cost_method_note(const std::vector<ArmSummary>& arms) {
   bool all_paired = true;
@@ -202,10 +169,11 @@ std::string render_table(const std::vector<ArmSummary>& arms, TableFormat format
                                            "not reached", "paper"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& a : arms) {
-    rows.push_back({a.arm, a.fprop, a.dgrad, a.wgrad, interventions_text(a), cost_text(a, format),
+    rows.push_back({a.arm, name(a.precision.fprop), name(a.precision.dgrad),
+                    name(a.precision.wgrad), a.interventions, cost_text(a, format),
                     ppl ? perplexity_text(a) : loss_text(a.final_val_loss), std::to_string(a.seeds),
                     std::to_string(a.converged), diverged_text(a), std::to_string(a.not_reached),
-                    paper_figure(a).value_or("-")});
+                    a.paper.value_or("-")});
   }
   switch (format) {
     case TableFormat::kMarkdown: render_markdown(rows, header, caption, out); break;

@@ -1,5 +1,7 @@
 #include "mxablate/analysis/sweep_analysis.h"
 
+#include "mxablate/contract/settings_difference.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,20 +23,10 @@ bool is_seed_axis(const std::string& axis) {
   return axis.size() >= 4 && axis.compare(axis.size() - 4, 4, "seed") == 0;
 }
 
-std::string join(const json& list, const char* sep) {
-  std::string out;
-  if (!list.is_array()) return out;
-  for (const auto& v : list) {
-    if (!out.empty()) out += sep;
-    // A stored string need not be UTF-8; dump() would throw on it.
-    out += v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-  return out;
-}
 
-// A database can come from anyone: a stored config or target whose values have the wrong JSON
-// type is an error naming the run or sweep and the key, never a JSON library exception and
-// never a silent default. (Only absent keys take the default: older configs lack them.)
+// A database can come from anyone: a stored target whose values have the wrong JSON type is an
+// error naming the sweep and the key, never a JSON library exception and never a silent default.
+// (Stored configs go through the contract's reader: its errors name run and key.)
 template <typename T>
 bool has_type(const json& v) {
   if constexpr (std::is_same_v<T, std::string>) return v.is_string();
@@ -49,22 +41,6 @@ const char* type_word() {
   else if constexpr (std::is_same_v<T, uint64_t>) return "a non-negative integer";
   else if constexpr (std::is_integral_v<T>) return "an integer";
   else return "a number";
-}
-
-template <typename T>
-T config_value(const RunRecord& run, const char* pointer, T fallback) {
-  const json::json_pointer ptr(pointer);
-  if (!run.config.contains(ptr)) return fallback;
-  const json& v = run.config.at(ptr);
-  if (!has_type<T>(v))
-    throw std::invalid_argument(fmt::format("run {}: its stored config has {} as {}, not {}",
-                                            run.run_id, pointer, v.type_name(), type_word<T>()));
-  if constexpr (std::is_same_v<T, int>) {
-    if (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
-      throw std::invalid_argument(fmt::format("run {}: its stored config has {} out of range",
-                                              run.run_id, pointer));
-  }
-  return v.get<T>();
 }
 
 template <typename T>
@@ -146,11 +122,17 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     if (!r.config.is_object())
       throw std::invalid_argument(db.path() + ": run " + r.run_id +
                                   ": its stored config is not a JSON object");
+    try {
+      r.settings = contract::run_config_from_json(r.config);
+    } catch (const contract::ConfigError& e) {
+      throw std::invalid_argument(db.path() + ": run " + r.run_id + ": its stored config: " +
+                                  e.what());
+    }
     r.status = runs.get_text(4);
     r.max_tokens = runs.get_opt_double(5).value_or(0);
     r.tokens_trained = runs.get_opt_double(6).value_or(0);
     r.final_val_loss = runs.get_opt_double(7);
-    r.seed = config_value<uint64_t>(r, "/train/seed", 0);
+    r.seed = r.settings.train.seed;
     data.runs.push_back(std::move(r));
   }
   for (RunRecord& r : data.runs) {
@@ -304,17 +286,13 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
     const RunRecord& c = *runs.front();
     ArmSummary a;
     a.arm = group;
-    a.fprop = config_value<std::string>(c, "/precision/fprop", "?");
-    a.dgrad = config_value<std::string>(c, "/precision/dgrad", "?");
-    a.wgrad = config_value<std::string>(c, "/precision/wgrad", "?");
-    if (c.config.contains(json::json_pointer("/quant/stochastic_rounding")))
-      a.stochastic_rounding = join(c.config.at(json::json_pointer("/quant/stochastic_rounding")), ",");
-    a.hadamard_mode = config_value<std::string>(c, "/quant/hadamard/mode", "none");
-    a.hadamard_size = config_value<int>(c, "/quant/hadamard/size", 16);
-    if (c.config.contains(json::json_pointer("/quant/hadamard/gemms")))
-      a.hadamard_gemms = join(c.config.at(json::json_pointer("/quant/hadamard/gemms")), ",");
     const std::string own_baseline = baseline_for(group);
     a.is_baseline = group == own_baseline;
+    const contract::RunConfig& base = by_group[own_baseline].front()->settings;
+    a.precision = c.settings.precision;
+    a.interventions =
+        contract::describe_differences(contract::settings_difference(c.settings, base), false);
+    a.paper = contract::paper_figure(c.settings, base);
     const std::vector<RunOutcome> arm = outcomes(runs);
     a.cost = extra_token_cost(arm, outcomes(by_group[own_baseline]));
     a.seeds = static_cast<int>(runs.size());

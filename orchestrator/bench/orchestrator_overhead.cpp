@@ -1,5 +1,5 @@
 // mxablate-bench-orchestrator: the orchestrator's own cost, measured against a bare baseline in
-// the same run (DESIGN §9: "the orchestrator's own overhead is noise").
+// the same run (docs/design.md §9: "the orchestrator's own overhead is noise").
 //
 // A sweep of many short fake-trainer runs is executed twice on the same slots:
 //   baseline  — the same trainer processes, same config.json files, started with plain

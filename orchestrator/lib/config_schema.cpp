@@ -67,7 +67,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-ConfigSchema::ConfigSchema() : defaults_(contract::to_json(contract::RunConfig{})) {
+ConfigSchema::ConfigSchema() : defaults_(contract::config_key_tree()) {
   for (const char* identity : {"run_id", "sweep", "arm", "target"}) defaults_.erase(identity);
 }
 
@@ -138,7 +138,9 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
                                    describe(value)));
   };
   if (expected.is_object()) {
-    if (value.is_null() && rel.empty()) return;  // `arm: ` with nothing under it
+    // `arm: ` with nothing under it; `dge: null` turning an estimator off. Sections that must
+    // not be null are refused by the contract at their key.
+    if (value.is_null()) return;
     if (!value.is_object()) throw type_error();
     for (const auto& item : value.items()) {
       const std::string child_rel = join_path(rel, item.key());
@@ -162,6 +164,19 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
       }
       check_value(fragment, child_rel, item.value(), expected[item.key()], child_path, label,
                   file);
+    }
+    return;
+  }
+  if (expected.is_array() && !expected.empty() && expected.front().is_object()) {
+    // A list of mappings (precision_schedule, overrides): each element like the example.
+    if (!value.is_array()) throw type_error();
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string element = rel + "[" + std::to_string(i) + "]";
+      if (!value[i].is_object())
+        throw RecipeError(file, fragment.where(element),
+                          fmt::format("{}[{}]: expected a mapping, got {}", name, i,
+                                      describe(value[i])));
+      check_value(fragment, element, value[i], expected.front(), config_path, label, file);
     }
     return;
   }

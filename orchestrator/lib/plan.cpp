@@ -1,5 +1,7 @@
 #include "mxablate/orchestrator/plan.h"
 
+#include "mxablate/contract/settings_difference.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -142,6 +144,7 @@ class Expander {
                                       e));
     for (size_t i = 0; i < r_.include.size(); ++i) add_included(plan, i);
     check_something_runs(plan, product);
+    describe_against_baseline(plan);
     for (const RunSpec& run : plan.runs)
       for (const AxisValue& a : run.axes)
         if (std::find(plan.axis_names.begin(), plan.axis_names.end(), a.axis) ==
@@ -151,6 +154,29 @@ class Expander {
   }
 
  private:
+  // Each run against the baseline arm's run at the same grid point (any of its runs when the
+  // point was excluded): the one description plan, table, report and the store show.
+  void describe_against_baseline(Plan& plan) const {
+    plan.baseline_arm = r_.target.from_arm ? *r_.target.from_arm : r_.arms.front().name;
+    const auto same_point = [](const RunSpec& a, const RunSpec& b) {
+      if (a.axes.size() != b.axes.size()) return false;
+      for (size_t i = 0; i < a.axes.size(); ++i)
+        if (a.axes[i].axis != b.axes[i].axis || a.axes[i].value != b.axes[i].value) return false;
+      return true;
+    };
+    for (RunSpec& run : plan.runs) {
+      const RunSpec* baseline = nullptr;
+      for (const RunSpec& other : plan.runs) {
+        if (other.arm != plan.baseline_arm) continue;
+        if (!baseline || same_point(run, other)) baseline = &other;
+        if (same_point(run, other)) break;
+      }
+      if (baseline)
+        run.interventions = contract::describe_differences(
+            contract::settings_difference(run.config, baseline->config), false);
+    }
+  }
+
   // An arm (or an arm it extends) setting a grid axis would be overridden silently by every
   // grid value; say so instead.
   void check_arms_against_grid() const {
@@ -304,20 +330,22 @@ class Expander {
   RecipeError located(const std::string& message, const Resolved& run, const ArmDef& arm,
                       const std::vector<AxisValue>& axes) const {
     const size_t colon = message.find(": ");
-    std::string path = colon == std::string::npos ? "" : message.substr(0, colon);
+    const std::string key = colon == std::string::npos ? "" : message.substr(0, colon);
     const std::string rest = colon == std::string::npos ? message : message.substr(colon + 2);
+    // A list element's key ("overrides[1].layers") is located at the list, named in full.
+    std::string path = key;
     if (const size_t bracket = path.find('['); bracket != std::string::npos)
       path = path.substr(0, bracket);
     for (std::string p = path; !p.empty();) {
       if (const auto it = run.origins.find(p); it != run.origins.end() && it->second.at.known())
         return RecipeError(r_.file, it->second.at,
-                           fmt::format("{}: {} (set {}; run: {})", path, rest, it->second.source,
+                           fmt::format("{}: {} (set {}; run: {})", key, rest, it->second.source,
                                        describe_axes(arm.name, axes)));
       const size_t dot = p.rfind('.');
       p = dot == std::string::npos ? "" : p.substr(0, dot);
     }
     return RecipeError(r_.file, arm.at,
-                       fmt::format("{}: {} (a default value; run: {})", path.empty() ? "config" : path,
+                       fmt::format("{}: {} (a default value; run: {})", key.empty() ? "config" : key,
                                    rest, describe_axes(arm.name, axes)));
   }
 

@@ -141,6 +141,7 @@ struct SweepRunner::Impl {
       r.config_json = spec.config_json.dump();
       r.run_dir = dir_of(spec.run_id).string();
       r.max_tokens = spec.config.train.max_tokens;
+      r.interventions = spec.interventions;
       for (const AxisValue& a : spec.axes) r.axes.emplace_back(a.axis, a.value.dump());
       planned.push_back(std::move(r));
     }

@@ -1,5 +1,5 @@
 // How commands report failure. Every error reaches the user as one line on stderr; the type
-// decides the exit code (DESIGN §7: conventional exit codes).
+// decides the exit code (docs/design.md §7: conventional exit codes).
 #pragma once
 
 #include <stdexcept>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <iostream>
+#include <algorithm>
 #include <memory>
 
 #include "cli_errors.h"
@@ -15,6 +16,9 @@
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/recipe.h"
 #include "mxablate/orchestrator/text_table.h"
+#include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/model_presets.h"
+#include "mxablate/contract/settings_difference.h"
 #include "recipe_input.h"
 
 namespace mxablate::cli {
@@ -25,6 +29,7 @@ using namespace mxablate::orchestrator;
 struct PlanOptions {
   std::string recipe;
   bool json = false;
+  bool layers = false;
 };
 
 std::string axis_cell(const RunSpec& run, const std::string& axis) {
@@ -33,22 +38,7 @@ std::string axis_cell(const RunSpec& run, const std::string& axis) {
   return "-";
 }
 
-std::string quant_cell(const contract::RunConfig& c) {
-  std::string s;
-  if (!c.quant.stochastic_rounding.empty()) {
-    s = "SR(";
-    for (size_t i = 0; i < c.quant.stochastic_rounding.size(); ++i)
-      s += (i ? "," : "") + c.quant.stochastic_rounding[i];
-    s += ")";
-  }
-  if (c.quant.hadamard.mode != "none") {
-    std::string gemms;
-    for (const auto& g : c.quant.hadamard.gemms) gemms += (gemms.empty() ? "" : ",") + g;
-    s += fmt::format("{}H{} {} ({})", s.empty() ? "" : " ", c.quant.hadamard.size,
-                     c.quant.hadamard.mode, gemms);
-  }
-  return s.empty() ? "-" : s;
-}
+std::string name(contract::GemmPrecision p) { return std::string(contract::to_string(p)); }
 
 void print_plan(const Recipe& recipe, const Plan& plan) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
@@ -68,21 +58,25 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
                              *recipe.target.from_arm, recipe.target.at_fraction);
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
-  for (const char* h : {"model", "fprop", "dgrad", "wgrad", "quant", "tokens"}) headers.push_back(h);
+  for (const char* h : {"model", "fprop", "dgrad", "wgrad", "interventions", "tokens"})
+    headers.push_back(h);
   TextTable table(headers);
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     const RunSpec& r = plan.runs[i];
     std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm};
     for (const auto& a : plan.axis_names) row.push_back(axis_cell(r, a));
     row.push_back(r.config.model);
-    row.push_back(r.config.precision.fprop);
-    row.push_back(r.config.precision.dgrad);
-    row.push_back(r.config.precision.wgrad);
-    row.push_back(quant_cell(r.config));
+    row.push_back(name(r.config.precision.fprop));
+    row.push_back(name(r.config.precision.dgrad));
+    row.push_back(name(r.config.precision.wgrad));
+    row.push_back(r.interventions);
     row.push_back(format_count(r.config.train.max_tokens));
     table.add_row(row);
   }
   std::cout << table.render(2);
+  std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
+                           "grid point\n",
+                           escape::terminal(plan.baseline_arm));
   size_t combos = 1;
   for (const auto& g : recipe.grid) combos *= g.values.size();
   std::cout << fmt::format("{} runs ({} arms × {} grid combination{}{}{}), {} tokens\n",
@@ -90,6 +84,43 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
                            recipe.exclude.empty() ? "" : ", minus excludes",
                            recipe.include.empty() ? "" : ", plus includes",
                            format_count(plan.total_tokens()));
+}
+
+// A layer's settings other than its precisions, as differences from the defaults.
+std::string layer_text(const contract::LayerSettings& s) {
+  contract::RunConfig layer;
+  contract::set_block_settings(layer, s);
+  return contract::describe_differences(
+      contract::settings_difference(layer, contract::RunConfig{}), false);
+}
+
+// `plan --layers`: what every linear layer runs with, per arm (its first run) and per phase of
+// the precision schedule — overrides, BF16 shorthands and the schedule resolved exactly as the
+// trainer resolves them (trainer/linear_plan.h).
+void print_layers(const Plan& plan) {
+  std::vector<std::string> seen;
+  for (const RunSpec& r : plan.runs) {
+    if (std::find(seen.begin(), seen.end(), r.arm) != seen.end()) continue;
+    seen.push_back(r.arm);
+    const auto shape = trainer::find_model_preset(r.config.model);
+    if (!shape) continue;  // the planner refused it already
+    const auto layers = trainer::linear_layers(*shape, 0);
+    for (size_t phase = 0; phase <= r.config.precision_schedule.size(); ++phase) {
+      std::cout << fmt::format(
+          "arm {} (run {}, model {}){}\n", escape::terminal(r.arm), r.run_id, r.config.model,
+          phase == 0 ? std::string()
+                     : fmt::format(", from {:g} of the token budget",
+                                   r.config.precision_schedule[phase - 1].at_fraction));
+      TextTable table({"layer", "fprop", "dgrad", "wgrad", "settings"});
+      for (const trainer::LinearShape& l : layers) {
+        const contract::LayerSettings s =
+            trainer::layer_settings(r.config, l, shape->n_layers, phase);
+        table.add_row({l.name, name(s.precision.fprop), name(s.precision.dgrad),
+                       name(s.precision.wgrad), layer_text(s)});
+      }
+      std::cout << table.render(2);
+    }
+  }
 }
 
 void print_json(const Plan& plan) {
@@ -111,9 +142,13 @@ void register_plan_command(CLI::App& app) {
               "with totals; runs nothing");
   cmd->add_option("recipe", opts->recipe, "recipe file (YAML)")->required();
   cmd->add_flag("--json", opts->json, "print the runs and their resolved configs as JSON");
+  cmd->add_flag("--layers", opts->layers,
+                "print each arm's layers with their resolved precision per GEMM and settings "
+                "(overrides, BF16 blocks and the precision schedule applied)");
   cmd->callback([opts] {
     const RecipeInput input = load_checked_recipe_input(opts->recipe);
     if (opts->json) print_json(input.plan);
+    else if (opts->layers) print_layers(input.plan);
     else print_plan(input.recipe, input.plan);
   });
 }

@@ -85,7 +85,7 @@ int visible_nvidia_gpus() {
 
 std::vector<Slot> choose_slots(const RunOptions& o, const Plan& plan) {
   const bool needs_gpu = std::any_of(plan.runs.begin(), plan.runs.end(),
-                                     [](const RunSpec& r) { return r.config.device == "cuda"; });
+                                     [](const RunSpec& r) { return r.config.device == contract::Device::kCUDA; });
   if (!o.gpus.empty() && o.cpu > 0) throw InputError("--gpus and --cpu exclude each other");
   if (o.per_gpu < 1) throw InputError("--per-gpu: must be at least 1");
   if (o.per_gpu > 1 && o.gpus.empty() && !needs_gpu)

@@ -7,7 +7,7 @@ namespace mxablate::results {
 namespace {
 
 // Version 1. Event-derived tables are keyed by (run_id, seq), the trainer's sequence number, so
-// ingesting the same log twice inserts nothing new (DESIGN §2: ingestion can always be replayed).
+// ingesting the same log twice inserts nothing new (docs/design.md §2: ingestion can always be replayed).
 constexpr const char* kSchemaV1 = R"sql(
 CREATE TABLE sweeps (
   sweep_id        INTEGER PRIMARY KEY,
@@ -247,12 +247,40 @@ constexpr const char* kSchemaV3 = R"sql(
 ALTER TABLE runs ADD COLUMN ingest_position TEXT;
 )sql";
 
-constexpr std::array<Migration, 3> kMigrations{{
+// Each run's description against its baseline run (the planner's contract::describe_differences,
+// e.g. "SR(grad) + scale_rule mse"), and arm_summary showing it: the same text `mxablate plan`,
+// `table` and `report` show. NULL for runs registered before version 4 until their recipe is
+// run again (the planner re-registers every run).
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE runs ADD COLUMN interventions TEXT;
+DROP VIEW arm_summary;
+CREATE VIEW arm_summary AS
+SELECT s.name AS sweep, r.arm, MIN(r.arm_index) AS arm_index,
+       group_concat(DISTINCT r.interventions) AS interventions, COUNT(*) AS runs,
+       SUM(r.status = 'converged') AS converged,
+       SUM(r.status = 'budget_exhausted') AS budget_exhausted,
+       SUM(r.status = 'diverged') AS diverged,
+       SUM(r.status = 'failed') AS failed,
+       SUM(r.status IN ('pending', 'running', 'interrupted')) AS unfinished,
+       AVG(r.final_val_loss) AS mean_final_val_loss,
+       MIN(r.final_val_loss) AS min_final_val_loss,
+       MAX(r.final_val_loss) AS max_final_val_loss,
+       AVG(r.best_val_loss) AS mean_best_val_loss,
+       SUM(r.attempts) AS attempts
+  FROM runs r JOIN sweeps s USING (sweep_id)
+ WHERE r.plan_index IS NOT NULL
+ GROUP BY s.sweep_id, r.arm
+ ORDER BY s.sweep_id, MIN(r.arm_index);
+)sql";
+
+constexpr std::array<Migration, 4> kMigrations{{
     {1, "initial schema: sweeps, runs, run_axes, attempts, evals, train_steps, quant_stats, "
         "events; views run_summary, run_tokens_to_target, arm_summary, divergence_events",
      kSchemaV1},
     {2, "view run_extra_tokens", kSchemaV2},
     {3, "runs.ingest_position: the identity of what was ingested of each event log", kSchemaV3},
+    {4, "runs.interventions and arm_summary.interventions: each run against its baseline",
+     kSchemaV4},
 }};
 
 }  // namespace

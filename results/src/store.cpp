@@ -87,9 +87,11 @@ void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>
   clear.bind(1, sweep_id).run();
   Statement insert(db_,
                    "INSERT INTO runs (run_id, sweep_id, arm, arm_index, plan_index, config_json, "
-                   "run_dir, max_tokens, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+                   "run_dir, max_tokens, created_at, interventions) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
                    "ON CONFLICT (run_id) DO UPDATE SET sweep_id = ?2, arm = ?3, arm_index = ?4, "
-                   "plan_index = ?5, config_json = ?6, run_dir = ?7, max_tokens = ?8");
+                   "plan_index = ?5, config_json = ?6, run_dir = ?7, max_tokens = ?8, "
+                   "interventions = ?10");
   Statement axis(db_,
                  "INSERT OR REPLACE INTO run_axes (run_id, axis, value, position) "
                  "VALUES (?1, ?2, ?3, ?4)");
@@ -97,7 +99,7 @@ void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>
     const PlannedRun& r = plan[i];
     insert.bind(1, r.run_id).bind(2, sweep_id).bind(3, r.arm).bind(4, r.arm_index);
     insert.bind(5, static_cast<int64_t>(i)).bind(6, r.config_json).bind(7, r.run_dir);
-    insert.bind(8, r.max_tokens).bind(9, now);
+    insert.bind(8, r.max_tokens).bind(9, now).bind(10, r.interventions);
     insert.run();
     for (size_t a = 0; a < r.axes.size(); ++a) {
       axis.bind(1, r.run_id).bind(2, r.axes[a].first).bind(3, r.axes[a].second);

@@ -84,18 +84,15 @@ TEST_CASE("CSV table keeps numbers in their own columns") {
   CHECK(render_table(arms(), TableFormat::kCsv, "") == expected);
 }
 
-TEST_CASE("paper figures are matched by settings, not by arm names") {
-  ArmSummary a = make_arm("whatever", "mxfp4", "fp8", "fp8", "", "none");
-  CHECK(paper_figure(a) == "modest");
-  a.hadamard_mode = "per-step-random";
-  a.dgrad = a.wgrad = "mxfp4";
-  CHECK(paper_figure(a) == "did not converge");
-  a.hadamard_mode = "deterministic";
-  a.hadamard_size = 32;
-  CHECK_FALSE(paper_figure(a).has_value());
-  a.fprop = "nvfp4";
-  a.hadamard_mode = "none";
-  CHECK_FALSE(paper_figure(a).has_value());
+TEST_CASE("The table shows an arm's interventions and paper figure as its summary says") {
+  // What they say is the contract's (contract/quant_settings_test.cpp); the table adds nothing.
+  ArmSummary a = make_arm("odd", "mxfp4", "mxfp4", "mxfp4", "", "none");
+  a.interventions = "scale_rule ceil + weight_blocks 2d";
+  a.paper.reset();
+  const std::string table = render_table({a}, TableFormat::kMarkdown, "");
+  CHECK(table.find("| odd | mxfp4 | mxfp4 | mxfp4 | scale_rule ceil + weight_blocks 2d |") !=
+        std::string::npos);
+  CHECK(table.find("+26-27") == std::string::npos);
 }
 
 TEST_CASE("a perplexity too large for a double is shown as missing in every format") {

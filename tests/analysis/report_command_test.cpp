@@ -49,7 +49,8 @@ HostileDb build_database(const std::string& path, const std::string& mark) {
       c.arm = arms[a];
       c.train.seed = static_cast<uint64_t>(seed);
       c.train.max_tokens = 10000;
-      c.precision = {"fp8", "fp8", "fp8"};
+      c.precision = {contract::GemmPrecision::kFP8, contract::GemmPrecision::kFP8,
+                     contract::GemmPrecision::kFP8};
       const std::string id = "run" + std::to_string(a) + "-" + std::to_string(seed);
       plan.push_back({id, arms[a], a, contract::to_json(c).dump(), "runs/" + id, 10000,
                       {{"seed", std::to_string(seed)}}});

@@ -46,8 +46,9 @@ void build_database(const std::string& path) {
       c.arm = arms[a].name;
       c.train.seed = static_cast<uint64_t>(seed);
       c.train.max_tokens = 10000;
-      c.precision = {arms[a].precision, arms[a].precision, arms[a].precision};
-      if (arms[a].sr) c.quant.stochastic_rounding = {"grad"};
+      const contract::GemmPrecision p = *contract::parse_gemm_precision(arms[a].precision);
+      c.precision = {p, p, p};
+      if (arms[a].sr) c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
       const std::string id = std::string(arms[a].name) + "-" + std::to_string(seed);
       plan.push_back({id, arms[a].name, a, contract::to_json(c).dump(), "runs/" + id, 10000,
                       {{"seed", std::to_string(seed)}}});
@@ -230,17 +231,29 @@ TEST_CASE("a stored config or target of the wrong type is an error naming run, s
   with("UPDATE runs SET config_json = json_set(config_json, '$.precision.fprop', 5) "
        "WHERE run_id = 'FDW-1'",
        [&](results::Database& db) {
-         const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
-         CHECK_THROWS_WITH(analysis::summarize(sweep, "fp8", analysis::resolve_target(sweep)),
-                           "run FDW-1: its stored config has /precision/fprop as number, not a "
-                           "string");
+         CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
+                           path + ": run FDW-1: its stored config: precision.fprop: expected a "
+                                  "string, got 5");
        });
   with("UPDATE runs SET config_json = json_set(config_json, '$.train.seed', -3) "
        "WHERE run_id = 'FDW-2'",
        [&](results::Database& db) {
          CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),
-                           "run FDW-2: its stored config has /train/seed as number, not a "
-                           "non-negative integer");
+                           path + ": run FDW-2: its stored config: train.seed: must be >= 0, "
+                                  "got -3");
+       });
+  // A setting the table was not written for still shows, and the paper's figure goes away.
+  with("UPDATE runs SET config_json = json_set(config_json, '$.quant.scale_rule', 'ceil', "
+       "'$.quant.weight_blocks', '2d') WHERE arm = 'FDW'",
+       [&](results::Database& db) {
+         const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+         const auto rows = analysis::summarize(sweep, "fp8", analysis::resolve_target(sweep));
+         REQUIRE(rows.size() == 3);
+         CHECK(rows[1].interventions == "scale_rule ceil + weight_blocks 2d");
+         CHECK_FALSE(rows[1].paper.has_value());
+         CHECK(rows[0].paper == "baseline (FP8)");
+         CHECK(rows[2].interventions == "SR(grad)");
+         CHECK(rows[2].paper == "did not converge");
        });
   with("UPDATE runs SET config_json = '[1]' WHERE run_id = 'FDW-2'", [&](results::Database& db) {
     CHECK_THROWS_WITH(analysis::load_sweep(db, "golden"),

@@ -35,14 +35,28 @@ TEST_CASE("a run config survives a JSON round trip unchanged") {
   c.train.global_batch_tokens = 65536;
   c.train.max_tokens = 1e8;
   c.train.seed = 3;
-  c.precision = {"mxfp4", "mxfp4", "mxfp4"};
-  c.quant.stochastic_rounding = {"grad"};
-  c.quant.hadamard = {"deterministic", 16, {"wgrad", "dgrad"}};
+  c.precision = {GemmPrecision::kMXFP4, GemmPrecision::kMXFP4, GemmPrecision::kMXFP4};
+  c.quant.stochastic_rounding = {OperandClass::kGrad};
+  c.quant.hadamard = {HadamardMode::kDeterministic, 16, {GemmKind::kWgrad, GemmKind::kDgrad}};
+  c.quant.weight_blocks = mxablate::kernels::BlockShape::k2D;
+  c.quant.sr_prescale = 0.75;
+  c.quant.dge = DgeConfig{4, 2.5};
+  c.quant.occ = OccConfig{0.995};
+  c.quant.scale_rule = ScaleRule::kMse;
+  c.precision_schedule = {{0.9, {GemmPrecision::kBF16, GemmPrecision::kBF16, GemmPrecision::kBF16}}};
+  LayerOverride o{"blocks.0.*", {}};
+  o.patch.fprop = GemmPrecision::kBF16;
+  o.patch.dge = std::optional<DgeConfig>{};  // off for these layers
+  o.patch.hadamard_size = 32;
+  c.overrides = {o};
   c.target.val_loss = 3.3;
-  c.device = "cuda";
+  c.device = Device::kCUDA;
   const RunConfig back = run_config_from_json(to_json(c));
   CHECK(to_json(back) == to_json(c));
-  CHECK(back.quant.hadamard.gemms == std::vector<std::string>{"wgrad", "dgrad"});
+  CHECK(back.quant.hadamard.gemms == GemmSet{GemmKind::kDgrad, GemmKind::kWgrad});
+  CHECK(back.quant.dge == DgeConfig{4, 2.5});
+  CHECK(back.overrides == c.overrides);
+  CHECK(back.precision_schedule == c.precision_schedule);
   CHECK(back.target.val_loss.value() == 3.3);
 }
 
@@ -75,7 +89,7 @@ TEST_CASE("bad run configs are refused with the key path") {
   j = valid();
   j["quant"]["hadamard"]["gemms"] = json::array({"wgrad", "bprop"});
   CHECK(error_of(j) ==
-        "quant.hadamard.gemms: expected one of fprop, dgrad, wgrad, got \"bprop\"");
+        "quant.hadamard.gemms[1]: expected one of fprop, dgrad, wgrad, got \"bprop\"");
 
   j = valid();
   j["train"]["global_batch_tokens"] = 1000;  // seq_len 128 does not divide it

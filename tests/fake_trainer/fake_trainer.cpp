@@ -92,9 +92,9 @@ double unit_noise(uint64_t seed, int64_t step) {  // deterministic, in [-1, 1]
 
 double precision_penalty(const RunConfig& c) {
   double p = 0;
-  for (const std::string* g : {&c.precision.fprop, &c.precision.dgrad, &c.precision.wgrad}) {
-    if (*g == "mxfp4" || *g == "nvfp4") p += 0.02;
-    if (*g == "fp8") p += 0.005;
+  for (const auto g : {c.precision.fprop, c.precision.dgrad, c.precision.wgrad}) {
+    if (mxablate::contract::is_fp4(g)) p += 0.02;
+    if (g == mxablate::contract::GemmPrecision::kFP8) p += 0.005;
   }
   if (!c.quant.stochastic_rounding.empty()) p += 0.01;
   return p;
@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
       for (const auto& [gemm, precision] :
            {std::pair{"fprop", &config.precision.fprop}, std::pair{"dgrad", &config.precision.dgrad},
             std::pair{"wgrad", &config.precision.wgrad}})
-        if (*precision == "mxfp4" || *precision == "nvfp4")
+        if (is_fp4(*precision))
           log.append(event_kind::kQuantStats,
                      {{"step", step}, {"tokens", tokens}, {"layer", 0}, {"gemm", gemm},
                       {"operand", "a"}, {"relative_error", 0.1}, {"fraction_saturated", 0.001},

@@ -1,4 +1,4 @@
-// Hadamard rotation: orthonormal, cancels inside a dot product, signs keyed as DESIGN §3 says.
+// Hadamard rotation: orthonormal, cancels inside a dot product, signs keyed as docs/design.md §3 says.
 #include <cmath>
 #include <random>
 #include <vector>

@@ -1,4 +1,4 @@
-// Shared-scale rules (DESIGN §3) on hand-derived blocks, including the edge cases: zero blocks,
+// Shared-scale rules (docs/design.md §3) on hand-derived blocks, including the edge cases: zero blocks,
 // huge outliers, subnormals, NaN/Inf and the exponent clamp.
 #include <cfloat>
 #include <cmath>

@@ -39,12 +39,13 @@ TEST_CASE("plan lists every run with its axes and the totals") {
   REQUIRE(r.code() == 0);
   CHECK(r.err.empty());
   const auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 7);  // title, header, 4 runs, totals
+  REQUIRE(lines.size() == 8);  // title, header, 4 runs, what interventions means, totals
   CHECK(lines[0] == "sweep cli (" + f.recipe.string() + ")");
-  CHECK(lines[1].rfind("  #  run_id            arm  seed  model  fprop  dgrad  wgrad  quant  tokens", 0) == 0);
+  CHECK(lines[1].rfind("  #  run_id            arm  seed  model  fprop  dgrad  wgrad  interventions  tokens", 0) == 0);
   CHECK(contains(lines[5], " B "));
   CHECK(contains(lines[5], "mxfp4"));
-  CHECK(lines[6] == "4 runs (2 arms × 2 grid combinations), 49.2k tokens");
+  CHECK(lines[6] == "interventions: the settings that differ from arm A's run at the same grid point");
+  CHECK(lines[7] == "4 runs (2 arms × 2 grid combinations), 49.2k tokens");
   const ProcessResult j = f.mx({"plan", f.recipe.string(), "--json"});
   const auto runs = nlohmann::json::parse(j.out);
   REQUIRE(runs.size() == 4);

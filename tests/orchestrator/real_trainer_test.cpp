@@ -1,5 +1,5 @@
 // The real trainer through the real path (issue: "once the trainer exists, a real CPU sweep runs
-// through the same path"; DESIGN §10): `mxablate run` with mxablate-train on a small prepared
+// through the same path"; docs/design.md §10): `mxablate run` with mxablate-train on a small prepared
 // dataset, once undisturbed and once with a trainer SIGKILLed mid-run. The orchestrator must
 // retry the killed run from its last checkpoint, and the results must equal the undisturbed
 // sweep's exactly (the trainer resumes bit-exactly; nothing may be lost or doubled on the way).

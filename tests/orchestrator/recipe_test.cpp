@@ -1,4 +1,4 @@
-// Loading recipes: the DESIGN §5 example reads as written; values keep their YAML types; the
+// Loading recipes: the docs/design.md §5 example reads as written; values keep their YAML types; the
 // positions of keys and values are recorded for errors found after merging.
 #include <cmath>
 
@@ -9,6 +9,12 @@
 
 using namespace mxablate::orchestrator;
 using namespace mxablate::testing;
+
+namespace {
+// Settings are typed; the tests compare their names.
+std::string name_of(mxablate::contract::GemmPrecision p) { return std::string(mxablate::contract::to_string(p)); }
+std::string name_of(mxablate::kernels::HadamardMode m) { return std::string(mxablate::kernels::to_string(m)); }
+}  // namespace
 
 TEST_CASE("the paper recipe loads with its arms in order, extends, grid and target") {
   const Recipe r = load_recipe((kRecipesDir / "paper-arms-20m.yaml").string());
@@ -41,9 +47,9 @@ TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings"
   const RunSpec& h16 = plan.runs[19];  // FDW+H16, seed 2
   CHECK(h16.arm == "FDW+H16");
   CHECK(h16.config.train.seed == 2);
-  CHECK(h16.config.precision.fprop == "mxfp4");
-  CHECK(h16.config.precision.wgrad == "mxfp4");
-  CHECK(h16.config.quant.hadamard.mode == "deterministic");
+  CHECK(name_of(h16.config.precision.fprop) == "mxfp4");
+  CHECK(name_of(h16.config.precision.wgrad) == "mxfp4");
+  CHECK(name_of(h16.config.quant.hadamard.mode) == "deterministic");
   CHECK(h16.config.quant.hadamard.size == 16);
   CHECK(h16.config.train.lr == Approx(1e-3));
   CHECK(h16.config.train.max_tokens == Approx(100e6));
@@ -54,8 +60,8 @@ TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings"
   CHECK(h16.config_json["run_id"] == h16.run_id);
   CHECK_FALSE(h16.config.target.val_loss);  // derived from an arm: unknown when runs start
   const RunSpec& fp8 = plan.runs[0];
-  CHECK(fp8.config.precision.fprop == "fp8");
-  CHECK(fp8.config.quant.hadamard.mode == "none");
+  CHECK(name_of(fp8.config.precision.fprop) == "fp8");
+  CHECK(name_of(fp8.config.quant.hadamard.mode) == "none");
   CHECK(plan.target["from_arm"] == "fp8");
   // Where values came from, for errors raised later (a missing data directory at launch).
   CHECK(h16.where("quant.hadamard.mode") == Location{20, 54});
@@ -103,7 +109,7 @@ include:
   for (const RunSpec& run : plan.runs) {
     if (run.config.train.seed > 2) continue;  // included runs are not subject to exclude
     CHECK_FALSE((run.arm == "y" && run.config.train.seed == 2));
-    CHECK_FALSE((run.config.precision.fprop == "mxfp4" && run.config.train.lr == Approx(0.002)));
+    CHECK_FALSE((name_of(run.config.precision.fprop) == "mxfp4" && run.config.train.lr == Approx(0.002)));
   }
   const RunSpec& included = plan.runs[plan.runs.size() - 1];
   CHECK(included.arm == "x");
@@ -116,8 +122,8 @@ include:
   // Axis order: the first axis varies slowest.
   CHECK(plan.runs[0].config.train.seed == 1);
   CHECK(plan.runs[0].config.train.lr == Approx(0.001));
-  CHECK(plan.runs[0].config.precision.fprop == "bf16");
-  CHECK(plan.runs[1].config.precision.fprop == "mxfp4");
+  CHECK(name_of(plan.runs[0].config.precision.fprop) == "bf16");
+  CHECK(name_of(plan.runs[1].config.precision.fprop) == "mxfp4");
 }
 
 TEST_CASE("an arm's extends chain merges mapping by mapping, lists replace") {
@@ -134,13 +140,13 @@ arms:
   REQUIRE(plan.runs.size() == 3);
   const auto& c = plan.runs[0].config;
   CHECK(plan.runs[0].arm == "c");
-  CHECK(c.precision.fprop == "mxfp4");
-  CHECK(c.precision.dgrad == "mxfp4");
-  CHECK(c.precision.wgrad == "bf16");
-  CHECK(c.quant.stochastic_rounding == std::vector<std::string>{"activation"});
-  CHECK(c.quant.hadamard.mode == "deterministic");
+  CHECK(name_of(c.precision.fprop) == "mxfp4");
+  CHECK(name_of(c.precision.dgrad) == "mxfp4");
+  CHECK(name_of(c.precision.wgrad) == "bf16");
+  CHECK(c.quant.stochastic_rounding == mxablate::contract::OperandClassSet{mxablate::contract::OperandClass::kActivation});
+  CHECK(name_of(c.quant.hadamard.mode) == "deterministic");
   CHECK(c.quant.hadamard.size == 32);
-  CHECK(c.quant.hadamard.gemms == std::vector<std::string>{"wgrad"});  // the default
+  CHECK(c.quant.hadamard.gemms == mxablate::contract::GemmSet{mxablate::kernels::GemmKind::kWgrad});  // the default
 }
 
 TEST_CASE("a fixed target reaches every run's config") {

@@ -1,4 +1,4 @@
-// The sweep loop against real trainer processes (the fake trainer): every fault DESIGN §10 and
+// The sweep loop against real trainer processes (the fake trainer): every fault docs/design.md §10 and
 // the issue list — crashes, retries, divergence, bad configs, hangs, stops, a full database,
 // a second orchestrator, an unwritable runs directory — with the results checked in SQLite.
 #include <atomic>

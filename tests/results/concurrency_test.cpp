@@ -1,4 +1,4 @@
-// DESIGN §10: readers (status, query) never fail with "database is locked" while the sweep
+// docs/design.md §10: readers (status, query) never fail with "database is locked" while the sweep
 // writes. One writer ingests batches as fast as it can while readers open, query and close in a
 // loop, as `mxablate status` in a shell loop would.
 #include <mutex>

@@ -168,3 +168,27 @@ TEST_CASE("a new database appears fully migrated or not at all") {
   }
   CHECK_FALSE(std::filesystem::exists(bad));
 }
+
+TEST_CASE("each run's interventions are stored and arm_summary shows them per arm") {
+  TempDir dir;
+  ResultsStore store(dir.file("a.db"));
+  const int64_t id = store.register_sweep(sweep_named("s"));
+  PlannedRun base{"r1", "fp8", 0, "{}", "d1", 10, {{"seed", "1"}}, "-"};
+  PlannedRun arm{"r2", "FDW+mse", 1, "{}", "d2", 10, {{"seed", "1"}}, "scale_rule mse"};
+  PlannedRun arm2{"r3", "FDW+mse", 1, "{}", "d3", 10, {{"seed", "2"}}, "scale_rule mse"};
+  store.register_plan(id, {base, arm, arm2});
+  Statement q(store.db(), "SELECT arm, interventions, runs FROM arm_summary ORDER BY arm_index");
+  REQUIRE(q.step());
+  CHECK(q.get_text(0) == "fp8");
+  CHECK(q.get_text(1) == "-");
+  REQUIRE(q.step());
+  CHECK(q.get_text(0) == "FDW+mse");
+  CHECK(q.get_text(1) == "scale_rule mse");
+  CHECK(q.get_int(2) == 2);
+  // Re-registering updates the description (the baseline or the recipe changed).
+  arm.interventions = "scale_rule mse + weight_blocks 2d";
+  store.register_plan(id, {base, arm});
+  Statement again(store.db(), "SELECT interventions FROM runs WHERE run_id = 'r2'");
+  REQUIRE(again.step());
+  CHECK(again.get_text(0) == "scale_rule mse + weight_blocks 2d");
+}

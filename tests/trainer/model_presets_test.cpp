@@ -1,4 +1,4 @@
-// Presets: names, sizes in the ranges DESIGN §4 promises, and shapes that MXFP4 can block.
+// Presets: names, sizes in the ranges docs/design.md §4 promises, and shapes that MXFP4 can block.
 #include "catch.h"
 #include "mxablate/trainer/model_presets.h"
 

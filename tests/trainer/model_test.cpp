@@ -85,12 +85,13 @@ TEST_CASE("Initialization is a function of the seed", "[trainer][model]") {
 
 TEST_CASE("Blocks kept in BF16 get the BF16 plan, the others the run's plan", "[trainer][model]") {
   contract::RunConfig config;
-  config.precision = {"mxfp4", "mxfp4", "mxfp4"};
+  config.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
+                      contract::GemmPrecision::kMXFP4};
+  config.quant.bf16_first_blocks = 1;
+  config.quant.bf16_last_blocks = 1;
   ModelOptions o = smoke_options();
   o.shape.n_layers = 4;
-  o.block_plan = make_linear_plan(config, false);
-  o.bf16_first_blocks = 1;
-  o.bf16_last_blocks = 1;
+  o.layer_plans = layer_plans(config, linear_layers(o.shape, o.vocab_size), 4, 0);
   LlamaModel model(o);
   const auto linears = model->linears();
   for (const auto& l : linears) {

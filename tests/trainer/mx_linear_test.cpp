@@ -134,11 +134,12 @@ TEST_CASE("MXFP4 Wgrad quantizes dY and X along the tokens", "[trainer][mx_linea
 }
 
 TEST_CASE("A full MXFP4 plan with SR on gradients and random Hadamard on Wgrad", "[trainer][mx_linear]") {
-  contract::RunConfig config;
-  config.precision = {"mxfp4", "mxfp4", "mxfp4"};
-  config.quant.stochastic_rounding = {"grad"};
-  config.quant.hadamard = {"per-step-random", 32, {"wgrad"}};
-  const LinearPlan plan = make_linear_plan(config, false);
+  contract::LayerSettings config;
+  config.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
+                      contract::GemmPrecision::kMXFP4};
+  config.stochastic_rounding = {contract::OperandClass::kGrad};
+  config.hadamard = {kernels::HadamardMode::kPerStepRandom, 32, {GemmKind::kWgrad}};
+  const LinearPlan plan = make_linear_plan(config);
   const Case c = make_case(5);
   const Result r = run(c, plan, /*step=*/9);
   const auto spec = [&](GemmKind g, Operand o) { return plan[g].operand[static_cast<size_t>(o)]; };
@@ -183,9 +184,10 @@ TEST_CASE("A deterministic Hadamard rotation without quantization leaves every G
     CHECK(rel_err(r.dw, dw_ref) < 1e-6);
     // BF16 with the rotation (the config's "bf16" precision and hadamard on all GEMMs): BF16
     // rounding of rotated operands, as close to the exact product as plain BF16 is.
-    contract::RunConfig config;
-    config.quant.hadamard = {"deterministic", size, {"fprop", "dgrad", "wgrad"}};
-    const Result rb = run(c, make_linear_plan(config, false));
+    contract::LayerSettings config;
+    config.hadamard = {kernels::HadamardMode::kDeterministic, size,
+                       {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}};
+    const Result rb = run(c, make_linear_plan(config));
     CHECK(rel_err(rb.y, y_ref) < 6e-3);
     CHECK(rel_err(rb.dx, dx_ref) < 6e-3);
     CHECK(rel_err(rb.dw, dw_ref) < 6e-3);
@@ -196,10 +198,11 @@ TEST_CASE("A deterministic Hadamard rotation without quantization leaves every G
 TEST_CASE("MXLinear collects telemetry only for low-precision operands, only when asked",
           "[trainer][mx_linear]") {
   const Case c = make_case(7);
-  contract::RunConfig config;
-  config.precision = {"mxfp4", "fp8", "bf16"};
+  contract::LayerSettings config;
+  config.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kFP8,
+                      contract::GemmPrecision::kBF16};
   auto session = std::make_shared<QuantSession>();
-  auto state = std::make_shared<const LinearState>(LinearState{2, make_linear_plan(config, false), session});
+  auto state = std::make_shared<const LinearState>(LinearState{2, make_linear_plan(config), session});
   const auto pass = [&] {
     at::Tensor x = c.x.clone().requires_grad_(true);
     at::Tensor w = c.w.clone().requires_grad_(true);

@@ -1,5 +1,5 @@
 // English-like text that the tests write for themselves: sentences from a small grammar, so a
-// tokenizer has words to learn and a small model has structure to pick up (DESIGN: tests never
+// tokenizer has words to learn and a small model has structure to pick up (design rule: tests never
 // need the default corpus).
 #pragma once
 

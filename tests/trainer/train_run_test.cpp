@@ -22,9 +22,10 @@ namespace {
 // of the gradients, and a per-step-random Hadamard rotation of Wgrad.
 contract::RunConfig mxfp4_config() {
   contract::RunConfig c = smoke_config();
-  c.precision = {"mxfp4", "mxfp4", "mxfp4"};
-  c.quant.stochastic_rounding = {"grad"};
-  c.quant.hadamard = {"per-step-random", 16, {"wgrad"}};
+  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
+                 contract::GemmPrecision::kMXFP4};
+  c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
+  c.quant.hadamard = {kernels::HadamardMode::kPerStepRandom, 16, {kernels::GemmKind::kWgrad}};
   c.train.global_batch_tokens = 512;
   c.train.micro_batch_tokens = 256;  // gradient accumulation over two micro-batches
   c.train.max_tokens = 512 * 30;
@@ -205,6 +206,49 @@ TEST_CASE("A run killed and resumed produces the same evaluation curve as one ne
   }
 }
 
+TEST_CASE("A precision schedule switches once, as an event, and a resume across it is exact",
+          "[train][resume][slow]") {
+  contract::RunConfig c = mxfp4_config();
+  // From half the budget (step 15 of 30) the blocks run in BF16; blocks.0.attn.q keeps an
+  // MXFP4 Wgrad through an override.
+  c.precision_schedule = {{0.5, {contract::GemmPrecision::kBF16, contract::GemmPrecision::kBF16,
+                                 contract::GemmPrecision::kBF16}}};
+  contract::LayerOverride keep{"blocks.0.attn.q", {}};
+  keep.patch.wgrad = contract::GemmPrecision::kMXFP4;
+  c.overrides = {keep};
+  c.telemetry.quant_every_steps = 10;
+  const std::string straight = fresh_run_dir("schedule_straight");
+  REQUIRE(run_train(straight, &c).exit_code == 0);
+  const auto reference = effective_events(straight);
+  const auto switches = events_of_kind(reference, "precision_switch");
+  REQUIRE(switches.size() == 1);
+  CHECK(switches[0]["step"] == 15);
+  CHECK(switches[0]["tokens"] == 15 * 512);
+  CHECK(switches[0]["phase"] == 1);
+  CHECK(switches[0]["fprop"] == "bf16");
+  // Telemetry after the switch: only blocks.0.attn.q's Wgrad is still low-precision.
+  for (const auto& s : events_of_kind(reference, "quant_stats")) {
+    if (s["step"].get<int64_t>() <= 15) continue;
+    CHECK(s["layer_name"] == "blocks.0.attn.q");
+    CHECK(s["gemm"] == "wgrad");
+  }
+  // Differs from the run without the schedule: the switch took effect.
+  const contract::RunConfig unscheduled = mxfp4_config();
+  const std::string plain = fresh_run_dir("schedule_none");
+  REQUIRE(run_train(plain, &unscheduled).exit_code == 0);
+  CHECK(eval_curve(effective_events(plain)) != eval_curve(reference));
+
+  const std::string dir = fresh_run_dir("schedule_crashed");
+  CHECK(run_train(dir, &c, "--debug-crash-at-step 19").exit_code == 137);  // checkpoint at 14
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = effective_events(dir);
+  CHECK(eval_curve(events) == eval_curve(reference));  // bit for bit
+  REQUIRE(events_of_kind(events, "precision_switch").size() == 1);
+  CHECK(events_of_kind(events, "precision_switch")[0]["step"] == 15);
+}
+
 TEST_CASE("A crash before the first checkpoint restarts the run from scratch on --resume", "[train][resume]") {
   contract::RunConfig c = smoke_config();
   c.train.max_tokens = 1024 * 8;
@@ -223,7 +267,8 @@ TEST_CASE("A crash before the first checkpoint restarts the run from scratch on 
 TEST_CASE("An injected non-finite value is a fatal divergence: event and exit status 3", "[train][divergence]") {
   for (const char* precision : {"bf16", "mxfp4"}) {
     contract::RunConfig c = smoke_config();
-    c.precision = {precision, precision, precision};
+    const contract::GemmPrecision p = *contract::parse_gemm_precision(precision);
+    c.precision = {p, p, p};
     const std::string dir = fresh_run_dir(std::string("nan_") + precision);
     const TrainResult r = run_train(dir, &c, "--debug-inject-nonfinite-at-step 4");
     INFO(precision << "\n" << r.output);
@@ -279,15 +324,16 @@ TEST_CASE("Bad configs and misuse exit with status 2 and one clear line", "[trai
   c.data.dataset = "/nonexistent/data";
   expect_bad(c, "data.dataset: /nonexistent/data/manifest.json: cannot open");
   c = smoke_config();
-  c.precision.wgrad = "mxfp4";
+  c.precision.wgrad = contract::GemmPrecision::kMXFP4;
   c.train.global_batch_tokens = 64 * 3;  // 192 tokens: fine for blocks of 32…
-  c.quant.hadamard = {"deterministic", 128, {"wgrad"}};  // …but not for a 128-point rotation
+  // …but not for a 128-point rotation
+  c.quant.hadamard = {kernels::HadamardMode::kDeterministic, 128, {kernels::GemmKind::kWgrad}};
   expect_bad(c, "layer blocks.0.attn.q");
   c = smoke_config();
   c.eval.tokens = 1e6;
   expect_bad(c, "eval.tokens");
   c = smoke_config();
-  c.device = "cuda";
+  c.device = contract::Device::kCUDA;
   {
     // No GPU visible, whether or not this machine has one.
     ::setenv("CUDA_VISIBLE_DEVICES", "", 1);

@@ -73,6 +73,7 @@ std::string scale_rule_names() { return names_of(kRuleNames); }
 std::string rounding_names() { return names_of(kRoundingNames); }
 std::string hadamard_mode_names() { return names_of(kHadamardNames); }
 std::string block_shape_names() { return names_of(kBlockShapeNames); }
+std::string gemm_kind_names() { return names_of(kGemmNames); }
 
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
   if (rows <= 0 || cols <= 0)

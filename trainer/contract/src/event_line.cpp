@@ -40,7 +40,7 @@ struct KindRule {
 };
 
 namespace k = event_kind;
-const std::array<KindRule, 10> kKinds{{
+const std::array<KindRule, 11> kKinds{{
     {k::kRunStart, false, true,
      {{"attempt", Type::kCount, false}, {"params", Type::kCount, false},
       {"device", Type::kText, false}, {"resumed", Type::kBool, false},
@@ -63,6 +63,9 @@ const std::array<KindRule, 10> kKinds{{
       {"moved_to", Type::kString, false}}},
     {k::kResume, false, true, {{"discard_after_seq", Type::kCount, true}}},
     {k::kTargetReached, true, false, {{"val_loss", Type::kMeasure, true}}},
+    {k::kPrecisionSwitch, false, false,
+     {{"phase", Type::kCount, true}, {"fprop", Type::kText, true}, {"dgrad", Type::kText, true},
+      {"wgrad", Type::kText, true}}},
     {k::kRunEnd, false, false,
      {{"status", Type::kRunStatus, true}, {"wall_s", Type::kNonNegative, false},
       {"tokens_per_s", Type::kNonNegative, false}, {"peak_rss_bytes", Type::kCount, false},

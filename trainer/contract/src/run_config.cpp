@@ -94,15 +94,6 @@ void read_value(const json& v, const std::string& path, std::string& out) {
     throw ConfigError(path + ": contains a NUL character, got " + shown(v));
 }
 
-void read_value(const json& v, const std::string& path, std::vector<std::string>& out) {
-  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + shown(v));
-  out.clear();
-  for (size_t i = 0; i < v.size(); ++i) {
-    std::string s;
-    read_value(v[i], path + "[" + std::to_string(i) + "]", s);
-    out.push_back(s);
-  }
-}
 
 void read_value(const json& v, const std::string& path, std::optional<double>& out) {
   if (v.is_null()) {
@@ -112,6 +103,54 @@ void read_value(const json& v, const std::string& path, std::optional<double>& o
   double d = 0;
   read_value(v, path, d);
   out = d;
+}
+
+// A name from a setting's table: "expected one of a, b, c, got "x"".
+template <typename E>
+void read_name(const json& v, const std::string& path, E& out,
+               std::optional<E> (*parse)(std::string_view), std::string (*names)()) {
+  std::string s;
+  read_value(v, path, s);
+  const std::optional<E> parsed = parse(s);
+  if (!parsed) throw ConfigError(path + ": expected one of " + names() + ", got " + shown(v));
+  out = *parsed;
+}
+
+template <typename E>
+void read_name_set(const json& v, const std::string& path, EnumSet<E>& out,
+                   std::optional<E> (*parse)(std::string_view), std::string (*names)()) {
+  if (!v.is_array()) throw ConfigError(path + ": expected a list, got " + shown(v));
+  out = {};
+  for (size_t i = 0; i < v.size(); ++i) {
+    E e{};
+    read_name(v[i], path + "[" + std::to_string(i) + "]", e, parse, names);
+    out.add(e);
+  }
+}
+
+void read_value(const json& v, const std::string& path, GemmPrecision& out) {
+  read_name(v, path, out, parse_gemm_precision, gemm_precision_names);
+}
+void read_value(const json& v, const std::string& path, ScaleRule& out) {
+  read_name(v, path, out, kernels::parse_scale_rule, kernels::scale_rule_names);
+}
+void read_value(const json& v, const std::string& path, HadamardMode& out) {
+  read_name(v, path, out, kernels::parse_hadamard_mode, kernels::hadamard_mode_names);
+}
+void read_value(const json& v, const std::string& path, kernels::BlockShape& out) {
+  read_name(v, path, out, kernels::parse_block_shape, kernels::block_shape_names);
+}
+void read_value(const json& v, const std::string& path, GemmPath& out) {
+  read_name(v, path, out, parse_gemm_path, gemm_path_names);
+}
+void read_value(const json& v, const std::string& path, Device& out) {
+  read_name(v, path, out, parse_device, device_names);
+}
+void read_value(const json& v, const std::string& path, OperandClassSet& out) {
+  read_name_set(v, path, out, parse_operand_class, operand_class_names);
+}
+void read_value(const json& v, const std::string& path, GemmSet& out) {
+  read_name_set(v, path, out, kernels::parse_gemm_kind, kernels::gemm_kind_names);
 }
 
 // A message as one line: a value quoted in it may hold control characters (a string from YAML),
@@ -156,6 +195,16 @@ class ObjectReader {
     seen_.insert(key);
     const auto it = j_.find(key);
     if (it != j_.end()) read_value(*it, join(path_, key), out);
+  }
+  // Sets `out` only when the key is present (a patch records what it sets).
+  template <typename T>
+  void get_optional(const std::string& key, std::optional<T>& out) {
+    seen_.insert(key);
+    const auto it = j_.find(key);
+    if (it == j_.end()) return;
+    T value{};
+    read_value(*it, join(path_, key), value);
+    out = value;
   }
   const json* child(const std::string& key) {
     seen_.insert(key);
@@ -202,16 +251,6 @@ void validate_limits(const RunConfig& c) {
     require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
 }
 
-void require_one_of(const std::string& value, std::initializer_list<const char*> allowed,
-                    const std::string& path) {
-  std::string names;
-  for (const char* a : allowed) {
-    if (value == a) return;
-    names += names.empty() ? a : std::string(", ") + a;
-  }
-  throw ConfigError(path + ": expected one of " + names + ", got \"" + value + "\"");
-}
-
 // Values that pass the per-key rules above yet make every attempt of the trainer fail or never
 // end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
 // reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
@@ -232,9 +271,280 @@ void validate_runnable(const RunConfig& c) {
                                     std::pair{"eval.tokens", c.eval.tokens}})
     require(value <= kLargestFloatInteger, name, "must be at most 9e15", value);
   // The trainer resolves the GEMM path before the first step, whatever the precisions.
-  if (c.quant.gemm_path == "fp8" && c.device != "cuda")
+  if (c.quant.gemm_path == GemmPath::kFP8 && c.device != Device::kCUDA)
     throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
-                      "needs device: cuda, this run's device is \"" + c.device + "\"");
+                      "needs device: cuda, this run's device is \"" +
+                      std::string(to_string(c.device)) + "\"");
+}
+
+// ---- The numerics sections: one reader and one writer serve the base sections, the schedule's
+// phases and the overrides, so a key means the same wherever it appears.
+
+void read_precision(const json& j, const std::string& path, LayerPatch& p) {
+  ObjectReader r(j, path);
+  r.get_optional("fprop", p.fprop);
+  r.get_optional("dgrad", p.dgrad);
+  r.get_optional("wgrad", p.wgrad);
+  r.finish();
+}
+
+std::optional<DgeConfig> read_dge(const json& v, const std::string& path) {
+  if (v.is_null()) return std::nullopt;  // `dge: null` turns it off (e.g. in an arm)
+  DgeConfig d;
+  ObjectReader r(v, path);
+  r.get("k", d.k);
+  r.get("clamp", d.clamp);
+  r.finish();
+  require(d.k > 0, path + ".k", "must be > 0", d.k);
+  require(d.clamp > 0, path + ".clamp", "must be > 0", d.clamp);
+  return d;
+}
+
+std::optional<OccConfig> read_occ(const json& v, const std::string& path) {
+  if (v.is_null()) return std::nullopt;
+  OccConfig o;
+  ObjectReader r(v, path);
+  r.get("quantile", o.quantile);
+  r.finish();
+  require(o.quantile > 0 && o.quantile <= 1, path + ".quantile", "must be in (0, 1]", o.quantile);
+  return o;
+}
+
+// The per-layer keys of a quant section.
+void read_layer_quant(ObjectReader& r, LayerPatch& p) {
+  r.get_optional("scale_rule", p.scale_rule);
+  r.get_optional("stochastic_rounding", p.stochastic_rounding);
+  if (const json* h = r.child("hadamard")) {
+    ObjectReader hr(*h, r.path("hadamard"));
+    hr.get_optional("mode", p.hadamard_mode);
+    hr.get_optional("size", p.hadamard_size);
+    if (p.hadamard_size)
+      require(kernels::is_valid_hadamard_size(*p.hadamard_size), hr.path("size"),
+              "must be one of 16, 32, 64, 128", *p.hadamard_size);
+    hr.get_optional("gemms", p.hadamard_gemms);
+    hr.finish();
+  }
+  r.get_optional("weight_blocks", p.weight_blocks);
+  r.get_optional("sr_prescale", p.sr_prescale);
+  if (p.sr_prescale)
+    require(*p.sr_prescale > 0 && *p.sr_prescale <= 1, r.path("sr_prescale"),
+            "must be in (0, 1] (1: no pre-scale)", *p.sr_prescale);
+  if (const json* d = r.child("dge")) p.dge = read_dge(*d, r.path("dge"));
+  if (const json* o = r.child("occ")) p.occ = read_occ(*o, r.path("occ"));
+}
+
+LayerOverride read_override(const json& v, const std::string& path) {
+  ObjectReader r(v, path);
+  LayerOverride o;
+  if (!v.contains("layers"))
+    throw ConfigError(path + ".layers: required (a pattern over layer names, e.g. \"blocks.0.*\")");
+  r.get("layers", o.layers);
+  require(!o.layers.empty(), path + ".layers", "must not be empty", o.layers);
+  if (const json* p = r.child("precision")) read_precision(*p, r.path("precision"), o.patch);
+  if (const json* q = r.child("quant")) {
+    ObjectReader qr(*q, r.path("quant"));
+    read_layer_quant(qr, o.patch);
+    qr.finish();
+  }
+  r.finish();
+  if (o.patch == LayerPatch{})
+    throw ConfigError(path + ": sets nothing (give it precision or quant keys)");
+  return o;
+}
+
+PrecisionPhase read_phase(const json& v, const std::string& path, const PrecisionPhase* previous,
+                          const PrecisionConfig& base) {
+  ObjectReader r(v, path);
+  PrecisionPhase phase;
+  if (!v.contains("at_fraction"))
+    throw ConfigError(path + ".at_fraction: required (the fraction of the token budget)");
+  r.get("at_fraction", phase.at_fraction);
+  require(phase.at_fraction > 0 && phase.at_fraction < 1, path + ".at_fraction",
+          "must be in (0, 1)", phase.at_fraction);
+  if (previous)
+    require(phase.at_fraction > previous->at_fraction, path + ".at_fraction",
+            "must be greater than the previous phase's " + json(previous->at_fraction).dump(),
+            phase.at_fraction);
+  const json* p = r.child("precision");
+  if (!p) throw ConfigError(path + ".precision: required");
+  LayerPatch patch;
+  read_precision(*p, r.path("precision"), patch);
+  LayerSettings s;
+  s.precision = previous ? previous->precision : base;
+  patch.apply_to(s);
+  phase.precision = s.precision;
+  r.finish();
+  return phase;
+}
+
+json name_json(std::string_view name) { return std::string(name); }
+
+json precision_json(const PrecisionConfig& p) {
+  return {{"fprop", name_json(to_string(p.fprop))},
+          {"dgrad", name_json(to_string(p.dgrad))},
+          {"wgrad", name_json(to_string(p.wgrad))}};
+}
+
+json operand_classes_json(const OperandClassSet& set) {
+  json out = json::array();
+  for (OperandClass c : kAllOperandClasses)
+    if (set.has(c)) out.push_back(name_json(to_string(c)));
+  return out;
+}
+
+json gemms_json(const GemmSet& set) {
+  json out = json::array();
+  for (GemmKind g : kAllGemms)
+    if (set.has(g)) out.push_back(name_json(kernels::to_string(g)));
+  return out;
+}
+
+json dge_json(const std::optional<DgeConfig>& d) {
+  return d ? json{{"k", d->k}, {"clamp", d->clamp}} : json(nullptr);
+}
+
+json occ_json(const std::optional<OccConfig>& o) {
+  return o ? json{{"quantile", o->quantile}} : json(nullptr);
+}
+
+// How much a config's JSON holds: kCompact leaves keys added after the first release out when
+// they hold their defaults (run ids stay stable); kFull writes every key at its value; kKeyTree
+// also fills optional sections and lists with example values (the recipe schema).
+enum class JsonKeys { kCompact, kFull, kKeyTree };
+
+// The per-layer keys of a quant section.
+void write_layer_quant(const LayerSettings& s, JsonKeys keys, json& out) {
+  const LayerSettings defaults;
+  const bool all_keys = keys != JsonKeys::kCompact;
+  const bool examples = keys == JsonKeys::kKeyTree;
+  out["scale_rule"] = name_json(kernels::to_string(s.scale_rule));
+  out["stochastic_rounding"] = operand_classes_json(s.stochastic_rounding);
+  out["hadamard"] = {{"mode", name_json(kernels::to_string(s.hadamard.mode))},
+                     {"size", s.hadamard.size},
+                     {"gemms", gemms_json(s.hadamard.gemms)}};
+  if (all_keys || s.weight_blocks != defaults.weight_blocks)
+    out["weight_blocks"] = name_json(kernels::to_string(s.weight_blocks));
+  if (all_keys || s.sr_prescale != defaults.sr_prescale) out["sr_prescale"] = s.sr_prescale;
+  if (all_keys || s.dge) out["dge"] = dge_json(examples && !s.dge ? DgeConfig{} : s.dge);
+  if (all_keys || s.occ) out["occ"] = occ_json(examples && !s.occ ? OccConfig{} : s.occ);
+}
+
+json patch_json(const LayerPatch& p) {
+  json precision = json::object();
+  if (p.fprop) precision["fprop"] = name_json(to_string(*p.fprop));
+  if (p.dgrad) precision["dgrad"] = name_json(to_string(*p.dgrad));
+  if (p.wgrad) precision["wgrad"] = name_json(to_string(*p.wgrad));
+  json quant = json::object();
+  if (p.scale_rule) quant["scale_rule"] = name_json(kernels::to_string(*p.scale_rule));
+  if (p.stochastic_rounding) quant["stochastic_rounding"] = operand_classes_json(*p.stochastic_rounding);
+  json hadamard = json::object();
+  if (p.hadamard_mode) hadamard["mode"] = name_json(kernels::to_string(*p.hadamard_mode));
+  if (p.hadamard_size) hadamard["size"] = *p.hadamard_size;
+  if (p.hadamard_gemms) hadamard["gemms"] = gemms_json(*p.hadamard_gemms);
+  if (!hadamard.empty()) quant["hadamard"] = hadamard;
+  if (p.weight_blocks) quant["weight_blocks"] = name_json(kernels::to_string(*p.weight_blocks));
+  if (p.sr_prescale) quant["sr_prescale"] = *p.sr_prescale;
+  if (p.dge) quant["dge"] = dge_json(*p.dge);
+  if (p.occ) quant["occ"] = occ_json(*p.occ);
+  json out = json::object();
+  if (!precision.empty()) out["precision"] = precision;
+  if (!quant.empty()) out["quant"] = quant;
+  return out;
+}
+
+// A patch setting every per-layer key: the schema's example of an override.
+LayerPatch full_patch() {
+  const LayerSettings d;
+  LayerPatch p;
+  p.fprop = d.precision.fprop;
+  p.dgrad = d.precision.dgrad;
+  p.wgrad = d.precision.wgrad;
+  p.scale_rule = d.scale_rule;
+  p.stochastic_rounding = d.stochastic_rounding;
+  p.hadamard_mode = d.hadamard.mode;
+  p.hadamard_size = d.hadamard.size;
+  p.hadamard_gemms = d.hadamard.gemms;
+  p.weight_blocks = d.weight_blocks;
+  p.sr_prescale = d.sr_prescale;
+  p.dge = DgeConfig{};
+  p.occ = OccConfig{};
+  return p;
+}
+
+
+json config_json(const RunConfig& c, JsonKeys keys) {
+  const bool all_keys = keys != JsonKeys::kCompact;
+  const bool examples = keys == JsonKeys::kKeyTree;
+  json target = json::object();
+  target["val_loss"] = c.target.val_loss ? json(*c.target.val_loss) : json(nullptr);
+  target["stop_at_target"] = c.target.stop_at_target;
+  json quant = json::object();
+  write_layer_quant(block_settings(c), keys, quant);
+  quant["gemm_path"] = name_json(to_string(c.quant.gemm_path));
+  quant["bf16_first_blocks"] = c.quant.bf16_first_blocks;
+  quant["bf16_last_blocks"] = c.quant.bf16_last_blocks;
+  json out{
+      {"run_id", c.run_id},
+      {"sweep", c.sweep},
+      {"arm", c.arm},
+      {"model", c.model},
+      {"data", {{"dataset", c.data.dataset}, {"seq_len", c.data.seq_len}}},
+      {"train",
+       {{"global_batch_tokens", c.train.global_batch_tokens},
+        {"micro_batch_tokens", c.train.micro_batch_tokens},
+        {"max_tokens", c.train.max_tokens},
+        {"lr", c.train.lr},
+        {"min_lr_ratio", c.train.min_lr_ratio},
+        {"warmup_tokens", c.train.warmup_tokens},
+        {"weight_decay", c.train.weight_decay},
+        {"beta1", c.train.beta1},
+        {"beta2", c.train.beta2},
+        {"eps", c.train.eps},
+        {"grad_clip", c.train.grad_clip},
+        {"seed", c.train.seed},
+        {"data_seed", c.train.data_seed}}},
+      {"eval", {{"every_tokens", c.eval.every_tokens}, {"tokens", c.eval.tokens}}},
+      {"precision", precision_json(c.precision)},
+      {"quant", quant},
+      {"target", target},
+      {"divergence",
+       {{"loss_spike_factor", c.divergence.loss_spike_factor},
+        {"grad_norm_factor", c.divergence.grad_norm_factor},
+        {"val_regression", c.divergence.val_regression},
+        {"fatal_after_spikes", c.divergence.fatal_after_spikes}}},
+      {"checkpoint", {{"every_steps", c.checkpoint.every_steps}, {"keep", c.checkpoint.keep}}},
+      {"telemetry",
+       {{"train_every_steps", c.telemetry.train_every_steps},
+        {"quant_every_steps", c.telemetry.quant_every_steps}}},
+      {"device", name_json(to_string(c.device))},
+      {"threads", c.threads},
+      {"mllog", c.mllog},
+  };
+  if (all_keys || !c.precision_schedule.empty()) {
+    json phases = json::array();
+    for (const PrecisionPhase& p : c.precision_schedule)
+      phases.push_back({{"at_fraction", p.at_fraction}, {"precision", precision_json(p.precision)}});
+    if (examples && phases.empty())
+      phases.push_back({{"at_fraction", 0.5}, {"precision", precision_json(c.precision)}});
+    out["precision_schedule"] = phases;
+  }
+  if (all_keys || !c.overrides.empty()) {
+    json overrides = json::array();
+    for (const LayerOverride& o : c.overrides) {
+      json item = patch_json(o.patch);
+      item["layers"] = o.layers;
+      overrides.push_back(item);
+    }
+    if (examples && overrides.empty()) {
+      json item = patch_json(full_patch());
+      // An override's quant section takes only the per-layer keys: the example shows all of them.
+      write_layer_quant(LayerSettings{}, JsonKeys::kKeyTree, item["quant"]);
+      item["layers"] = "blocks.0.*";
+      overrides.push_back(item);
+    }
+    out["overrides"] = overrides;
+  }
+  return out;
 }
 
 void validate(const RunConfig& c) {
@@ -264,20 +574,6 @@ void validate(const RunConfig& c) {
   require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
   require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
           c.eval.tokens);
-  for (const auto& [name, value] : {std::pair{"precision.fprop", &c.precision.fprop},
-                                    std::pair{"precision.dgrad", &c.precision.dgrad},
-                                    std::pair{"precision.wgrad", &c.precision.wgrad}})
-    require_one_of(*value, {"bf16", "fp8", "mxfp4", "nvfp4"}, name);
-  require_one_of(c.quant.scale_rule, {"floor", "ceil", "even"}, "quant.scale_rule");
-  for (const auto& s : c.quant.stochastic_rounding)
-    require_one_of(s, {"grad", "activation", "weight"}, "quant.stochastic_rounding");
-  require_one_of(c.quant.hadamard.mode, {"none", "deterministic", "fixed-random", "per-step-random"},
-                 "quant.hadamard.mode");
-  require(kernels::is_valid_hadamard_size(c.quant.hadamard.size), "quant.hadamard.size",
-          "must be one of 16, 32, 64, 128", c.quant.hadamard.size);
-  for (const auto& g : c.quant.hadamard.gemms)
-    require_one_of(g, {"fprop", "dgrad", "wgrad"}, "quant.hadamard.gemms");
-  require_one_of(c.quant.gemm_path, {"emulated", "fp8"}, "quant.gemm_path");
   require(c.quant.bf16_first_blocks >= 0, "quant.bf16_first_blocks", "must be >= 0",
           c.quant.bf16_first_blocks);
   require(c.quant.bf16_last_blocks >= 0, "quant.bf16_last_blocks", "must be >= 0",
@@ -297,64 +593,47 @@ void validate(const RunConfig& c) {
           c.telemetry.train_every_steps);
   require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
           c.telemetry.quant_every_steps);
-  require_one_of(c.device, {"cpu", "cuda"}, "device");
   validate_runnable(c);
 }
 
 }  // namespace
 
-nlohmann::json to_json(const RunConfig& c) {
-  json target = json::object();
-  target["val_loss"] = c.target.val_loss ? json(*c.target.val_loss) : json(nullptr);
-  target["stop_at_target"] = c.target.stop_at_target;
-  return json{
-      {"run_id", c.run_id},
-      {"sweep", c.sweep},
-      {"arm", c.arm},
-      {"model", c.model},
-      {"data", {{"dataset", c.data.dataset}, {"seq_len", c.data.seq_len}}},
-      {"train",
-       {{"global_batch_tokens", c.train.global_batch_tokens},
-        {"micro_batch_tokens", c.train.micro_batch_tokens},
-        {"max_tokens", c.train.max_tokens},
-        {"lr", c.train.lr},
-        {"min_lr_ratio", c.train.min_lr_ratio},
-        {"warmup_tokens", c.train.warmup_tokens},
-        {"weight_decay", c.train.weight_decay},
-        {"beta1", c.train.beta1},
-        {"beta2", c.train.beta2},
-        {"eps", c.train.eps},
-        {"grad_clip", c.train.grad_clip},
-        {"seed", c.train.seed},
-        {"data_seed", c.train.data_seed}}},
-      {"eval", {{"every_tokens", c.eval.every_tokens}, {"tokens", c.eval.tokens}}},
-      {"precision",
-       {{"fprop", c.precision.fprop}, {"dgrad", c.precision.dgrad}, {"wgrad", c.precision.wgrad}}},
-      {"quant",
-       {{"scale_rule", c.quant.scale_rule},
-        {"stochastic_rounding", c.quant.stochastic_rounding},
-        {"hadamard",
-         {{"mode", c.quant.hadamard.mode},
-          {"size", c.quant.hadamard.size},
-          {"gemms", c.quant.hadamard.gemms}}},
-        {"gemm_path", c.quant.gemm_path},
-        {"bf16_first_blocks", c.quant.bf16_first_blocks},
-        {"bf16_last_blocks", c.quant.bf16_last_blocks}}},
-      {"target", target},
-      {"divergence",
-       {{"loss_spike_factor", c.divergence.loss_spike_factor},
-        {"grad_norm_factor", c.divergence.grad_norm_factor},
-        {"val_regression", c.divergence.val_regression},
-        {"fatal_after_spikes", c.divergence.fatal_after_spikes}}},
-      {"checkpoint", {{"every_steps", c.checkpoint.every_steps}, {"keep", c.checkpoint.keep}}},
-      {"telemetry",
-       {{"train_every_steps", c.telemetry.train_every_steps},
-        {"quant_every_steps", c.telemetry.quant_every_steps}}},
-      {"device", c.device},
-      {"threads", c.threads},
-      {"mllog", c.mllog},
-  };
+LayerSettings block_settings(const RunConfig& c) {
+  LayerSettings s;
+  s.precision = c.precision;
+  s.scale_rule = c.quant.scale_rule;
+  s.stochastic_rounding = c.quant.stochastic_rounding;
+  s.hadamard = c.quant.hadamard;
+  s.weight_blocks = c.quant.weight_blocks;
+  s.sr_prescale = c.quant.sr_prescale;
+  s.dge = c.quant.dge;
+  s.occ = c.quant.occ;
+  return s;
 }
+
+LayerSettings block_settings_in_phase(const RunConfig& c, size_t phase) {
+  LayerSettings s = block_settings(c);
+  if (phase > 0 && phase <= c.precision_schedule.size())
+    s.precision = c.precision_schedule[phase - 1].precision;
+  return s;
+}
+
+void set_block_settings(RunConfig& c, const LayerSettings& s) {
+  c.precision = s.precision;
+  c.quant.scale_rule = s.scale_rule;
+  c.quant.stochastic_rounding = s.stochastic_rounding;
+  c.quant.hadamard = s.hadamard;
+  c.quant.weight_blocks = s.weight_blocks;
+  c.quant.sr_prescale = s.sr_prescale;
+  c.quant.dge = s.dge;
+  c.quant.occ = s.occ;
+}
+
+nlohmann::json to_json(const RunConfig& c) { return config_json(c, JsonKeys::kCompact); }
+
+nlohmann::json to_json_full(const RunConfig& c) { return config_json(c, JsonKeys::kFull); }
+
+nlohmann::json config_key_tree() { return config_json(RunConfig{}, JsonKeys::kKeyTree); }
 
 // The reading and the rules; run_config_from_json below makes each refusal one line.
 static RunConfig parse_run_config(const json& j) {
@@ -393,28 +672,31 @@ static RunConfig parse_run_config(const json& j) {
     r.get("tokens", c.eval.tokens);
     r.finish();
   }
-  if (const json* p = root.child("precision")) {
-    ObjectReader r(*p, "precision");
-    r.get("fprop", c.precision.fprop);
-    r.get("dgrad", c.precision.dgrad);
-    r.get("wgrad", c.precision.wgrad);
-    r.finish();
-  }
+  LayerPatch blocks;
+  if (const json* p = root.child("precision")) read_precision(*p, "precision", blocks);
   if (const json* q = root.child("quant")) {
     ObjectReader r(*q, "quant");
-    r.get("scale_rule", c.quant.scale_rule);
-    r.get("stochastic_rounding", c.quant.stochastic_rounding);
-    if (const json* h = r.child("hadamard")) {
-      ObjectReader hr(*h, "quant.hadamard");
-      hr.get("mode", c.quant.hadamard.mode);
-      hr.get("size", c.quant.hadamard.size);
-      hr.get("gemms", c.quant.hadamard.gemms);
-      hr.finish();
-    }
+    read_layer_quant(r, blocks);
     r.get("gemm_path", c.quant.gemm_path);
     r.get("bf16_first_blocks", c.quant.bf16_first_blocks);
     r.get("bf16_last_blocks", c.quant.bf16_last_blocks);
     r.finish();
+  }
+  LayerSettings block = block_settings(c);
+  blocks.apply_to(block);
+  set_block_settings(c, block);
+  if (const json* s = root.child("precision_schedule")) {
+    if (!s->is_array()) throw ConfigError("precision_schedule: expected a list, got " + shown(*s));
+    for (size_t i = 0; i < s->size(); ++i)
+      c.precision_schedule.push_back(
+          read_phase((*s)[i], "precision_schedule[" + std::to_string(i) + "]",
+                     c.precision_schedule.empty() ? nullptr : &c.precision_schedule.back(),
+                     c.precision));
+  }
+  if (const json* o = root.child("overrides")) {
+    if (!o->is_array()) throw ConfigError("overrides: expected a list, got " + shown(*o));
+    for (size_t i = 0; i < o->size(); ++i)
+      c.overrides.push_back(read_override((*o)[i], "overrides[" + std::to_string(i) + "]"));
   }
   if (const json* t = root.child("target")) {
     ObjectReader r(*t, "target");

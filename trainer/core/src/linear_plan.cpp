@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+
 namespace mxablate::trainer {
 
 using kernels::Axis;
@@ -12,7 +13,7 @@ using kernels::QuantSpec;
 
 namespace {
 
-enum class OperandClass { kActivation, kWeight, kGrad };
+using contract::OperandClass;
 
 OperandClass operand_class(GemmKind g, Operand o) {
   switch (g) {
@@ -21,15 +22,6 @@ OperandClass operand_class(GemmKind g, Operand o) {
     case GemmKind::kWgrad: return o == Operand::kA ? OperandClass::kGrad : OperandClass::kActivation;
   }
   return OperandClass::kActivation;
-}
-
-const char* class_name(OperandClass c) {
-  switch (c) {
-    case OperandClass::kActivation: return "activation";
-    case OperandClass::kWeight: return "weight";
-    case OperandClass::kGrad: return "grad";
-  }
-  return "";
 }
 
 QuantFormat format_for(GemmPrecision p, OperandClass c) {
@@ -41,15 +33,6 @@ QuantFormat format_for(GemmPrecision p, OperandClass c) {
     case GemmPrecision::kNVFP4: return QuantFormat::kNVFP4;
   }
   return QuantFormat::kBF16;
-}
-
-const std::string& precision_of(const contract::PrecisionConfig& p, GemmKind g) {
-  switch (g) {
-    case GemmKind::kFprop: return p.fprop;
-    case GemmKind::kDgrad: return p.dgrad;
-    case GemmKind::kWgrad: return p.wgrad;
-  }
-  return p.fprop;
 }
 
 }  // namespace
@@ -89,15 +72,6 @@ bool is_low_precision(const QuantSpec& spec) {
   return spec.format != QuantFormat::kBF16 && spec.format != QuantFormat::kFP32;
 }
 
-GemmPrecision parse_gemm_precision(const std::string& name) {
-  if (name == "bf16") return GemmPrecision::kBF16;
-  if (name == "fp8") return GemmPrecision::kFP8;
-  if (name == "mxfp4") return GemmPrecision::kMXFP4;
-  if (name == "nvfp4") return GemmPrecision::kNVFP4;
-  throw contract::ConfigError("precision: expected one of bf16, fp8, mxfp4, nvfp4, got \"" + name +
-                              "\"");
-}
-
 LinearPlan plain_bf16_plan() {
   LinearPlan plan;
   for (auto& g : plan.gemm) {
@@ -108,46 +82,105 @@ LinearPlan plain_bf16_plan() {
   return plan;
 }
 
-LinearPlan make_linear_plan(const contract::RunConfig& config, bool keep_bf16) {
-  if (keep_bf16) return plain_bf16_plan();
-  const contract::QuantConfig& q = config.quant;
-  const auto scale_rule = kernels::parse_scale_rule(q.scale_rule);
-  if (!scale_rule) throw contract::ConfigError("quant.scale_rule: unknown rule \"" + q.scale_rule + "\"");
-  const auto hadamard = kernels::parse_hadamard_mode(q.hadamard.mode);
-  if (!hadamard)
-    throw contract::ConfigError("quant.hadamard.mode: unknown mode \"" + q.hadamard.mode + "\"");
+LinearPlan make_linear_plan(const contract::LayerSettings& settings) {
   LinearPlan plan;
-  for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {
+  for (GemmKind g : contract::kAllGemms) {
     GemmPlan& gp = plan.gemm[static_cast<size_t>(g)];
-    gp.precision = parse_gemm_precision(precision_of(config.precision, g));
-    const bool listed = std::find(q.hadamard.gemms.begin(), q.hadamard.gemms.end(),
-                                  gemm_name(g)) != q.hadamard.gemms.end();
-    gp.rotated = listed && *hadamard != kernels::HadamardMode::kNone;
+    gp.precision = settings.precision.of(g);
+    gp.rotated = settings.hadamard.gemms.has(g) && settings.hadamard.mode != kernels::HadamardMode::kNone;
     for (Operand o : {Operand::kA, Operand::kB}) {
       const OperandClass c = operand_class(g, o);
       QuantSpec spec;
       spec.format = format_for(gp.precision, c);
-      spec.scale_rule = *scale_rule;
-      const bool sr = std::find(q.stochastic_rounding.begin(), q.stochastic_rounding.end(),
-                                class_name(c)) != q.stochastic_rounding.end();
+      spec.scale_rule = settings.scale_rule;
       // Stochastic rounding only means something where there is a coarse grid to round onto.
-      spec.rounding = sr && is_low_precision(spec) ? kernels::Rounding::kStochastic
-                                                   : kernels::Rounding::kNearest;
-      spec.hadamard = gp.rotated ? *hadamard : kernels::HadamardMode::kNone;
-      spec.hadamard_size = q.hadamard.size;
+      const bool sr = settings.stochastic_rounding.has(c) && is_low_precision(spec);
+      spec.rounding = sr ? kernels::Rounding::kStochastic : kernels::Rounding::kNearest;
+      spec.sr_prescale = sr ? static_cast<float>(settings.sr_prescale) : 1.0f;
+      spec.hadamard = gp.rotated ? settings.hadamard.mode : kernels::HadamardMode::kNone;
+      spec.hadamard_size = settings.hadamard.size;
+      if (c == OperandClass::kWeight && kernels::is_fp4(spec.format))
+        spec.blocks = settings.weight_blocks;
       gp.operand[static_cast<size_t>(o)] = spec;
     }
   }
+  // DGE differentiates W's 4-bit step: where Fprop's W is not FP4 there is none to estimate.
+  if (contract::is_fp4(settings.precision.fprop)) plan.dge = settings.dge;
+  plan.occ = settings.occ;
   return plan;
+}
+
+std::string check_layer_settings(const contract::LayerSettings& settings) {
+  if (settings.dge && contract::is_fp4(settings.precision.fprop) &&
+      settings.hadamard.mode != kernels::HadamardMode::kNone &&
+      settings.hadamard.gemms.has(GemmKind::kFprop))
+    return "quant.dge needs Fprop's W unrotated (quant.hadamard.gemms lists fprop)";
+  return "";
+}
+
+size_t precision_phase(const contract::RunConfig& config, double tokens_before) {
+  size_t phase = 0;
+  for (const contract::PrecisionPhase& p : config.precision_schedule)
+    if (tokens_before >= p.at_fraction * config.train.max_tokens) ++phase;
+  return phase;
+}
+
+contract::LayerSettings layer_settings(const contract::RunConfig& config, const LinearShape& layer,
+                                       int64_t n_layers, size_t phase) {
+  contract::LayerSettings s;  // the LM head: plain BF16 unless an override says otherwise
+  if (layer.block >= 0) {
+    s = contract::block_settings_in_phase(config, phase);
+    const bool kept = layer.block < config.quant.bf16_first_blocks ||
+                      layer.block >= n_layers - config.quant.bf16_last_blocks;
+    if (kept) {  // plain BF16: precision bf16 x3, no rotation, no estimator or compensation
+      s.precision = contract::PrecisionConfig{};
+      s.hadamard.mode = kernels::HadamardMode::kNone;
+      s.dge.reset();
+      s.occ.reset();
+    }
+  }
+  for (const contract::LayerOverride& o : config.overrides)
+    if (contract::layer_matches(o.layers, layer.name)) o.patch.apply_to(s);
+  return s;
+}
+
+std::vector<LinearPlan> layer_plans(const contract::RunConfig& config,
+                                    const std::vector<LinearShape>& layers, int64_t n_layers,
+                                    size_t phase) {
+  std::vector<LinearPlan> plans;
+  plans.reserve(layers.size());
+  for (const LinearShape& l : layers)
+    plans.push_back(make_linear_plan(layer_settings(config, l, n_layers, phase)));
+  return plans;
+}
+
+std::string check_override_patterns(const contract::RunConfig& config,
+                                    const std::vector<LinearShape>& layers) {
+  for (size_t i = 0; i < config.overrides.size(); ++i) {
+    const std::string& pattern = config.overrides[i].layers;
+    bool any = false;
+    int last_block = -1;
+    for (const LinearShape& l : layers) {
+      any = any || contract::layer_matches(pattern, l.name);
+      last_block = std::max(last_block, l.block);
+    }
+    if (!any)
+      return "overrides[" + std::to_string(i) + "].layers: \"" + pattern +
+             "\" matches no layer (names: blocks.N.attn.q|k|v|o, blocks.N.mlp.gate|up|down, "
+             "lm_head; N from 0 to " + std::to_string(last_block) + ")";
+  }
+  return "";
 }
 
 std::string check_linear_shapes(const LinearPlan& plan, int64_t in_features, int64_t out_features,
                                 int64_t tokens) {
   // The 2-D shapes the operands have: X (tokens x in), W (out x in), dY (tokens x out).
   const auto shape_of = [&](GemmKind g, Operand o) -> std::pair<int64_t, int64_t> {
-    const std::string name = operand_name(g, o);
-    if (name == "x") return {tokens, in_features};
-    if (name == "w") return {out_features, in_features};
+    switch (operand_class(g, o)) {
+      case OperandClass::kActivation: return {tokens, in_features};
+      case OperandClass::kWeight: return {out_features, in_features};
+      case OperandClass::kGrad: return {tokens, out_features};
+    }
     return {tokens, out_features};
   };
   for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {

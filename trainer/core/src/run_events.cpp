@@ -91,6 +91,16 @@ int64_t RunEvents::target_reached(Progress p, double val_loss, double target) {
   return writer_.append(kind::kTargetReached, std::move(f), true);
 }
 
+int64_t RunEvents::precision_switch(Progress p, size_t phase,
+                                    const contract::PrecisionConfig& precision) {
+  json f = base(p);
+  f["phase"] = phase;
+  f["fprop"] = std::string(contract::to_string(precision.fprop));
+  f["dgrad"] = std::string(contract::to_string(precision.dgrad));
+  f["wgrad"] = std::string(contract::to_string(precision.wgrad));
+  return writer_.append(kind::kPrecisionSwitch, std::move(f), true);
+}
+
 int64_t RunEvents::run_end(Progress p, const End& e) {
   json f = base(p);
   f["status"] = e.status;

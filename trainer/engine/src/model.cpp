@@ -10,9 +10,6 @@
 
 namespace mxablate::trainer {
 
-bool block_kept_bf16(int block, int n_layers, int bf16_first, int bf16_last) {
-  return block < bf16_first || block >= n_layers - bf16_last;
-}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options) : eps_(eps) {
   weight = register_parameter("weight", at::ones({dim}, options));
@@ -111,15 +108,13 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   embedding = register_parameter("embedding", at::empty({options.vocab_size, s.d_model}, f32));
   blocks = register_module("blocks", torch::nn::ModuleList());
   const LinearPlan bf16 = plain_bf16_plan();
-  for (int b = 0; b < s.n_layers; ++b) {
-    const bool keep = block_kept_bf16(b, static_cast<int>(s.n_layers), options.bf16_first_blocks,
-                                      options.bf16_last_blocks);
-    blocks->push_back(Block(s, b, keep ? bf16 : options.block_plan, options.session, rope, build));
-  }
+  for (int b = 0; b < s.n_layers; ++b)
+    blocks->push_back(Block(s, b, bf16, options.session, rope, build));
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,
                                                 options.session, build));
+  if (!options.layer_plans.empty()) set_layer_plans(options.layer_plans);
   if (!options.device.is_meta()) {
     initialize(options.init_seed);
     to(options.device);
@@ -171,6 +166,16 @@ std::vector<MXLinear> LlamaModelImpl::linears() const {
   }
   out.push_back(lm_head);
   return out;
+}
+
+void LlamaModelImpl::set_layer_plans(const std::vector<LinearPlan>& plans) {
+  const std::vector<MXLinear> all = linears();
+  TORCH_CHECK(plans.size() == all.size(), "model ", options_.shape.name, ": ", plans.size(),
+              " layer plans for ", all.size(), " linear layers");
+  for (size_t i = 0; i < all.size(); ++i) {
+    MXLinear layer = all[i];
+    layer->set_plan(plans[i]);
+  }
 }
 
 }  // namespace mxablate::trainer

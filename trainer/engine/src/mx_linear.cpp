@@ -224,6 +224,10 @@ MXLinearImpl::MXLinearImpl(int64_t in_features, int64_t out_features, int layer,
       "weight", at::empty({out_features, in_features}, at::TensorOptions(at::kFloat).device(device)));
 }
 
+void MXLinearImpl::set_plan(const LinearPlan& plan) {
+  state_ = std::make_shared<LinearState>(LinearState{state_->layer, plan, state_->session});
+}
+
 at::Tensor MXLinearImpl::forward(const at::Tensor& x) {
   const int64_t k = x.size(-1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());

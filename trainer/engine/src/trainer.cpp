@@ -27,6 +27,7 @@
 #include "mxablate/trainer/optimizer.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/run_events.h"
+#include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/stop_signals.h"
 #include "mxablate/trainer/training_plan.h"
 #include "error_line.h"
@@ -45,7 +46,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 at::Device resolve_device(const RunConfig& c) {
-  if (c.device == "cpu") return at::kCPU;
+  if (c.device == contract::Device::kCPU) return at::kCPU;
   if (!torch::cuda::is_available())
     throw ConfigError("device: \"cuda\" requested but LibTorch " + std::string(compat::torch_version()) +
                       " sees no CUDA device");
@@ -53,10 +54,13 @@ at::Device resolve_device(const RunConfig& c) {
 }
 
 kernels::GemmPath resolve_gemm_path(const RunConfig& c, const at::Device& device) {
-  const kernels::GemmPath path =
-      c.quant.gemm_path == "fp8" ? kernels::GemmPath::kHopperFP8 : kernels::GemmPath::kEmulated;
+  const kernels::GemmPath path = c.quant.gemm_path == contract::GemmPath::kFP8
+                                     ? kernels::GemmPath::kHopperFP8
+                                     : kernels::GemmPath::kEmulated;
   const std::string why = kernels::gemm_path_unavailable_reason(path, device);
-  if (!why.empty()) throw ConfigError("quant.gemm_path: \"" + c.quant.gemm_path + "\" cannot run here: " + why);
+  if (!why.empty())
+    throw ConfigError("quant.gemm_path: \"" + std::string(contract::to_string(c.quant.gemm_path)) +
+                      "\" cannot run here: " + why);
   return path;
 }
 
@@ -114,18 +118,8 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
   s.layers = linear_layers(s.shape, vocab);
 
-  // Every quantized operand must block (and rotate) evenly: check all layers before training.
-  const LinearPlan block_plan = make_linear_plan(config, false);
-  for (const LinearShape& l : s.layers) {
-    if (l.block < 0 || block_kept_bf16(l.block, static_cast<int>(s.shape.n_layers),
-                                       config.quant.bf16_first_blocks, config.quant.bf16_last_blocks))
-      continue;
-    const std::string problem =
-        check_linear_shapes(block_plan, l.in_features, l.out_features, s.plan.micro_batch_tokens);
-    if (!problem.empty())
-      throw ConfigError("precision/quant: layer " + l.name + " of model " + s.shape.name + " with " +
-                        std::to_string(s.plan.micro_batch_tokens) + " tokens per micro-batch: " + problem);
-  }
+  // Every layer in every phase of the schedule must be able to run: checked before training.
+  check_run_fits(config, s.shape, vocab);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
@@ -133,9 +127,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
   ModelOptions mo;
   mo.shape = s.shape;
   mo.vocab_size = vocab;
-  mo.block_plan = block_plan;
-  mo.bf16_first_blocks = config.quant.bf16_first_blocks;
-  mo.bf16_last_blocks = config.quant.bf16_last_blocks;
+  mo.layer_plans = layer_plans(config, s.layers, s.shape.n_layers, 0);
   mo.session = session;
   mo.device = s.device;
   mo.init_seed = config.train.seed;
@@ -173,6 +165,9 @@ class TrainingRun {
     write_run_start(history.run_starts + 1, resumed_from_checkpoint);
     install_stop_signal_handlers();
 
+    // A resumed run continues in the precision phase it had reached; the switch was announced
+    // when it happened.
+    enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), false);
     started_ = Clock::now();
     last_train_event_ = started_;
     tokens_at_start_ = state_.tokens;
@@ -336,7 +331,18 @@ class TrainingRun {
     return std::nullopt;
   }
 
+  // The schedule's phase `phase` takes effect from the next forward on (docs/design.md §4).
+  void enter_precision_phase(size_t phase, bool announce) {
+    if (phase == phase_) return;
+    s_.model->set_layer_plans(layer_plans(s_.config, s_.layers, s_.shape.n_layers, phase));
+    phase_ = phase;
+    if (announce)
+      events_->precision_switch(progress(), phase,
+                                contract::block_settings_in_phase(s_.config, phase).precision);
+  }
+
   std::optional<int> train_step() {
+    enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), true);
     LlamaModelImpl& model = *s_.model;
     QuantSession& session = model.session();
     const int64_t step_number = state_.step + 1;  // the step being taken, 1-based
@@ -450,6 +456,7 @@ class TrainingRun {
   Clock::time_point last_train_event_ = Clock::now();
   int64_t tokens_at_last_train_event_ = 0;
   int64_t tokens_at_start_ = 0;
+  size_t phase_ = 0;  // the precision schedule phase the model's plans are in
 };
 
 }  // namespace

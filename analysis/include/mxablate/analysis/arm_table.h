@@ -8,16 +8,19 @@
 #include <vector>
 
 #include "mxablate/analysis/extra_tokens.h"
+#include "mxablate/contract/quant_settings.h"
 
 namespace mxablate::analysis {
 
 struct ArmSummary {
   std::string arm;
-  std::string fprop, dgrad, wgrad;   // bf16 | fp8 | mxfp4 | nvfp4
-  std::string stochastic_rounding;   // operand classes, e.g. "grad"; empty when off
-  std::string hadamard_mode;         // none | deterministic | fixed-random | per-step-random
-  int hadamard_size = 16;
-  std::string hadamard_gemms;        // e.g. "wgrad"
+  contract::PrecisionConfig precision;  // the blocks' GEMM precisions (before schedule/overrides)
+  // Every other setting that differs from its baseline row's (contract/settings_difference.h);
+  // "-" when none.
+  std::string interventions = "-";
+  // The figure of the reference paper (arXiv 2605.09825, docs/design.md §1) when the arm's
+  // numerics equal one of its arms exactly.
+  std::optional<std::string> paper;
   bool is_baseline = false;
   ExtraTokenCost cost;
   std::optional<double> final_val_loss;  // median over the arm's runs
@@ -33,10 +36,6 @@ enum class TableFormat { kMarkdown, kLatex, kCsv, kHtml };  // kHtml: a <table> 
 // What the loss column shows: the final validation loss, or the final and best perplexity
 // (exp of the median final / best loss; for an odd number of seeds that is the median perplexity).
 enum class TableMetric { kLoss, kPerplexity };
-
-// The reference paper's figure for an arm with these settings (DESIGN §1), or nullopt when the
-// arm is not one of the paper's.
-std::optional<std::string> paper_figure(const ArmSummary& arm);
 
 // One sentence on how the extra-token figures were computed (paired by seed or not, pairs left
 // out); the table's and the report's captions end with it.

@@ -1,5 +1,5 @@
 // Validation-loss curves and the measures taken on them: tokens to a target loss, the loss at a
-// given token count, and a target derived from a baseline arm (DESIGN §6, issue "Analysis").
+// given token count, and a target derived from a baseline arm (docs/design.md §6, issue "Analysis").
 #pragma once
 
 #include <optional>

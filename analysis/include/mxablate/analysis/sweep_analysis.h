@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mxablate/contract/run_config.h"
+
 #include "mxablate/analysis/arm_table.h"
 #include "mxablate/analysis/report.h"
 
@@ -24,7 +26,8 @@ struct RunRecord {
   std::string group;  // the table row: arm, plus "[axis=value …]" for non-seed grid axes
   uint64_t seed = 0;
   std::string pair_key;   // its seed-axis settings: the baseline run it is compared with
-  nlohmann::json config;  // the resolved RunConfig
+  nlohmann::json config;        // the resolved RunConfig as stored
+  contract::RunConfig settings;  // the same, parsed by the contract's one reader
   std::string status;
   double max_tokens = 0;
   double tokens_trained = 0;
@@ -56,7 +59,7 @@ struct ResolvedTarget {
   std::string caption(bool perplexity_first) const;
 };
 
-// The target of DESIGN §6: a fixed `val_loss`, or `from_arm` + `at_fraction` resolved on the
+// The target of docs/design.md §6: a fixed `val_loss`, or `from_arm` + `at_fraction` resolved on the
 // baseline arm's curves (or stored with the sweep once it was).
 ResolvedTarget resolve_target(const SweepData& sweep);
 ResolvedTarget resolve_target_value(const SweepData& sweep);  // without the description

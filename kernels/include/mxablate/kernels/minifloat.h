@@ -137,7 +137,7 @@ inline constexpr int kScaleExpMax = 127;
 // does not take it: the quantizers choose between candidates themselves.
 enum class ScaleRule : uint8_t { kFloor = 0, kCeil = 1, kEven = 2, kMse = 3 };
 
-// Shared exponent for a block with finite amax under one of the three rules (DESIGN §3), before
+// Shared exponent for a block with finite amax under one of the three rules (docs/design.md §3), before
 // the clamp. `elem_emax` is floor(log2(max_finite)) of the element format (2 for E2M1).
 MX_HD int shared_exponent_unclamped(float amax, ScaleRule rule, int elem_emax) {
   const Significand s = significand_of(amax);

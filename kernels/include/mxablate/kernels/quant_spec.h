@@ -76,6 +76,7 @@ std::string scale_rule_names();
 std::string rounding_names();
 std::string hadamard_mode_names();
 std::string block_shape_names();
+std::string gemm_kind_names();
 
 // Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid
 // and both it and the block size divide the length of the quantization axis. Returns an empty

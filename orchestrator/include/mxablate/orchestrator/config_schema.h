@@ -1,5 +1,5 @@
 // Which keys a recipe may set and with which types. The source of truth is the run config
-// itself: the tree of contract::to_json(RunConfig{}) — its keys are the recipe keys (DESIGN §5:
+// itself: the tree of contract::to_json(RunConfig{}) — its keys are the recipe keys (docs/design.md §5:
 // recipe keys = RunConfig JSON keys), the types of its defaults the expected types. So a field
 // added to the contract is settable from recipes with no change here.
 //

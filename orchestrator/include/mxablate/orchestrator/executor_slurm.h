@@ -1,4 +1,4 @@
-// Runs trainer attempts as Slurm job-array tasks (DESIGN §8): the runs of one loop iteration
+// Runs trainer attempts as Slurm job-array tasks (docs/design.md §8): the runs of one loop iteration
 // become one array (a batch script in RUNS_DIR/<sweep>/slurm/, submitted with
 // `sbatch --parsable --hold --array=0-N%K`, recorded in the submission journal, then released),
 // each task runs mxablate-train for its run directory on the shared filesystem, and squeue —

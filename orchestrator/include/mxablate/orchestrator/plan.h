@@ -33,6 +33,9 @@ struct RunSpec {
   // missing data directory at launch).
   std::map<std::string, Location> origins;
   Location where(const std::string& config_path) const;  // nearest recorded ancestor
+  // How its settings differ from its baseline run's (the baseline arm's run at the same grid
+  // point), precisions left out: contract::describe_differences. "-" when none.
+  std::string interventions = "-";
 };
 
 struct Plan {
@@ -40,6 +43,7 @@ struct Plan {
   std::vector<RunSpec> runs;  // arms in recipe order, grid combinations in order, includes last
   std::vector<std::string> axis_names;  // every axis any run has, in first-seen order
   nlohmann::json target;                // TargetSpec::as_json()
+  std::string baseline_arm;             // target.from_arm, else the first arm
   std::optional<double> target_val_loss;
   double total_tokens() const;
 };

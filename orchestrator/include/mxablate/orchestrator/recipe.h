@@ -1,4 +1,4 @@
-// A recipe (DESIGN §5) as written: base config, named arms (with `extends`), grid axes,
+// A recipe (docs/design.md §5) as written: base config, named arms (with `extends`), grid axes,
 // include/exclude entries and the target. Loading checks everything that can be checked without
 // resolving runs — syntax, structure, key names, value types, references between arms — and
 // throws RecipeError at the first problem, naming file:line:column and the key. Value checks

@@ -1,4 +1,4 @@
-// The results store's schema (DESIGN §6), versioned with PRAGMA user_version. Each migration
+// The results store's schema (docs/design.md §6), versioned with PRAGMA user_version. Each migration
 // moves the database from version N-1 to N inside one transaction, so a database is always at
 // exactly one known version; opening an older database upgrades it, a newer one is refused.
 #pragma once

@@ -33,6 +33,9 @@ struct PlannedRun {
   std::string run_dir;
   double max_tokens = 0;
   std::vector<std::pair<std::string, std::string>> axes;  // axis name, value as JSON text
+  // How its settings differ from its baseline run's (contract::describe_differences): the
+  // planner computes it once; the store keeps it for the views.
+  std::string interventions = "-";
 };
 
 struct RunState {

@@ -1,5 +1,5 @@
 // Lossless re-expression of MXFP4 as E4M3 with one FP32 scale per 128 elements, so MXFP4
-// GEMMs can run on Hopper's FP8 tensor cores (DESIGN §3, GEMM path 2).
+// GEMMs can run on Hopper's FP8 tensor cores (docs/design.md §3, GEMM path 2).
 //
 // A 128-chunk holds four 32-blocks with E8M0 exponents e_b. Its scale is 2^(E - 6), E = max e_b,
 // and element v * 2^e_b becomes v * 2^(e_b - E + 6) in E4M3. E2M1 magnitudes are k * 2^-1 with

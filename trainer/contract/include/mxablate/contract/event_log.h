@@ -1,5 +1,5 @@
 // RUN_DIR/events.jsonl: the trainer's append-only record of a run, and the source of truth the
-// orchestrator ingests (DESIGN §2). One JSON object per line, each with a strictly increasing
+// orchestrator ingests (docs/design.md §2). One JSON object per line, each with a strictly increasing
 // `seq` (from 1), a `kind` and a wall-clock `time` (Unix seconds).
 //
 // Kinds and their fields (all numbers are JSON numbers; a non-finite value — a NaN loss, an
@@ -51,6 +51,8 @@ inline constexpr const char* kCheckpoint = "checkpoint";
 inline constexpr const char* kResume = "resume";
 inline constexpr const char* kCheckpointRejected = "checkpoint_rejected";
 inline constexpr const char* kTargetReached = "target_reached";
+// The blocks' GEMM precisions changed (precision_schedule): phase i from the i-th switch on.
+inline constexpr const char* kPrecisionSwitch = "precision_switch";
 inline constexpr const char* kRunEnd = "run_end";
 }  // namespace event_kind
 

@@ -93,7 +93,7 @@ struct HadamardConfig {
 // Differentiable gradient estimator (Wang et al., arXiv 2501.17116): the weight's gradient is
 // multiplied by the derivative of a smooth approximation of the E2M1 step, clamped.
 struct DgeConfig {
-  double k = 5.0;      // sharpness, > 0 (k = 1 is the identity; the paper uses 5)
+  double k = 5.0;      // sharpness, > 0 (k = 1 is the identity; Wang et al. use 5)
   double clamp = 3.0;  // the derivative's ceiling, > 0 (MS-AMP: 3.0)
   bool operator==(const DgeConfig&) const = default;
 };

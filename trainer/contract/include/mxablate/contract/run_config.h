@@ -1,8 +1,8 @@
 // The run config: everything `mxablate-train` needs to run one training run, written by the
 // orchestrator as RUN_DIR/config.json. This and event_log.h are the whole contract between the
-// orchestrator and the trainer (DESIGN §2); both sides include them, nothing else crosses.
+// orchestrator and the trainer (docs/design.md §2); both sides include them, nothing else crosses.
 //
-// The JSON mirrors the recipe's `base` section (DESIGN §5) after arms, grid axes and defaults are
+// The JSON mirrors the recipe's `base` section (docs/design.md §5) after arms, grid axes and defaults are
 // resolved, plus the run's identity. Parsing is strict: an unknown key, a wrong type, a number
 // that is not finite or does not fit its type, a string that is not UTF-8, or a value outside its
 // range is a ConfigError naming the key path and the value (e.g. "train.lr: must be in (0, 10],
@@ -17,6 +17,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "mxablate/contract/quant_settings.h"
 
 namespace mxablate::contract {
 
@@ -55,28 +57,21 @@ struct EvalConfig {
   double tokens = 2e4;  // size of the fixed validation set
 };
 
-// Per-GEMM precision: "bf16" | "fp8" | "mxfp4" | "nvfp4".
-struct PrecisionConfig {
-  std::string fprop = "bf16";
-  std::string dgrad = "bf16";
-  std::string wgrad = "bf16";
-};
-
-struct HadamardConfig {
-  std::string mode = "none";  // none | deterministic | fixed-random | per-step-random
-  int size = 16;              // 16 | 32 | 64 | 128
-  std::vector<std::string> gemms{"wgrad"};
-};
-
+// The numerics of every transformer-block linear (quant_settings.h has the types). Per-layer
+// keys (all but gemm_path and the bf16_* shorthands) may also be set by an override.
 struct QuantConfig {
-  std::string scale_rule = "floor";  // floor | ceil | even (MXFP4)
-  // Operand classes rounded stochastically: "grad" (dY in Dgrad and Wgrad), "activation" (X),
-  // "weight" (W). Empty: round-to-nearest-even everywhere.
-  std::vector<std::string> stochastic_rounding;
+  ScaleRule scale_rule = ScaleRule::kFloor;  // floor | ceil | even | mse
+  // Operand classes rounded stochastically (grad: dY in Dgrad and Wgrad; activation: X; weight:
+  // W). Empty: round-to-nearest-even everywhere.
+  OperandClassSet stochastic_rounding;
   HadamardConfig hadamard;
-  std::string gemm_path = "emulated";  // emulated | fp8 (Hopper: MXFP4 operands on FP8 cores)
-  int bf16_first_blocks = 0;            // keep this many first transformer blocks in BF16
-  int bf16_last_blocks = 0;             // and this many last ones
+  kernels::BlockShape weight_blocks = kernels::BlockShape::k1D;  // 2d: W and Wᵀ share values
+  double sr_prescale = 1.0;  // (0, 1]: operands under SR scaled by it first (Quartet: 0.75)
+  std::optional<DgeConfig> dge;
+  std::optional<OccConfig> occ;
+  GemmPath gemm_path = GemmPath::kEmulated;  // fp8: MXFP4 operands on Hopper FP8 tensor cores
+  int bf16_first_blocks = 0;  // shorthand for an override keeping these first blocks in BF16
+  int bf16_last_blocks = 0;   // and these last ones
 };
 
 struct TargetConfig {
@@ -113,18 +108,36 @@ struct RunConfig {
   EvalConfig eval;
   PrecisionConfig precision;
   QuantConfig quant;
+  std::vector<PrecisionPhase> precision_schedule;  // later phases of the blocks' precisions
+  std::vector<LayerOverride> overrides;            // per-layer settings, applied in order
   TargetConfig target;
   DivergenceConfig divergence;
   CheckpointConfig checkpoint;
   TelemetryConfig telemetry;
   // Where to run.
-  std::string device = "cpu";  // cpu | cuda
+  Device device = Device::kCPU;
   int threads = 0;             // CPU threads for this run; 0: library default
   bool mllog = false;          // print MLPerf-style :::MLLOG lines on stdout
 };
 
-// Strict conversion. from_json throws ConfigError naming the offending key path.
+// The settings of a transformer-block linear before the schedule and overrides: the precision
+// and quant sections as one LayerSettings.
+LayerSettings block_settings(const RunConfig& c);
+// Sets the precision and quant sections from one layer's settings (the inverse of block_settings).
+void set_block_settings(RunConfig& c, const LayerSettings& s);
+// The settings the schedule's phase `phase` gives a block linear (0: before the first switch).
+LayerSettings block_settings_in_phase(const RunConfig& c, size_t phase);
+
+// Strict conversion. from_json throws ConfigError naming the offending key path. to_json writes
+// keys added after the first release (weight_blocks, sr_prescale, dge, occ, precision_schedule,
+// overrides) only when they differ from their defaults, so a run's id (a hash of this JSON)
+// stays the same across releases that add settings.
 nlohmann::json to_json(const RunConfig& c);
+// Every key at its value (dge: null when off, empty lists): for comparing configs key by key.
+nlohmann::json to_json_full(const RunConfig& c);
+// Every key a config may hold, each with its default or an example value (lists hold one
+// element): the recipe schema's source of keys and types.
+nlohmann::json config_key_tree();
 RunConfig run_config_from_json(const nlohmann::json& j);
 
 // Reads/writes RUN_DIR/config.json. read throws ConfigError with the file name in the message.

@@ -1,4 +1,4 @@
-// How each of a linear layer's three GEMMs treats its two operands (DESIGN §1, §3): the
+// How each of a linear layer's three GEMMs treats its two operands (docs/design.md §1, §3): the
 // translation of the run config's precision/quant sections into kernel QuantSpecs.
 //
 //   GEMM   operand A (axis)      operand B (axis)     SR class of A / B
@@ -10,20 +10,24 @@
 // for X and W, E5M2 for dY), mxfp4, nvfp4. A Hadamard rotation, when its GEMM is listed, rotates
 // both operands (at any precision, so with bf16 it only changes rounding). A layer kept in BF16
 // (LM head, bf16_first/last_blocks) uses plain BF16 for all three GEMMs and no rotation.
+// 2-D weight blocks apply to W (Fprop and Dgrad); the SR pre-scale to operands rounded
+// stochastically.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mxablate/contract/quant_settings.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/kernels/quant_spec.h"
+#include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
 
-enum class GemmPrecision : uint8_t { kBF16, kFP8, kMXFP4, kNVFP4 };
+using contract::GemmPrecision;
 
 struct GemmPlan {
   GemmPrecision precision = GemmPrecision::kBF16;
@@ -34,7 +38,7 @@ struct GemmPlan {
 struct LinearPlan {
   std::array<GemmPlan, 3> gemm;  // indexed by kernels::GemmKind
   // DGE: the weight's gradient is multiplied by the estimator's derivative at W as Fprop
-  // quantized it (Fprop's W must be FP4 and not rotated).
+  // quantized it (set only where Fprop's W is FP4, which must then be unrotated).
   std::optional<contract::DgeConfig> dge;
   // OCC: X is clamped at the quantile before it is quantized for Fprop and Wgrad, and the
   // residual's products are added back in BF16.
@@ -52,9 +56,32 @@ bool is_plain_bf16(const kernels::QuantSpec& spec);
 // True when quantizing the operand is worth telemetry (FP8 and the 4-bit formats).
 bool is_low_precision(const kernels::QuantSpec& spec);
 
-GemmPrecision parse_gemm_precision(const std::string& name);  // throws ConfigError
-LinearPlan make_linear_plan(const contract::RunConfig& config, bool keep_bf16);
+// The plan of a linear layer with these settings.
+LinearPlan make_linear_plan(const contract::LayerSettings& settings);
 LinearPlan plain_bf16_plan();
+// Settings that cannot run whatever the shapes: DGE on an FP4 Fprop needs W unrotated.
+// "" when fine, else one sentence. (DGE on a layer whose Fprop is not FP4 does nothing: there
+// is no 4-bit step to estimate; check_run_fits refuses a run where no layer could use it.)
+std::string check_layer_settings(const contract::LayerSettings& settings);
+
+// The precision phase of an optimizer step that starts after `tokens_before` tokens: 0 before
+// the schedule's first switch, i after the i-th (docs/design.md §4).
+size_t precision_phase(const contract::RunConfig& config, double tokens_before);
+
+// What `layer` runs with in `phase`: the blocks' settings of that phase (the LM head: plain BF16),
+// then bf16_first/last_blocks as overrides (plain BF16, no DGE or OCC), then the recipe's
+// overrides whose pattern matches
+// the layer's name, in order (docs/design.md §5).
+contract::LayerSettings layer_settings(const contract::RunConfig& config, const LinearShape& layer,
+                                       int64_t n_layers, size_t phase);
+// One plan per layer of `layers` (model order), for `phase`.
+std::vector<LinearPlan> layer_plans(const contract::RunConfig& config,
+                                    const std::vector<LinearShape>& layers, int64_t n_layers,
+                                    size_t phase);
+// "" when every override pattern matches at least one of `layers`, else a message
+// "overrides[i].layers: ..." naming the pattern.
+std::string check_override_patterns(const contract::RunConfig& config,
+                                    const std::vector<LinearShape>& layers);
 
 // Checks that every quantized operand of a linear (in -> out) with `tokens` rows per
 // micro-batch can be blocked and rotated as planned. "" when fine, else one sentence.

@@ -1,5 +1,6 @@
-// Named model shapes (DESIGN §4): Llama 3.1 architecture (RMSNorm, RoPE, SwiGLU, grouped-query
-// attention, no biases, untied embeddings) from a CPU-smoke size to the paper's 8B shape.
+// Named model shapes (docs/design.md §4): Llama 3.1 architecture (RMSNorm, RoPE, SwiGLU, grouped-query
+// attention, no biases, untied embeddings) from a CPU-smoke size to the 8B shape of the reference
+// paper ("Pretraining Large Language Models with MXFP4 on Native FP4 Hardware", docs/design.md §1).
 // The vocabulary comes from the prepared data, except for shape checks of a preset that names
 // its own (llama-8b: Llama 3's 128256).
 #pragma once

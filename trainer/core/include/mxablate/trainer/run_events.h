@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mxablate/contract/event_log.h"
+#include "mxablate/contract/quant_settings.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/trainer/divergence.h"
 
@@ -38,6 +39,8 @@ class RunEvents {
   int64_t checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,
                               const std::string& moved_to);
   int64_t target_reached(Progress p, double val_loss, double target);
+  // Durable: a resume must know which precisions the run had reached.
+  int64_t precision_switch(Progress p, size_t phase, const contract::PrecisionConfig& precision);
   struct End {
     std::string status;
     double wall_s = 0;

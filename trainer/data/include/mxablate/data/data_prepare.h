@@ -1,5 +1,5 @@
 // `mxablate data prepare`: text in, a prepared data directory out (tokenizer, token shards for a
-// train and a validation split, manifest.json). DESIGN §4.
+// train and a validation split, manifest.json). docs/design.md §4.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
-// The Llama 3.1 architecture at any preset size (DESIGN §4): token embedding, n blocks of
+// The Llama 3.1 architecture at any preset size (docs/design.md §4): token embedding, n blocks of
 // [RMSNorm -> grouped-query attention with RoPE -> residual, RMSNorm -> SwiGLU MLP -> residual],
-// final RMSNorm, untied LM head; no biases. Every linear inside the blocks is an MXLinear with
-// the run's per-GEMM plan (blocks listed in bf16_first/last stay BF16); the LM head is an
-// MXLinear in plain BF16; attention's two batched matmuls run on BF16 operands (compat header).
+// final RMSNorm, untied LM head; no biases. Every linear (the LM head too) is an MXLinear with
+// its own per-GEMM plan (linear_plan.h resolves each layer's settings: by default the blocks run
+// the run's precisions and the LM head plain BF16); attention's two batched matmuls run on BF16
+// operands (compat header).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -22,9 +23,8 @@ namespace mxablate::trainer {
 struct ModelOptions {
   ModelShape shape;
   int64_t vocab_size = 0;
-  LinearPlan block_plan = plain_bf16_plan();  // for blocks not kept in BF16
-  int bf16_first_blocks = 0;
-  int bf16_last_blocks = 0;
+  // One plan per linear_layers() entry (model order, LM head last); empty: all plain BF16.
+  std::vector<LinearPlan> layer_plans;
   std::shared_ptr<QuantSession> session = std::make_shared<QuantSession>();
   // Parameters are created here; "meta" builds the shapes without memory (the 8B shape check).
   at::Device device = at::kCPU;
@@ -103,6 +103,9 @@ class LlamaModelImpl : public torch::nn::Module {
   int64_t parameter_count() const;
   // Every MXLinear in layer order (the `layer` of its keys), LM head last.
   std::vector<MXLinear> linears() const;
+  // Gives every linear its plan (one per linears() entry): at construction, and when the
+  // precision schedule switches.
+  void set_layer_plans(const std::vector<LinearPlan>& plans);
 
   at::Tensor embedding;  // (vocab, d_model)
   torch::nn::ModuleList blocks;
@@ -114,8 +117,5 @@ class LlamaModelImpl : public torch::nn::Module {
   ModelOptions options_;
 };
 TORCH_MODULE(LlamaModel);
-
-// Which blocks a config keeps in BF16.
-bool block_kept_bf16(int block, int n_layers, int bf16_first, int bf16_last);
 
 }  // namespace mxablate::trainer

@@ -1,6 +1,6 @@
 // MXLinear: a bias-free linear layer Y = X Wᵀ whose three GEMMs (Fprop, Dgrad, Wgrad) each run
 // at their own precision with their own quantization options (a LinearPlan), as a custom
-// autograd function. Operands are quantized along each GEMM's reduction dimension (DESIGN §1)
+// autograd function. Operands are quantized along each GEMM's reduction dimension (docs/design.md §1)
 // through the kernels' LibTorch adapter: the CPU reference for CPU tensors, the GPU kernels for
 // CUDA tensors. Random streams (stochastic rounding, random Hadamard signs) are keyed by
 // (run seed, optimizer step, layer, GEMM, operand), so every run is reproducible.
@@ -73,6 +73,8 @@ class MXLinearImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   const LinearPlan& plan() const { return state_->plan; }
+  // A new plan for the next forward; autograd nodes of earlier forwards keep the plan they ran.
+  void set_plan(const LinearPlan& plan);
   int layer() const { return state_->layer; }
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }

@@ -1,4 +1,4 @@
-// AdamW as DESIGN §4 sets it up (MLPerf's defaults: β 0.9/0.95, ε 1e-5, weight decay 0.1), with
+// AdamW as docs/design.md §4 sets it up (MLPerf's defaults: β 0.9/0.95, ε 1e-5, weight decay 0.1), with
 // weight decay on the matrices (linears and embeddings) and none on the RMSNorm gains.
 #pragma once
 

@@ -1,4 +1,4 @@
-// One training run, end to end (DESIGN §4): reads RUN_DIR/config.json, trains, and writes
+// One training run, end to end (docs/design.md §4): reads RUN_DIR/config.json, trains, and writes
 // RUN_DIR/events.jsonl (contract/event_log.h), checkpoints under RUN_DIR/checkpoints, and
 // optional :::MLLOG lines on stdout. This is `mxablate-train`'s whole job; main() only parses
 // arguments.

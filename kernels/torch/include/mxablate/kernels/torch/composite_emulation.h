@@ -1,6 +1,6 @@
 // The composite-operator emulation: fake quantization written with ordinary LibTorch tensor ops
 // (abs, amax, frexp, divide, round, multiply, …), the way most research code emulates MXFP4.
-// It is the baseline the fused kernels are measured against (DESIGN §9), not a reference:
+// It is the baseline the fused kernels are measured against (docs/design.md §9), not a reference:
 // it computes the same function as fake_quantize for finite inputs with round-to-nearest and no
 // rotation (tests/torch checks that), but draws its stochastic-rounding noise from LibTorch's
 // generator and rotates by a matrix product, so those modes agree only in distribution.

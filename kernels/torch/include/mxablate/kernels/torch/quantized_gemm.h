@@ -6,7 +6,7 @@
 //   kCols: the tensor is K x (M or N) and quantized down its columns (W in Dgrad, dY and X in
 //          Wgrad), i.e. L(t) = tᵀ.
 // So Fprop is quantized_gemm({X, kRows}, {W, kRows}), Dgrad ({dY, kRows}, {W, kCols}) and
-// Wgrad ({dY, kCols}, {X, kCols}) (DESIGN §1).
+// Wgrad ({dY, kCols}, {X, kCols}) (docs/design.md §1).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,0 +1,174 @@
+// The typed numerics settings: one reader for the base sections, the schedule's phases and the
+// overrides; compact JSON that keeps run ids stable; the arm description and the paper match.
+#include "catch.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/contract/settings_difference.h"
+
+using namespace mxablate::contract;
+using nlohmann::json;
+
+namespace {
+
+std::string error_of(const json& j) {
+  try {
+    run_config_from_json(j);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+json valid() { return to_json(RunConfig{}); }
+
+constexpr auto kBF16 = GemmPrecision::kBF16, kFP8 = GemmPrecision::kFP8,
+               kMX = GemmPrecision::kMXFP4;
+
+RunConfig with(GemmPrecision f, GemmPrecision d, GemmPrecision w) {
+  RunConfig c;
+  c.precision = {f, d, w};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("Keys added after the first release stay out of the compact JSON at their defaults") {
+  // The run id is a hash of this JSON: a release that adds a setting must not change it.
+  const json j = to_json(RunConfig{});
+  for (const char* key : {"weight_blocks", "sr_prescale", "dge", "occ"})
+    CHECK_FALSE(j["quant"].contains(key));
+  CHECK_FALSE(j.contains("precision_schedule"));
+  CHECK_FALSE(j.contains("overrides"));
+  const json full = to_json_full(RunConfig{});
+  CHECK(full["quant"]["dge"].is_null());
+  CHECK(full["quant"]["weight_blocks"] == "1d");
+  CHECK(full["overrides"] == json::array());
+  // The schema's key tree shows every key, optional sections filled with examples.
+  const json tree = config_key_tree();
+  CHECK(tree["quant"]["dge"]["k"] == 5.0);
+  CHECK(tree["quant"]["occ"]["quantile"] == 0.99);
+  CHECK(tree["precision_schedule"][0].contains("at_fraction"));
+  CHECK(tree["overrides"][0]["quant"].contains("sr_prescale"));
+  CHECK_FALSE(tree["overrides"][0]["quant"].contains("gemm_path"));
+}
+
+TEST_CASE("Malformed numerics settings name their key path") {
+  const auto bad = [](const char* section, const json& value) {
+    json j = valid();
+    j[section] = value;
+    return error_of(j);
+  };
+  json q = valid()["quant"];
+  q["dge"] = {{"k", 0}};
+  CHECK(bad("quant", q) == "quant.dge.k: must be > 0, got 0.0");
+  q["dge"] = {{"k", 5}, {"clamp", -1.0}};
+  CHECK(bad("quant", q) == "quant.dge.clamp: must be > 0, got -1.0");
+  q["dge"] = {{"kay", 5}};
+  CHECK(bad("quant", q) == "quant.dge.kay: unknown key");
+  q = valid()["quant"];
+  q["occ"] = {{"quantile", 0}};
+  CHECK(bad("quant", q) == "quant.occ.quantile: must be in (0, 1], got 0.0");
+  q["occ"] = {{"quantile", 1.01}};
+  CHECK(bad("quant", q) == "quant.occ.quantile: must be in (0, 1], got 1.01");
+  q = valid()["quant"];
+  q["scale_rule"] = "msee";
+  CHECK(bad("quant", q) == "quant.scale_rule: expected one of floor, ceil, even, mse, got \"msee\"");
+  q = valid()["quant"];
+  q["weight_blocks"] = "3d";
+  CHECK(bad("quant", q) == "quant.weight_blocks: expected one of 1d, 2d, got \"3d\"");
+  q = valid()["quant"];
+  q["sr_prescale"] = 0;
+  CHECK(bad("quant", q) == "quant.sr_prescale: must be in (0, 1] (1: no pre-scale), got 0.0");
+  q = valid()["quant"];
+  q["stochastic_rounding"] = {"grad", "gradient"};
+  CHECK(bad("quant", q) ==
+        "quant.stochastic_rounding[1]: expected one of activation, weight, grad, got \"gradient\"");
+
+  const json bf16 = {{"fprop", "bf16"}};
+  CHECK(bad("precision_schedule", json::array({{{"at_fraction", 0.9}, {"precision", bf16}},
+                                                {{"at_fraction", 0.5}, {"precision", bf16}}})) ==
+        "precision_schedule[1].at_fraction: must be greater than the previous phase's 0.9, got 0.5");
+  CHECK(bad("precision_schedule", json::array({{{"at_fraction", 1.0}, {"precision", bf16}}})) ==
+        "precision_schedule[0].at_fraction: must be in (0, 1), got 1.0");
+  CHECK(bad("precision_schedule", json::array({{{"precision", bf16}}})).rfind(
+            "precision_schedule[0].at_fraction: required", 0) == 0);
+  CHECK(bad("precision_schedule", json::array({{{"at_fraction", 0.5}}})) ==
+        "precision_schedule[0].precision: required");
+  CHECK(bad("precision_schedule", {{"at_fraction", 0.5}}).rfind("precision_schedule: expected a list", 0) == 0);
+
+  CHECK(bad("overrides", json::array({{{"precision", bf16}}})).rfind("overrides[0].layers: required", 0) == 0);
+  CHECK(bad("overrides", json::array({{{"layers", ""}, {"precision", bf16}}})) ==
+        "overrides[0].layers: must not be empty, got \"\"");
+  CHECK(bad("overrides", json::array({{{"layers", "lm_head"}}})) ==
+        "overrides[0]: sets nothing (give it precision or quant keys)");
+  CHECK(bad("overrides", json::array({{{"layers", "x"}, {"quant", {{"gemm_path", "fp8"}}}}})) ==
+        "overrides[0].quant.gemm_path: unknown key");
+  CHECK(bad("overrides", json::array({{{"layers", "x"}, {"precision", {{"fprop", "fp4"}}}}})) ==
+        "overrides[0].precision.fprop: expected one of bf16, fp8, mxfp4, nvfp4, got \"fp4\"");
+}
+
+TEST_CASE("A schedule phase keeps the previous phase's precision for GEMMs it does not name") {
+  json j = valid();
+  j["precision"] = {{"fprop", "mxfp4"}, {"dgrad", "mxfp4"}, {"wgrad", "mxfp4"}};
+  j["precision_schedule"] = json::array({{{"at_fraction", 0.5}, {"precision", {{"wgrad", "bf16"}}}},
+                                         {{"at_fraction", 0.8}, {"precision", {{"fprop", "fp8"}}}}});
+  const RunConfig c = run_config_from_json(j);
+  CHECK(c.precision_schedule[0].precision == PrecisionConfig{kMX, kMX, kBF16});
+  CHECK(c.precision_schedule[1].precision == PrecisionConfig{kFP8, kMX, kBF16});
+  CHECK(block_settings_in_phase(c, 2).precision == PrecisionConfig{kFP8, kMX, kBF16});
+  CHECK(block_settings_in_phase(c, 0).precision == PrecisionConfig{kMX, kMX, kMX});
+}
+
+TEST_CASE("An arm is described by every setting that differs from its baseline") {
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  RunConfig arm = with(kMX, kMX, kMX);
+  CHECK(describe_differences(settings_difference(arm, fp8), false) == "-");
+  CHECK(describe_differences(settings_difference(arm, fp8), true) ==
+        "dgrad mxfp4 + fprop mxfp4 + wgrad mxfp4");
+  arm.quant.stochastic_rounding = {OperandClass::kGrad};
+  arm.quant.hadamard.mode = HadamardMode::kDeterministic;
+  arm.quant.scale_rule = ScaleRule::kCeil;
+  arm.quant.dge = DgeConfig{};
+  arm.train.lr = 2e-3;
+  arm.train.seed = 7;  // seeds pair runs, they do not describe arms
+  arm.device = Device::kCUDA;
+  CHECK(describe_differences(settings_difference(arm, fp8), false) ==
+        "dge (clamp=3.0, k=5.0) + H16 deterministic (wgrad) + scale_rule ceil + SR(grad) + "
+        "train.lr 0.002");
+  RunConfig rotated_base = fp8;
+  rotated_base.quant.hadamard.mode = HadamardMode::kDeterministic;
+  CHECK(describe_differences(settings_difference(fp8, rotated_base), false) == "no Hadamard");
+}
+
+TEST_CASE("The paper's figure only beside an arm that is exactly one of the paper's") {
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  CHECK(paper_figure(fp8, fp8) == "baseline (FP8)");
+  CHECK(paper_figure(with(kMX, kFP8, kFP8), fp8) == "modest");
+  CHECK(paper_figure(with(kMX, kMX, kFP8), fp8) == "modest");
+  RunConfig fdw = with(kMX, kMX, kMX);
+  CHECK(paper_figure(fdw, fp8) == "+26-27 %");
+  fdw.train.lr = 5e-3;  // not numerics: still the paper's arm
+  fdw.quant.gemm_path = GemmPath::kFP8;
+  CHECK(paper_figure(fdw, fp8) == "+26-27 %");
+  RunConfig h16 = fdw;
+  h16.quant.hadamard.mode = HadamardMode::kDeterministic;
+  CHECK(paper_figure(h16, fp8) == "+8-9 %");
+  h16.quant.hadamard.size = 32;
+  CHECK_FALSE(paper_figure(h16, fp8).has_value());
+  RunConfig sr = fdw;
+  sr.quant.stochastic_rounding = {OperandClass::kGrad};
+  CHECK(paper_figure(sr, fp8) == "did not converge");
+  // The examples: a scale rule, BF16 first/last blocks, an override, a schedule.
+  for (int variant = 0; variant < 4; ++variant) {
+    RunConfig other = fdw;
+    if (variant == 0) other.quant.scale_rule = ScaleRule::kCeil;
+    if (variant == 1) other.quant.bf16_first_blocks = 1;
+    if (variant == 2) other.overrides = {{"lm_head", {}}}, other.overrides[0].patch.fprop = kMX;
+    if (variant == 3) other.precision_schedule = {{0.9, {kBF16, kBF16, kBF16}}};
+    INFO("variant " << variant);
+    CHECK_FALSE(paper_figure(other, fp8).has_value());
+  }
+  // Against a BF16 baseline the paper's figures (relative to FP8) do not apply.
+  CHECK_FALSE(paper_figure(with(kMX, kMX, kMX), with(kBF16, kBF16, kBF16)).has_value());
+  // F with Dgrad/Wgrad in BF16 is not the paper's F (its others ran in FP8).
+  CHECK_FALSE(paper_figure(with(kMX, kBF16, kBF16), fp8).has_value());
+}
