@@ -247,12 +247,19 @@ constexpr const char* kSchemaV3 = R"sql(
 ALTER TABLE runs ADD COLUMN ingest_position TEXT;
 )sql";
 
-constexpr std::array<Migration, 3> kMigrations{{
+// quant_stats.occ_fraction: for Fprop's X under outlier clamping and compensation, the share of
+// its elements clamped and compensated (docs/trainer.md); NULL for every other record.
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE quant_stats ADD COLUMN occ_fraction REAL;
+)sql";
+
+constexpr std::array<Migration, 4> kMigrations{{
     {1, "initial schema: sweeps, runs, run_axes, attempts, evals, train_steps, quant_stats, "
         "events; views run_summary, run_tokens_to_target, arm_summary, divergence_events",
      kSchemaV1},
     {2, "view run_extra_tokens", kSchemaV2},
     {3, "runs.ingest_position: the identity of what was ingested of each event log", kSchemaV3},
+    {4, "quant_stats.occ_fraction: the share of X compensated under OCC", kSchemaV4},
 }};
 
 }  // namespace
