@@ -19,11 +19,13 @@ using kernels::QuantSpec;
 
 namespace {
 
-// True when every element of v (finite) is one of 0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6.
-bool on_e2m1_grid(const at::Tensor& v) {
-  const at::Tensor a = v.abs();
+// True when every element of v is one of 0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6, to a relative
+// `tolerance` (NVFP4 values are (code × block scale) × global in float32, and s = block scale ×
+// global rounds on its own: Q(x) / s is the code to a few ulps; MXFP4's are exact).
+bool on_e2m1_grid(const at::Tensor& v, double tolerance) {
+  const at::Tensor a = v.abs().to(at::kDouble);
   at::Tensor hit = at::zeros_like(a, at::kBool);
-  for (double g : {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}) hit = hit | (a == g);
+  for (double g : {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}) hit = hit | ((a - g).abs() <= tolerance * g);
   return hit.all().item<bool>();
 }
 
@@ -45,7 +47,7 @@ TEST_CASE("element_scales are the scales fake_quantize rounds with", "[torch][bl
         REQUIRE(s.scalar_type() == at::kFloat);
         CHECK((s > 0).all().item<bool>());
         const at::Tensor q = kernels::fake_quantize(x, axis, spec, key);
-        CHECK(on_e2m1_grid(q / s));
+        CHECK(on_e2m1_grid(q / s, f == QuantFormat::kMXFP4 ? 0.0 : 1e-6));
         // and s is not merely a divisor of the grid: the largest |x| / s lies in the range the
         // scale rule maps block maxima to (below 8 under floor, at most 6 under ceil; NVFP4 block
         // scales are E4M3 rounded to nearest, so at most half an E4M3 step above 6).

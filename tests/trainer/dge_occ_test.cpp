@@ -245,6 +245,10 @@ TEST_CASE("OCC's threshold is the nearest rank: ceil(q n)", "[trainer][occ]") {
   CHECK(occ_rank(0.995, 1000) == 995);
   CHECK(occ_rank(0.5, 3) == 2);
   CHECK(occ_rank(0.7, 10) == 7);
+  CHECK(occ_rank(0.07, 100) == 7);     // 0.07 * 100 = 7.000000000000001 in doubles
+  CHECK(occ_rank(0.56, 10000) == 5600);  // 5600.000000000001
+  CHECK(occ_rank(0.5601, 10000) == 5601);
+  CHECK(occ_rank(1.0, int64_t{1} << 50) == int64_t{1} << 50);
   CHECK(occ_rank(1.0, 12345) == 12345);
   CHECK(occ_rank(1e-9, 12345) == 1);
   CHECK(occ_rank(0.994, 1024) == 1018);

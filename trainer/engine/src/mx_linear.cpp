@@ -176,7 +176,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     };
     const bool x_cols = want_dw && !hopper_w;
     const bool w_cols = want_dx && !hopper_d;
-    // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §12).
+    // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §4).
     std::optional<OccSplit> occ;
     if (s.plan.occ) occ = occ_split(x, s.plan.occ->quantile);
     const at::Tensor& xq = occ ? occ->clamped : x;
@@ -237,7 +237,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
                     : at::mm(qdy.cols.t(), x_for_wgrad).to(at::kFloat);
-      // DGE (docs/design.md §12): W reaches Y through Q(W), whose estimated derivative multiplies
+      // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {
         const OperandUse fprop_w{GemmKind::kFprop, Operand::kB};

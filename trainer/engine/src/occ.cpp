@@ -25,7 +25,10 @@ int64_t occ_rank(double quantile, int64_t n) {
   if (!(quantile > 0 && quantile <= 1) || n < 1)
     throw std::invalid_argument("occ: quantile must lie in (0, 1] and the operand be non-empty, got " +
                                 std::to_string(quantile) + " of " + std::to_string(n) + " values");
-  const double rank = std::ceil(quantile * static_cast<double>(n) * (1 - 1e-12));
+  // A product within a relative 1e-12 of an integer is that integer (see occ.h).
+  const double qn = quantile * static_cast<double>(n);
+  const double nearest = std::round(qn);
+  const double rank = std::fabs(qn - nearest) <= 1e-12 * qn ? nearest : std::ceil(qn);
   return std::clamp(static_cast<int64_t>(rank), int64_t{1}, n);
 }
 

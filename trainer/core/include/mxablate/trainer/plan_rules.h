@@ -2,7 +2,7 @@
 // Language Model Training Using FP4 Quantization" (arXiv 2501.17116): the differentiable gradient
 // estimator (DGE) and outlier clamping and compensation (OCC). One definition of each rule, used
 // by the planner (a recipe that breaks one is a config error) and by MXLinear, which refuses such
-// a plan (std::invalid_argument) however it was built (docs/design.md §12).
+// a plan (std::invalid_argument) however it was built (docs/design.md §4).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // The differentiable gradient estimator (DGE) of Wang et al., "Optimizing Large Language Model
-// Training Using FP4 Quantization" (arXiv 2501.17116), docs/design.md §12. Instead of the
+// Training Using FP4 Quantization" (arXiv 2501.17116), docs/design.md §4. Instead of the
 // straight-through estimator, the weight's gradient is multiplied elementwise by the derivative
 // of a smooth approximation of the E2M1 rounding step, evaluated at W as Fprop quantized it.
 //

@@ -1,5 +1,5 @@
 // Outlier clamping and compensation (OCC) of Wang et al., "Optimizing Large Language Model
-// Training Using FP4 Quantization" (arXiv 2501.17116), docs/design.md §12: before X is quantized
+// Training Using FP4 Quantization" (arXiv 2501.17116), docs/design.md §4: before X is quantized
 // (for Fprop and for Wgrad) it is clamped to ±t, t the `quantile` of |X| over the whole operand;
 // the residual R = X - clamp(X) is sparse and its products are computed in BF16 and added:
 //   Y  = Q(Xc) Q(W)ᵀ   + bf16(R) bf16(W)ᵀ
@@ -14,8 +14,8 @@
 namespace mxablate::trainer {
 
 // The nearest rank of the quantile q in (0, 1] among n values: ceil(q n), in [1, n]. A decimal
-// q's double can sit just above q n (0.1 * 10 = 1.0000000000000000555): a relative 1e-12 slack
-// keeps exact ranks exact.
+// q's double can make q n land just above an integer (0.07 * 100 = 7.000000000000001): a product
+// within a relative 1e-12 of an integer counts as that integer, so exact ranks stay exact.
 int64_t occ_rank(double quantile, int64_t n);
 
 // The sparse residual R of a rows x cols operand: its non-zeros, row-major, rounded to BF16.

@@ -1,6 +1,6 @@
 // The scale each element of a tensor is quantized with, as the quantizer itself chooses it: for
 // what needs the quantization grid an element was rounded onto, not only the rounded value (the
-// trainer's differentiable gradient estimator, docs/design.md §12).
+// trainer's differentiable gradient estimator, docs/design.md §4).
 #pragma once
 
 #include <ATen/core/Tensor.h>
