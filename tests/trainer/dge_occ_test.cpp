@@ -354,3 +354,21 @@ TEST_CASE("OCC under MXFP4: Y and dW are the clamped quantized products plus the
   const at::Tensor exact = at::mm(x, w.t());
   CHECK(rel_err(r.y, exact) < rel_err(plain.y, exact));
 }
+
+TEST_CASE("DGE and OCC together: the factor multiplies the quantized product, not the residual's",
+          "[trainer][dge][occ]") {
+  const at::Tensor x = spread(kM, kK, 41), w = spread(kN, kK, 42), g = spread(kM, kN, 43);
+  LinearPlan plan = fp4_plan(QuantFormat::kMXFP4);
+  plan.dge = contract::DgeConfig{5, 3};
+  plan.occ = contract::OccConfig{0.95};
+  const Result r = run(x, w, g, plan);
+  const OccSplit split = occ_split(x, 0.95);
+  const QuantSpec mx{QuantFormat::kMXFP4};
+  const at::Tensor quantized =
+      at::mm(kernels::fake_quantize(g, Axis::kCols, mx, key(GemmKind::kWgrad, Operand::kA)).t(),
+             kernels::fake_quantize(split.clamped, Axis::kCols, mx, key(GemmKind::kWgrad, Operand::kB)));
+  const at::Tensor factor = dge_weight_factor(w, mx, key(GemmKind::kFprop, Operand::kB), *plan.dge);
+  const at::Tensor residual = at::mm(bf16(g).t(), bf16(x - split.clamped));
+  CHECK(rel_err(r.dw, quantized * factor + residual) < 1e-6);
+  CHECK(rel_err(r.dw, (quantized + residual) * factor) > 1e-3);
+}
