@@ -44,6 +44,19 @@ std::string divergence_table(const ReportData& data) {
   return out + "</table>\n";
 }
 
+// OCC's compensated share per arm; nothing when no arm ran with OCC.
+std::string occ_table(const ReportData& data) {
+  if (data.occ.empty()) return "";
+  std::string out =
+      "<h2>Outlier clamping and compensation</h2>\n<p>Share of Fprop's X clamped and compensated "
+      "in BF16, mean over layers, sampled steps and seeds.</p>\n<table>\n<tr><th>arm</th>"
+      "<th>compensated</th><th>records</th></tr>\n";
+  for (const OccShare& s : data.occ)
+    out += fmt::format("<tr><td>{}</td><td>{:.4g} %</td><td>{}</td></tr>\n", escape::html(s.arm),
+                       100 * s.mean_fraction, s.records);
+  return out + "</table>\n";
+}
+
 const char* kStyle = R"(body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
@@ -124,6 +137,7 @@ ReportResult write_report(const ReportData& data, const std::string& out_dir,
     html += "<h2>" + escape::html(heading) + "</h2>\n<img class=\"plot\" alt=\"" +
             escape::html(heading) + "\" src=\"data:image/svg+xml;base64," + base64(svg) + "\">\n";
   }
+  html += occ_table(data);
   html += "<h2>Divergence events</h2>\n" + divergence_table(data);
   html += kCheckScript;
   html += "\n</body>\n</html>\n";

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "mxablate/results/schema.h"
 #include "mxablate/results/sqlite_db.h"
 
 namespace mxablate::analysis {
@@ -53,7 +54,9 @@ std::optional<T> target_value(const SweepData& sweep, const char* key) {
   return v.get<T>();
 }
 
-void load_curves(Database& db, RunRecord& run) {
+// `has_occ`: the store has quant_stats.occ_fraction (schema version 4 on; a store of an older
+// version, opened read-only, is read as it is).
+void load_curves(Database& db, RunRecord& run, bool has_occ) {
   Statement evals(db, "SELECT tokens, val_loss FROM evals WHERE run_id = ? ORDER BY tokens, seq");
   evals.bind(1, run.run_id);
   while (evals.step()) {
@@ -83,6 +86,17 @@ void load_curves(Database& db, RunRecord& run) {
                              tel.get_opt_text(2).value_or("?"), tel.get_double(0),
                              tel.get_double(3)});
   }
+  if (has_occ) {
+    // A value outside [0, 1] is not something the event reader lets through; skip it anyway.
+    Statement occ(db,
+                  "SELECT COUNT(occ_fraction), TOTAL(occ_fraction) FROM quant_stats "
+                  "WHERE run_id = ? AND occ_fraction BETWEEN 0 AND 1");
+    occ.bind(1, run.run_id);
+    if (occ.step()) {
+      run.occ_records = occ.get_int(0);
+      run.occ_fraction_sum = occ.get_double(1);
+    }
+  }
 }
 
 std::string pct_text(double fraction) { return fmt::format("{:g} %", 100 * fraction); }
@@ -107,6 +121,7 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     throw std::invalid_argument(db.path() + ": sweep " + data.name +
                                 ": its stored target is not a JSON object");
   data.stored_target = find.get_opt_double(3);
+  const bool has_occ = results::schema_version(db) >= 4;
 
   Statement runs(db,
                  "SELECT run_id, arm, arm_index, config_json, status, max_tokens, tokens, "
@@ -153,7 +168,7 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     r.group = extra.empty() ? r.arm : r.arm + " [" + extra + "]";
     if (std::find(data.groups.begin(), data.groups.end(), r.group) == data.groups.end())
       data.groups.push_back(r.group);
-    load_curves(db, r);
+    load_curves(db, r, has_occ);
   }
   return data;
 }
@@ -337,6 +352,18 @@ ReportData report_data(const SweepData& sweep, const std::vector<ArmSummary>& ta
   d.target = target.val_loss;
   d.arms = sweep.groups;
   d.table = table;
+  for (const std::string& group : sweep.groups) {
+    OccShare share{group, 0, 0};
+    double sum = 0;
+    for (const RunRecord& r : sweep.runs) {
+      if (r.group != group) continue;
+      share.records += r.occ_records;
+      sum += r.occ_fraction_sum;
+    }
+    if (share.records == 0) continue;
+    share.mean_fraction = sum / static_cast<double>(share.records);
+    d.occ.push_back(share);
+  }
   for (const RunRecord& r : sweep.runs) {
     d.runs.push_back({r.group, r.seed, r.evals});
     d.divergences.insert(d.divergences.end(), r.divergences.begin(), r.divergences.end());

@@ -47,8 +47,8 @@ struct Statements {
               "tokens_per_s, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
         quant(db,
               "INSERT OR IGNORE INTO quant_stats (run_id, seq, step, tokens, layer, gemm, operand, "
-              "relative_error, fraction_saturated, fraction_flushed, mean_error, time) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+              "relative_error, fraction_saturated, fraction_flushed, mean_error, time, "
+              "occ_fraction) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
         other(db,
               "INSERT OR IGNORE INTO events (run_id, seq, kind, step, tokens, time, detail) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)") {}
@@ -89,7 +89,7 @@ bool insert(Database& db, Statements& s, const std::string& run_id, const json& 
     st->bind(6, text(ev, "gemm")).bind(7, text(ev, "operand"));
     st->bind(8, number(ev, "relative_error")).bind(9, number(ev, "fraction_saturated"));
     st->bind(10, number(ev, "fraction_flushed")).bind(11, number(ev, "mean_error"));
-    st->bind(12, number(ev, "time"));
+    st->bind(12, number(ev, "time")).bind(13, number(ev, "occ_fraction"));
   } else {
     st = &s.other;
     st->bind(1, run_id).bind(2, seq).bind(3, k).bind(4, integer(ev, "step"));

@@ -247,11 +247,15 @@ constexpr const char* kSchemaV3 = R"sql(
 ALTER TABLE runs ADD COLUMN ingest_position TEXT;
 )sql";
 
-// Each run's description against its baseline run (the planner's contract::describe_differences,
-// e.g. "SR(grad) + scale_rule mse"), and arm_summary showing it: the same text `mxablate plan`,
-// `table` and `report` show. NULL for runs registered before version 4 until their recipe is
-// run again (the planner re-registers every run).
+// Version 4, the interventions release:
+// - runs.interventions: each run's description against its baseline run (the planner's
+//   contract::describe_differences, e.g. "SR(grad) + scale_rule mse"), and arm_summary showing
+//   it: the same text `mxablate plan`, `table` and `report` show. NULL for runs registered before
+//   version 4 until their recipe is run again (the planner re-registers every run).
+// - quant_stats.occ_fraction: for Fprop's X under outlier clamping and compensation, the share of
+//   its elements clamped and compensated (docs/trainer.md); NULL for every other record.
 constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE quant_stats ADD COLUMN occ_fraction REAL;
 ALTER TABLE runs ADD COLUMN interventions TEXT;
 DROP VIEW arm_summary;
 CREATE VIEW arm_summary AS
@@ -279,7 +283,8 @@ constexpr std::array<Migration, 4> kMigrations{{
      kSchemaV1},
     {2, "view run_extra_tokens", kSchemaV2},
     {3, "runs.ingest_position: the identity of what was ingested of each event log", kSchemaV3},
-    {4, "runs.interventions and arm_summary.interventions: each run against its baseline",
+    {4, "runs.interventions, arm_summary.interventions (each run against its baseline) and "
+        "quant_stats.occ_fraction (the share of X compensated under OCC)",
      kSchemaV4},
 }};
 

@@ -129,6 +129,19 @@ TEST_CASE("the report page renders every plot in headless Chromium without error
   check_renders_in_chromium(dir.path, r.html_path);
 }
 
+TEST_CASE("the OCC section lists each arm's compensated share, and is absent without OCC") {
+  TempDir dir("mxablate_report_occ");
+  ReportData d = sample_report();
+  const std::string without = read(write_report(d, dir.path.string(), "gnuplot-not-installed").html_path);
+  CHECK(without.find("Outlier clamping") == std::string::npos);
+  d.occ.push_back({"FDW <occ>", 0.0125, 42});
+  const std::string html = read(write_report(d, dir.path.string(), "gnuplot-not-installed").html_path);
+  const size_t section = html.find("<h2>Outlier clamping and compensation</h2>");
+  REQUIRE(section != std::string::npos);
+  CHECK(html.find("<tr><td>FDW &lt;occ&gt;</td><td>1.25 %</td><td>42</td></tr>") != std::string::npos);
+  CHECK(section < html.find("<h2>Divergence events</h2>"));
+}
+
 TEST_CASE("without gnuplot the report still holds the tables and says why there are no plots") {
   TempDir dir("mxablate_report_nognuplot");
   const ReportResult r = write_report(sample_report(), dir.path.string(), "gnuplot-not-installed");

@@ -134,6 +134,46 @@ TEST_CASE("table from a hand-made database") {
   CHECK_THROWS_WITH(analysis::load_sweep(db, "nope"), path + ": no sweep named 'nope'");
 }
 
+TEST_CASE("the report's OCC share is the mean over an arm's records; an older store has none") {
+  test::TempDir dir("mxablate_sweep_occ");
+  const std::string path = dir / "golden.db";
+  build_database(path);
+  {
+    results::ResultsStore store(path);
+    const auto quant = [](int64_t seq, std::optional<double> occ) {
+      json e = {{"seq", seq}, {"kind", "quant_stats"}, {"step", 100}, {"tokens", 10000},
+                {"layer", 0}, {"gemm", "fprop"}, {"operand", "x"}, {"relative_error", 0.1},
+                {"time", 0.0}};
+      if (occ) e["occ_fraction"] = *occ;
+      return e;
+    };
+    results::ingest_events(store.db(), "FDW-1", {quant(11, 0.01), quant(12, 0.03), quant(13, {})}, 2);
+    results::ingest_events(store.db(), "FDW-2", {quant(11, 0.02)}, 2);
+  }
+  const auto occ_of = [&](results::Database& db) {
+    const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+    const analysis::ResolvedTarget target = analysis::resolve_target(sweep);
+    const auto table = analysis::summarize(sweep, analysis::baseline_group(sweep, ""), target);
+    return analysis::report_data(sweep, table, target).occ;
+  };
+  {
+    results::Database db(path, results::Database::Mode::kReadOnly);
+    const std::vector<analysis::OccShare> occ = occ_of(db);
+    REQUIRE(occ.size() == 1);
+    CHECK(occ[0].arm == "FDW");
+    CHECK(occ[0].records == 3);
+    CHECK(occ[0].mean_fraction == Approx(0.02));
+  }
+  // A store of schema version 3, read as it is (read-only), has no occ_fraction column.
+  {
+    results::Database db(path, results::Database::Mode::kReadWrite);
+    db.exec("ALTER TABLE quant_stats DROP COLUMN occ_fraction", "test");
+    db.exec("PRAGMA user_version = 3", "test");
+  }
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  CHECK(occ_of(db).empty());
+}
+
 TEST_CASE("the resolved target is stored with the sweep, and the SQL view pairs runs like the table") {
   test::TempDir dir("mxablate_sweep_target");
   const std::string path = dir / "golden.db";

@@ -90,6 +90,21 @@ TEST_CASE("every kind the trainer writes is an event, with null measurements") {
   CHECK(s.last_seq == 10);
 }
 
+TEST_CASE("quant_stats may carry occ_fraction, a fraction in [0, 1]") {
+  const auto quant = [](json occ) {
+    return line(1, "quant_stats", {{"layer", 0}, {"gemm", "fprop"}, {"operand", "x"},
+                                   {"relative_error", 0.1}, {"occ_fraction", occ}});
+  };
+  for (const json& ok : {json(0.0), json(0.0125), json(1), json(nullptr)}) {
+    INFO(ok.dump());
+    CHECK(refusal(quant(ok)) == "");
+  }
+  for (const json& bad : {json(-0.001), json(1.5), json("0.1"), json(true), json::array()}) {
+    INFO(bad.dump());
+    CHECK_CONTAINS(refusal(quant(bad)), "field 'occ_fraction' must be a number in [0, 1] or null");
+  }
+}
+
 TEST_CASE("impossible lines are refused with a reason, never returned as data") {
   struct Case {
     std::string text;

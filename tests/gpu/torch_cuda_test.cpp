@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/kernels/torch/block_scales.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 
@@ -75,6 +76,27 @@ TEST_CASE("fake_quantize on CUDA equals fake_quantize on CPU", "[gpu][torch]") {
           CHECK(tg.flushed == tc.flushed);
           CHECK(tg.nonfinite_blocks == tc.nonfinite_blocks);
           CHECK(tg.relative_error() == Approx(tc.relative_error()).epsilon(1e-9));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("element_scales on CUDA equals element_scales on CPU", "[gpu][torch]") {
+  const std::vector<QuantSpec> specs{{QuantFormat::kMXFP4},
+                                     {QuantFormat::kMXFP4, ScaleRule::kCeil},
+                                     {QuantFormat::kNVFP4}};
+  const RngKey key{77, 5, 2, GemmKind::kFprop, Operand::kB};
+  for (bool nonfinite : {false, true}) {
+    const at::Tensor x = test_input(256, 384, 10, nonfinite);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor cpu = x.to(dtype), cuda = cpu.to(at::kCUDA);
+      for (const QuantSpec& spec : specs) {
+        for (Axis axis : {Axis::kRows, Axis::kCols}) {
+          INFO(to_string(spec.format) << " " << to_string(spec.scale_rule) << " " << to_string(axis) << " " << dtype);
+          const at::Tensor got = element_scales(cuda, axis, spec, key);
+          CHECK(got.is_cuda());
+          CHECK(same_bits(got, element_scales(cpu, axis, spec, key)));
         }
       }
     }

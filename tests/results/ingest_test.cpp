@@ -36,6 +36,19 @@ json train(int64_t seq, int64_t step, double loss) {
 
 }  // namespace
 
+TEST_CASE("a quant_stats event's occ_fraction lands in its column, NULL where absent") {
+  StoreFixture f;
+  const std::vector<json> events{
+      event(1, "quant_stats", {{"step", 1}, {"tokens", 100}, {"layer", 0}, {"gemm", "fprop"},
+                               {"operand", "x"}, {"relative_error", 0.1}, {"occ_fraction", 0.0125}}),
+      event(2, "quant_stats", {{"step", 1}, {"tokens", 100}, {"layer", 0}, {"gemm", "fprop"},
+                               {"operand", "w"}, {"relative_error", 0.1}}),
+  };
+  CHECK(ingest_events(f.store.db(), "run-a", events, 100).inserted == 2);
+  CHECK(f.scalar<double>("SELECT occ_fraction FROM quant_stats WHERE seq = 1") == 0.0125);
+  CHECK(f.scalar<int>("SELECT COUNT(*) FROM quant_stats WHERE seq = 2 AND occ_fraction IS NULL") == 1);
+}
+
 TEST_CASE("events land in their tables with the run's derived values") {
   StoreFixture f;
   const std::vector<json> events{

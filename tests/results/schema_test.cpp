@@ -36,7 +36,7 @@ TEST_CASE("a new store is at the newest schema version, in WAL mode, with every 
   TempDir dir;
   ResultsStore store(dir.file("a.db"));
   CHECK(schema_version(store.db()) == latest_schema_version());
-  CHECK(latest_schema_version() == 3);
+  CHECK(latest_schema_version() == 4);
   Statement mode(store.db(), "PRAGMA journal_mode");
   mode.step();
   CHECK(mode.get_text(0) == "wal");
@@ -62,11 +62,12 @@ TEST_CASE("reopening a store applies nothing, an older one gets only the missing
       migrations()[0],
       migrations()[1],
       migrations()[2],
-      {4, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
-      {5, "add a table", "CREATE TABLE extra (x INTEGER);"},
+      migrations()[3],
+      {5, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
+      {6, "add a table", "CREATE TABLE extra (x INTEGER);"},
   };
   CHECK(migrate(db, extended) == 2);
-  CHECK(schema_version(db) == 5);
+  CHECK(schema_version(db) == 6);
   Statement st(db, "SELECT note FROM runs");  // the column exists now
   CHECK_FALSE(st.step());
   CHECK(migrate(db, extended) == 0);
@@ -84,6 +85,8 @@ TEST_CASE("a version-1 database opened by this mxablate gets the later migration
   CHECK(objects(store.db(), "view").count("run_extra_tokens") == 1);
   Statement position(store.db(), "SELECT ingest_position FROM runs");  // version 3's column
   CHECK_FALSE(position.step());
+  Statement occ(store.db(), "SELECT occ_fraction FROM quant_stats");  // version 4's column
+  CHECK_FALSE(occ.step());
 }
 
 TEST_CASE("a migration that fails leaves the database at the version before it, untouched") {

@@ -1,6 +1,7 @@
 // The run config -> per-GEMM QuantSpec translation (linear_plan.h).
 #include "catch.h"
 #include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/plan_rules.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
@@ -136,17 +137,17 @@ TEST_CASE("2-D blocks go to W only, the SR pre-scale to stochastically rounded o
   CHECK(op(make_linear_plan(c), GemmKind::kFprop, Operand::kB).blocks == kernels::BlockShape::k1D);
 }
 
-TEST_CASE("DGE applies where Fprop's W is FP4, which must then be unrotated", "[trainer][plan]") {
+TEST_CASE("DGE is planned only where Fprop's W is FP4; plan_rules refuses it rotated",
+          "[trainer][plan]") {
   contract::LayerSettings c = with_precision(kMX, kMX, kMX);
   c.dge = contract::DgeConfig{};
-  CHECK(check_layer_settings(c) == "");
   CHECK(make_linear_plan(c).dge == contract::DgeConfig{});
+  CHECK(check_dge(make_linear_plan(c)) == "");
   c.hadamard = {HadamardMode::kDeterministic, 16, {GemmKind::kFprop}};
-  CHECK(check_layer_settings(c).find("unrotated") != std::string::npos);
+  CHECK(check_dge(make_linear_plan(c)).find("unrotated") != std::string::npos);
   c.hadamard.mode = HadamardMode::kNone;  // fprop listed, but no rotation
-  CHECK(check_layer_settings(c) == "");
-  c.precision.fprop = kFP8;
-  CHECK(check_layer_settings(c) == "");  // no 4-bit step: nothing to estimate
+  CHECK(check_dge(make_linear_plan(c)) == "");
+  c.precision.fprop = kFP8;  // no 4-bit step: nothing to estimate, nothing planned
   CHECK_FALSE(make_linear_plan(c).dge.has_value());
 }
 

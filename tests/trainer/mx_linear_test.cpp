@@ -120,6 +120,31 @@ TEST_CASE("MXFP4 Dgrad quantizes dY along N and W down its columns", "[trainer][
   CHECK(at::allclose(r.dw, at::mm(bf16(c.g).t(), bf16(c.x)), 1e-5, 1e-6));
 }
 
+TEST_CASE("With 2-D weight blocks W in Fprop and Wᵀ in Dgrad are the same values, SR included",
+          "[trainer][mx_linear]") {
+  const Case c = make_case(11);  // W is 160 x 64: whole 32 x 32 tiles
+  QuantSpec w2d = kMx;
+  w2d.blocks = kernels::BlockShape::k2D;
+  w2d.rounding = kernels::Rounding::kStochastic;
+  const QuantSpec bf16_spec{QuantFormat::kBF16};
+  LinearPlan plan = plain_bf16_plan();
+  plan.gemm[static_cast<size_t>(GemmKind::kFprop)].operand = {bf16_spec, w2d};
+  plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand = {bf16_spec, w2d};
+  const Result r = run(c, plan);
+  // The values Fprop used: W along its rows with Fprop's key.
+  const at::Tensor wq = fq(c.w, Axis::kRows, w2d, GemmKind::kFprop, Operand::kB);
+  CHECK(at::equal(r.y, at::mm(bf16(c.x), wq.t())));
+  CHECK(at::equal(r.dx, at::mm(bf16(c.g), wq)));  // Dgrad: the very same W
+  // With 1-D blocks the two differ (blocks along other axes, and their own random streams).
+  QuantSpec w1d = w2d;
+  w1d.blocks = kernels::BlockShape::k1D;
+  plan.gemm[static_cast<size_t>(GemmKind::kFprop)].operand = {bf16_spec, w1d};
+  plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand = {bf16_spec, w1d};
+  const Result one_d = run(c, plan);
+  const at::Tensor wq_rows = fq(c.w, Axis::kRows, w1d, GemmKind::kFprop, Operand::kB);
+  CHECK_FALSE(at::equal(one_d.dx, at::mm(bf16(c.g), wq_rows)));
+}
+
 TEST_CASE("MXFP4 Wgrad quantizes dY and X along the tokens", "[trainer][mx_linear]") {
   const Case c = make_case(4);
   const Result r = run(c, bf16_except(GemmKind::kWgrad, kMx, kMx));

@@ -36,6 +36,8 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     t.sum_sq_error = 0.01;
     ev.quant_stats({1, 10}, 0, "blocks.0.attn.q", "fprop", "x", t);
     written.push_back("quant_stats");
+    ev.quant_stats({1, 10}, 0, "blocks.0.attn.q", "fprop", "x", t, 0.0125);  // under OCC
+    written.push_back("quant_stats");
     ev.divergence({1, 10}, {"grad_norm_explosion", 50.0, 5.0, false});
     written.push_back("divergence");
     const int64_t ckpt = ev.checkpoint({2, 20}, dir.string() + "/checkpoints/step-00000002");
@@ -55,7 +57,14 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     written.push_back("run_end");
   }
   std::vector<std::string> read;
-  for (const json& e : contract::read_effective_events(path)) read.push_back(e["kind"]);
+  std::vector<json> quant;
+  for (const json& e : contract::read_effective_events(path)) {
+    read.push_back(e["kind"]);
+    if (e["kind"] == "quant_stats") quant.push_back(e);
+  }
   CHECK(read == written);
+  REQUIRE(quant.size() == 2);
+  CHECK_FALSE(quant[0].contains("occ_fraction"));  // written only under OCC
+  CHECK(quant[1]["occ_fraction"] == 0.0125);
   std::filesystem::remove_all(dir);
 }

@@ -157,4 +157,23 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
 #endif
 }
 
+ScaleCodesGpu scale_codes_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  const int64_t lines = axis == Axis::kRows ? in.size(0) : in.size(1);
+  const int64_t length = axis == Axis::kRows ? in.size(1) : in.size(0);
+  const Scratch scratch = make_scratch(in, false);
+  ScaleCodesGpu result;
+  result.codes = at::empty({lines, length / block_size(spec.format)}, in.options().dtype(at::kByte));
+  result.tensor_scale = at::empty({4}, in.options().dtype(at::kFloat));  // 16 bytes: aligned
+  gpu::AxisJob axis_job{spec, key, {}};
+  axis_job.out.scales = result.codes.data_ptr<uint8_t>();
+  if (spec.format == QuantFormat::kNVFP4) axis_job.out.tensor_scale = result.tensor_scale.data_ptr<float>();
+  gpu::QuantizeJob job = job_for(in, scratch);
+  (axis == Axis::kRows ? job.along_rows : job.down_cols) = &axis_job;
+  gpu::quantize(job, compat::current_stream(in));
+  result.tensor_scale = result.tensor_scale.narrow(0, 0, 1);
+  return result;
+}
+
 }  // namespace mxablate::kernels::detail

@@ -37,4 +37,13 @@ std::string hopper_fp8_unavailable_reason(const at::Device& device);
 Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry,
                                     bool want_counts);
 
+// The block scale codes of one quantization (no values): (lines x length/block) bytes, E8M0 for
+// MXFP4, E4M3 for NVFP4, and NVFP4's global scale as a one-element float tensor on the device.
+struct ScaleCodesGpu {
+  at::Tensor codes;
+  at::Tensor tensor_scale;
+};
+
+ScaleCodesGpu scale_codes_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key);
+
 }  // namespace mxablate::kernels::detail

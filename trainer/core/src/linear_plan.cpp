@@ -110,14 +110,6 @@ LinearPlan make_linear_plan(const contract::LayerSettings& settings) {
   return plan;
 }
 
-std::string check_layer_settings(const contract::LayerSettings& settings) {
-  if (settings.dge && contract::is_fp4(settings.precision.fprop) &&
-      settings.hadamard.mode != kernels::HadamardMode::kNone &&
-      settings.hadamard.gemms.has(GemmKind::kFprop))
-    return "quant.dge needs Fprop's W unrotated (quant.hadamard.gemms lists fprop)";
-  return "";
-}
-
 size_t precision_phase(const contract::RunConfig& config, double tokens_before) {
   size_t phase = 0;
   for (const contract::PrecisionPhase& p : config.precision_schedule)

@@ -45,7 +45,8 @@ int64_t RunEvents::eval(Progress p, double val_loss) {
 }
 
 int64_t RunEvents::quant_stats(Progress p, int layer, const std::string& layer_name, const char* gemm,
-                               const char* operand, const kernels::QuantTelemetry& t) {
+                               const char* operand, const kernels::QuantTelemetry& t,
+                               std::optional<double> occ_fraction) {
   json f = base(p);
   f["layer"] = layer;
   f["layer_name"] = layer_name;
@@ -57,6 +58,7 @@ int64_t RunEvents::quant_stats(Progress p, int layer, const std::string& layer_n
   f["mean_error"] = number(t.mean_error());
   f["elements"] = t.elements;
   f["nonfinite_blocks"] = t.nonfinite_blocks;
+  if (occ_fraction) f["occ_fraction"] = number(*occ_fraction);
   return writer_.append(kind::kQuantStats, std::move(f));
 }
 

@@ -1,6 +1,7 @@
 #include "mxablate/trainer/run_fit.h"
 
 #include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/plan_rules.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -37,8 +38,10 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
         phase == 0 ? "" : " from precision_schedule[" + std::to_string(phase - 1) + "]";
     for (const LinearShape& l : layers) {
       const LayerSettings settings = layer_settings(c, l, shape.n_layers, phase);
-      if (const std::string why = check_layer_settings(settings); !why.empty())
-        throw ConfigError("quant.dge: layer " + l.name + why.substr(why.find(' ')) + when);
+      const LinearPlan full = make_linear_plan(settings);
+      for (const auto& [key, why] : {std::pair{"quant.dge", check_dge(full)},
+                                     std::pair{"quant.occ", check_occ(full)}})
+        if (!why.empty()) throw ConfigError(std::string(key) + ": layer " + l.name + when + ": " + why);
       if (l.out_features == 0) continue;  // the LM head when the vocabulary is not known yet
       for (Stage stage : {Stage::kBlocks, Stage::kTiles, Stage::kRotations}) {
         const LinearPlan plan = make_linear_plan(at_stage(settings, stage));

@@ -8,6 +8,9 @@
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/trainer/dge.h"
+#include "mxablate/trainer/occ.h"
+#include "mxablate/trainer/plan_rules.h"
 
 namespace mxablate::trainer {
 
@@ -17,9 +20,10 @@ using kernels::Operand;
 using kernels::QuantSpec;
 using kernels::QuantTelemetry;
 
-void QuantSession::record(int layer, GemmKind gemm, Operand operand, const QuantTelemetry& t) {
+void QuantSession::record(int layer, GemmKind gemm, Operand operand, const QuantTelemetry& t,
+                          std::optional<double> occ_fraction) {
   std::lock_guard<std::mutex> lock(mutex_);
-  records_.push_back({layer, gemm, operand, t});
+  records_.push_back({layer, gemm, operand, t, occ_fraction});
 }
 
 std::vector<QuantSession::Record> QuantSession::take_records() {
@@ -28,6 +32,14 @@ std::vector<QuantSession::Record> QuantSession::take_records() {
 }
 
 kernels::RngKey LinearState::key(GemmKind gemm, Operand operand) const {
+  // With 2-D weight blocks, W in Fprop and Wᵀ in Dgrad are one quantization (docs/design.md §3):
+  // one random stream, so that stochastic rounding gives them the same values too.
+  const auto tiled = [this](GemmKind g) {
+    return plan[g].operand[static_cast<size_t>(Operand::kB)].blocks == kernels::BlockShape::k2D;
+  };
+  if (gemm == GemmKind::kDgrad && operand == Operand::kB && tiled(GemmKind::kDgrad) &&
+      tiled(GemmKind::kFprop))
+    gemm = GemmKind::kFprop;
   return kernels::RngKey{session->seed, session->step, static_cast<uint32_t>(layer), gemm, operand};
 }
 
@@ -77,8 +89,10 @@ struct Quantized {
   at::Tensor rows, cols;
 };
 
+// `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
 Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
-                        std::optional<OperandUse> cols) {
+                        std::optional<OperandUse> cols,
+                        std::optional<double> rows_occ_fraction = std::nullopt) {
   Quantized out;
   QuantTelemetry rows_tel, cols_tel;
   const auto single = [&](OperandUse u, Axis axis, QuantTelemetry& tel) {
@@ -104,7 +118,7 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     if (cols) out.cols = single(*cols, Axis::kCols, cols_tel);
   }
   if (rows && wants_telemetry(s, spec_of(s, *rows)))
-    s.session->record(s.layer, rows->gemm, rows->operand, rows_tel);
+    s.session->record(s.layer, rows->gemm, rows->operand, rows_tel, rows_occ_fraction);
   if (cols && wants_telemetry(s, spec_of(s, *cols)))
     s.session->record(s.layer, cols->gemm, cols->operand, cols_tel);
   return out;
@@ -117,7 +131,8 @@ bool uses_hopper(const LinearState& s, GemmKind g) {
   return ops[0].format == kernels::QuantFormat::kMXFP4 && ops[1].format == kernels::QuantFormat::kMXFP4;
 }
 
-at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& b) {
+at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& b,
+                       std::optional<double> a_occ_fraction = std::nullopt) {
   const auto& ops = s.plan[g].operand;
   const kernels::GemmOperand ga{a, operand_axis(g, Operand::kA), ops[0], s.key(g, Operand::kA)};
   const kernels::GemmOperand gb{b, operand_axis(g, Operand::kB), ops[1], s.key(g, Operand::kB)};
@@ -126,10 +141,20 @@ at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, co
   at::Tensor c = kernels::quantized_gemm(ga, gb, kernels::GemmPath::kHopperFP8,
                                          collect ? &report : nullptr);
   if (collect) {
-    s.session->record(s.layer, g, Operand::kA, report.a);
+    s.session->record(s.layer, g, Operand::kA, report.a, a_occ_fraction);
     s.session->record(s.layer, g, Operand::kB, report.b);
   }
   return c.to(at::kFloat);
+}
+
+// BF16 values as float32, for the OCC residual's products (sparse products run in float32; the
+// products of BF16 values are exact in it, so this is BF16 multiplication, FP32 accumulation).
+at::Tensor bf16_values(const at::Tensor& t) { return round_to_bf16(t).to(at::kFloat); }
+
+// Refuses a plan whose DGE or OCC settings cannot work (plan_rules.h: the planner's rule too).
+void require_usable(const LinearPlan& plan) {
+  for (const std::string& why : {check_dge(plan), check_occ(plan)})
+    if (!why.empty()) throw std::invalid_argument(why);
 }
 
 // Carries the LinearState through autograd's saved data (which holds only IValues).
@@ -159,19 +184,34 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     };
     const bool x_cols = want_dw && !hopper_w;
     const bool w_cols = want_dx && !hopper_d;
-    const Quantized qx = quantize_uses(x, s, use(!hopper_f, GemmKind::kFprop, Operand::kA),
-                                       use(x_cols, GemmKind::kWgrad, Operand::kB));
+    // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §4).
+    std::optional<OccSplit> occ;
+    if (s.plan.occ) occ = occ_split(x, s.plan.occ->quantile);
+    const at::Tensor& xq = occ ? occ->clamped : x;
+    const std::optional<double> occ_fraction =
+        occ ? std::optional<double>(occ->residual.fraction()) : std::nullopt;
+    const Quantized qx = quantize_uses(xq, s, use(!hopper_f, GemmKind::kFprop, Operand::kA),
+                                       use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction);
     const Quantized qw = quantize_uses(w, s, use(!hopper_f, GemmKind::kFprop, Operand::kB),
                                        use(w_cols, GemmKind::kDgrad, Operand::kB));
-    at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, x, w)
+    at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, xq, w, occ_fraction)
                             : at::mm(qx.rows, qw.rows.t()).to(at::kFloat);
+    if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
     ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateCapsule>(state));
     ctx->saved_data["want_dx"] = want_dx;
     ctx->saved_data["want_dw"] = want_dw;
-    // Saved for Wgrad: Q(X) down columns, or X itself for the FP8 path; for Dgrad likewise W.
-    ctx->save_for_backward({x_cols ? qx.cols : (want_dw ? x : at::Tensor()),
-                            w_cols ? qw.cols : (want_dx ? w : at::Tensor())});
+    // Saved for Wgrad: Q(X) down columns, or X itself for the FP8 path (clamped under OCC); for
+    // Dgrad likewise W. Under OCC the residual's non-zeros (a small share of X); under DGE W
+    // itself (the parameter: nothing is copied), whose scales backward recomputes.
+    const bool keep_residual = want_dw && occ && occ->residual.nnz() > 0;
+    ctx->saved_data["occ_rows"] = keep_residual ? occ->residual.rows : int64_t{0};
+    ctx->saved_data["occ_cols"] = keep_residual ? occ->residual.cols : int64_t{0};
+    ctx->save_for_backward({x_cols ? qx.cols : (want_dw ? xq : at::Tensor()),
+                            w_cols ? qw.cols : (want_dx ? w : at::Tensor()),
+                            want_dw && s.plan.dge ? w : at::Tensor(),
+                            keep_residual ? occ->residual.indices : at::Tensor(),
+                            keep_residual ? occ->residual.values : at::Tensor()});
     return y;
   }
 
@@ -185,6 +225,9 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x_for_wgrad = saved[0];
     const at::Tensor& w_for_dgrad = saved[1];
+    const at::Tensor& w_for_dge = saved[2];
+    OccResidual residual{saved[3], saved[4], ctx->saved_data["occ_rows"].toInt(),
+                         ctx->saved_data["occ_cols"].toInt()};
     const at::Tensor dy = grads[0].contiguous().to(at::kFloat);
     const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
     const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
@@ -202,6 +245,14 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
                     : at::mm(qdy.cols.t(), x_for_wgrad).to(at::kFloat);
+      // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
+      // this product; through the OCC residual's bf16(W) it passes straight (added after).
+      if (s.plan.dge) {
+        const OperandUse fprop_w{GemmKind::kFprop, Operand::kB};
+        dw = dw * dge_weight_factor(w_for_dge, spec_of(s, fprop_w),
+                                    s.key(fprop_w.gemm, fprop_w.operand), *s.plan.dge);
+      }
+      if (residual.nnz() > 0) dw = dw + residual.transposed_times(bf16_values(dy)).t();
     }
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
@@ -213,6 +264,7 @@ at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
                      const std::shared_ptr<const LinearState>& state) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "mx_linear: expected x (M x K) and w (N x K), got ", x.sizes(), " and ", w.sizes());
+  require_usable(state->plan);
   return MXLinearFunction::apply(x.contiguous(), w, state, at::GradMode::is_enabled());
 }
 
@@ -220,6 +272,7 @@ MXLinearImpl::MXLinearImpl(int64_t in_features, int64_t out_features, int layer,
                            const LinearPlan& plan, std::shared_ptr<QuantSession> session,
                            at::Device device)
     : state_(std::make_shared<LinearState>(LinearState{layer, plan, std::move(session)})) {
+  require_usable(plan);
   weight = register_parameter(
       "weight", at::empty({out_features, in_features}, at::TensorOptions(at::kFloat).device(device)));
 }

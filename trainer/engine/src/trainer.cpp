@@ -388,7 +388,8 @@ class TrainingRun {
 
     for (const auto& r : session.take_records())
       events_->quant_stats(progress(), r.layer, s_.layers[static_cast<size_t>(r.layer)].name,
-                           gemm_name(r.gemm), operand_name(r.gemm, r.operand), r.telemetry);
+                           gemm_name(r.gemm), operand_name(r.gemm, r.operand), r.telemetry,
+                           r.occ_fraction);
     if (state_.step % s_.config.telemetry.train_every_steps == 0 || state_.step == 1) {
       const auto now = Clock::now();
       const double dt = seconds_between(last_train_event_, now);

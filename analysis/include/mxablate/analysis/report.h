@@ -41,6 +41,15 @@ struct TelemetryPoint {
   double relative_error = 0;
 };
 
+// Outlier clamping and compensation (docs/trainer.md): the share of Fprop's X compensated, per
+// arm (table row), averaged over every telemetry record that carried one (layers, sampled
+// steps, seeds).
+struct OccShare {
+  std::string arm;
+  double mean_fraction = 0;
+  int64_t records = 0;
+};
+
 struct ReportData {
   std::string sweep;
   std::string caption;            // what the target was
@@ -50,6 +59,7 @@ struct ReportData {
   std::vector<RunCurve> runs;
   std::vector<DivergenceMark> divergences;
   std::vector<TelemetryPoint> telemetry;
+  std::vector<OccShare> occ;  // arms that ran with OCC, in table order; empty: no section
 };
 
 // Median and min-max of an arm's runs at each evaluated token count (runs that stopped early

@@ -35,6 +35,9 @@ struct RunRecord {
   Curve evals;
   std::vector<DivergenceMark> divergences;
   std::vector<TelemetryPoint> telemetry;
+  // OCC telemetry records (quant_stats.occ_fraction) and the sum of their fractions.
+  int64_t occ_records = 0;
+  double occ_fraction_sum = 0;
 };
 
 struct SweepData {

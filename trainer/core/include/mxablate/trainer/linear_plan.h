@@ -38,7 +38,8 @@ struct GemmPlan {
 struct LinearPlan {
   std::array<GemmPlan, 3> gemm;  // indexed by kernels::GemmKind
   // DGE: the weight's gradient is multiplied by the estimator's derivative at W as Fprop
-  // quantized it (set only where Fprop's W is FP4, which must then be unrotated).
+  // quantized it. Set only where Fprop's W is FP4: elsewhere there is no 4-bit step to
+  // estimate (plan_rules.h holds what else it needs).
   std::optional<contract::DgeConfig> dge;
   // OCC: X is clamped at the quantile before it is quantized for Fprop and Wgrad, and the
   // residual's products are added back in BF16.
@@ -59,10 +60,6 @@ bool is_low_precision(const kernels::QuantSpec& spec);
 // The plan of a linear layer with these settings.
 LinearPlan make_linear_plan(const contract::LayerSettings& settings);
 LinearPlan plain_bf16_plan();
-// Settings that cannot run whatever the shapes: DGE on an FP4 Fprop needs W unrotated.
-// "" when fine, else one sentence. (DGE on a layer whose Fprop is not FP4 does nothing: there
-// is no 4-bit step to estimate; check_run_fits refuses a run where no layer could use it.)
-std::string check_layer_settings(const contract::LayerSettings& settings);
 
 // The precision phase of an optimizer step that starts after `tokens_before` tokens: 0 before
 // the schedule's first switch, i after the i-th (docs/design.md §4).

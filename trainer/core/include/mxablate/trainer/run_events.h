@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,8 +33,10 @@ class RunEvents {
   int64_t resume(Progress p, int64_t discard_after_seq, const std::string& checkpoint);
   int64_t train(Progress p, double loss, double lr, double grad_norm, double tokens_per_s);
   int64_t eval(Progress p, double val_loss);
+  // `occ_fraction`: Fprop's X under OCC, the share of elements clamped and compensated.
   int64_t quant_stats(Progress p, int layer, const std::string& layer_name, const char* gemm,
-                      const char* operand, const kernels::QuantTelemetry& t);
+                      const char* operand, const kernels::QuantTelemetry& t,
+                      std::optional<double> occ_fraction = std::nullopt);
   int64_t divergence(Progress p, const DivergenceFinding& f);
   int64_t checkpoint(Progress p, const std::string& path);
   int64_t checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,

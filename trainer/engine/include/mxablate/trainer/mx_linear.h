@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "mxablate/kernels/quantize.h"
@@ -32,6 +33,8 @@ class QuantSession {
     kernels::GemmKind gemm = kernels::GemmKind::kFprop;
     kernels::Operand operand = kernels::Operand::kA;
     kernels::QuantTelemetry telemetry;
+    // Fprop's X under OCC: the share of X's elements clamped and compensated (occ.h).
+    std::optional<double> occ_fraction;
   };
 
   uint64_t seed = 0;
@@ -43,7 +46,8 @@ class QuantSession {
   bool collect_telemetry = false;
 
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
-              const kernels::QuantTelemetry& telemetry);
+              const kernels::QuantTelemetry& telemetry,
+              std::optional<double> occ_fraction = std::nullopt);
   std::vector<Record> take_records();
 
  private:
@@ -61,6 +65,9 @@ struct LinearState {
 };
 
 // Y = X Wᵀ for 2-D x (M x K) and w (N x K) under `state`'s plan, differentiable in x and w.
+// With plan.dge (dge.h) dW is multiplied by the estimator's derivative at W; with plan.occ
+// (occ.h) X is clamped before quantization and the residual compensated. A plan that breaks
+// check_dge/check_occ (plan_rules.h) is refused with std::invalid_argument, here and in MXLinear.
 at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
                      const std::shared_ptr<const LinearState>& state);
 
