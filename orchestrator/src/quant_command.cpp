@@ -22,7 +22,7 @@ using namespace mxablate::kernels;
 struct QuantOptions {
   std::string in, out, codes, scales;
   std::string format = "mxfp4", axis = "rows", scale_rule = "floor", rounding = "nearest";
-  std::string hadamard = "none", gemm = "fprop", operand = "a";
+  std::string hadamard = "none", gemm = "fprop", operand = "a", blocks = "1d";
   int hadamard_size = 16;
   uint64_t seed = 0;
   uint32_t step = 0, layer = 0;
@@ -78,8 +78,8 @@ std::vector<uint8_t> orient_scales(const std::vector<uint8_t>& line_major, int64
   return oriented;
 }
 
-void print_report(const QuantOptions& o, const npy::Matrix& m, const QuantTelemetry& t,
-                  std::optional<float> tensor_scale) {
+void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matrix& m,
+                  const QuantTelemetry& t, std::optional<float> tensor_scale) {
   nlohmann::json j{{"input", o.in},
                    {"shape", {m.rows, m.cols}},
                    {"dtype", m.dtype},
@@ -89,6 +89,7 @@ void print_report(const QuantOptions& o, const npy::Matrix& m, const QuantTeleme
                    {"rounding", o.rounding},
                    {"hadamard", o.hadamard},
                    {"hadamard_size", o.hadamard_size},
+                   {"blocks", std::string(to_string(spec.blocks))},
                    {"elements", t.elements},
                    {"relative_error", t.relative_error()},
                    {"fraction_saturated", t.fraction_saturated()},
@@ -106,6 +107,8 @@ void print_report(const QuantOptions& o, const npy::Matrix& m, const QuantTeleme
               m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), o.scale_rule.c_str(),
               o.rounding.c_str(), o.hadamard.c_str());
   if (o.hadamard != "none") std::printf(" %d", o.hadamard_size);
+  // Formats without block scales ignore the block shape.
+  if (block_size(spec.format) != 0) std::printf(", %s blocks", std::string(to_string(spec.blocks)).c_str());
   std::printf(")\n");
   std::printf("  relative error      %.6g\n", t.relative_error());
   std::printf("  saturated           %.4f %%  (%llu of %llu)\n", 100 * t.fraction_saturated(),
@@ -134,6 +137,7 @@ void run_quant(const QuantOptions& o) {
   spec.hadamard = parse_choice(parse_hadamard_mode(o.hadamard), "--hadamard", o.hadamard,
                                hadamard_mode_names());
   spec.hadamard_size = o.hadamard_size;
+  spec.blocks = parse_choice(parse_block_shape(o.blocks), "--blocks", o.blocks, block_shape_names());
   const Axis axis = parse_choice(parse_axis(o.axis), "--axis", o.axis, "rows, cols");
   RngKey key;
   key.seed = o.seed;
@@ -183,7 +187,7 @@ void run_quant(const QuantOptions& o) {
         orient_scales(scales, m.rows, m.cols, axis, block_size(spec.format), sr, sc);
     npy::write_matrix(o.scales, oriented.data(), sr, sc);
   }
-  print_report(o, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
+  print_report(o, spec, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
 }
 
 }  // namespace
@@ -222,6 +226,11 @@ void register_quant_command(CLI::App& app) {
                   "none | deterministic | fixed-random | per-step-random")
       ->capture_default_str();
   cmd->add_option("--hadamard-size", opts->hadamard_size, "16 | 32 | 64 | 128")
+      ->capture_default_str();
+  cmd->add_option("--blocks", opts->blocks,
+                  "1d (a scale per block along the axis) | 2d (a scale per square tile, 32x32 mxfp4, "
+                  "16x16 nvfp4: rows and cols give the same values; both dimensions must be "
+                  "multiples of the tile)")
       ->capture_default_str();
   cmd->add_option("--threads", opts->threads, "CPU threads (results do not depend on it)");
   cmd->add_flag("--json", opts->json, "print the telemetry as one JSON object");

@@ -20,6 +20,7 @@
 #include "mxablate/kernels/quantize.h"
 #include "reference.h"
 #include "segment_quant.h"
+#include "tile_layout.h"
 
 namespace mxablate::test {
 
@@ -144,6 +145,34 @@ ModelOutput run(const Problem& pb) {
     out.tensor_scale = global;
   }
 
+  // 2-D blocks: the kernel's tile pass, one scale-tile amax per slot of each thread block's
+  // 128 x 128 tile (tile_2d_slot), the thread block identified by (line / 128, start / 128).
+  const int tile = block_2d_tile(pb.spec);
+  const int64_t blocks_along = (pb.length() + kTile - 1) / kTile;
+  auto slot_of = [&](int part, int64_t line, int64_t start, int b) {
+    SegmentPlace s{};
+    s.line_in_tile = static_cast<int>(line % kTile);
+    s.part = part;
+    const int64_t thread_block = (line / kTile) * blocks_along + start / kTile;
+    return static_cast<size_t>(thread_block * kMaxTileSlots + tile_2d_slot(pb.axis, s, b, tile));
+  };
+  std::vector<uint32_t> tile_max;
+  if (tile != 0) {
+    tile_max.assign(static_cast<size_t>((pb.lines() + kTile - 1) / kTile * blocks_along * kMaxTileSlots), 0u);
+    // The four parts of a chunk write disjoint slots (their blocks lie in different tiles).
+    for_each_segment(pb, [&](int part, int64_t line, int64_t start, float (&v)[kSegment], int count, BarrierExchange& ex) {
+      if (pb.spec.hadamard != HadamardMode::kNone)
+        rotate_segment(v, part, pb.spec, segment_sign_word(signs, n_h, part), ex);
+      if (count == 0) return;
+      uint32_t bits[2];
+      segment_block_max_bits<F>(v, count, bits);
+      for (int b = 0; b * tile < count; ++b) {
+        uint32_t& slot = tile_max[slot_of(part, line, start, b)];
+        slot = std::max(slot, bits[b]);
+      }
+    });
+  }
+
   std::array<ThreadTelemetry, kSegmentsPerChunk> tel{};
   std::array<int64_t, kSegmentsPerChunk> inexact{};
   const int64_t length = pb.length();
@@ -156,6 +185,10 @@ ModelOutput run(const Problem& pb) {
     ctx.index_stride = pb.axis == Axis::kRows ? 1 : pb.cols;
     ctx.bf16_written = true;
     ctx.count = count;
+    if (tile != 0) {
+      ctx.tile_amax = true;
+      for (int b = 0; b < kSegment / tile; ++b) ctx.tile_max_bits[b] = tile_max[slot_of(part, line, start, b)];
+    }
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;

@@ -77,9 +77,15 @@ std::string rounding_names();
 std::string hadamard_mode_names();
 std::string block_shape_names();
 
+// Side of the square tile that shares one scale under `spec`: the block size (32 MXFP4, 16
+// NVFP4) when spec.blocks is k2D, 0 otherwise (1-D blocks, or a format without block scales,
+// which ignores `blocks`).
+int block_2d_tile(const QuantSpec& spec);
+
 // Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid
-// and both it and the block size divide the length of the quantization axis. Returns an empty
-// string when it can, otherwise one sentence saying what is wrong.
+// and both it and the block size divide the length of the quantization axis; with 2-D blocks
+// the tile size divides both dimensions and the scale rule is not mse. Returns an empty string
+// when it can, otherwise one sentence saying what is wrong.
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis);
 
 }  // namespace mxablate::kernels
