@@ -85,11 +85,11 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
                    {"dtype", m.dtype},
                    {"format", o.format},
                    {"axis", o.axis},
+                   {"blocks", std::string(to_string(spec.blocks))},
                    {"scale_rule", o.scale_rule},
                    {"rounding", o.rounding},
                    {"hadamard", o.hadamard},
                    {"hadamard_size", o.hadamard_size},
-                   {"blocks", std::string(to_string(spec.blocks))},
                    {"elements", t.elements},
                    {"relative_error", t.relative_error()},
                    {"fraction_saturated", t.fraction_saturated()},
@@ -102,13 +102,14 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
     std::cout << j.dump() << "\n";
     return;
   }
-  std::printf("%s: %lld x %lld %s -> %s along %s (scale rule %s, %s rounding, Hadamard %s",
+  // Formats without block scales ignore the block shape.
+  const std::string blocks =
+      block_size(spec.format) != 0 ? " in " + std::string(to_string(spec.blocks)) + " blocks" : "";
+  std::printf("%s: %lld x %lld %s -> %s along %s%s (scale rule %s, %s rounding, Hadamard %s",
               o.in.c_str(), static_cast<long long>(m.rows), static_cast<long long>(m.cols),
-              m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), o.scale_rule.c_str(),
+              m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), blocks.c_str(), o.scale_rule.c_str(),
               o.rounding.c_str(), o.hadamard.c_str());
   if (o.hadamard != "none") std::printf(" %d", o.hadamard_size);
-  // Formats without block scales ignore the block shape.
-  if (block_size(spec.format) != 0) std::printf(", %s blocks", std::string(to_string(spec.blocks)).c_str());
   std::printf(")\n");
   std::printf("  relative error      %.6g\n", t.relative_error());
   std::printf("  saturated           %.4f %%  (%llu of %llu)\n", 100 * t.fraction_saturated(),
@@ -132,12 +133,12 @@ void run_quant(const QuantOptions& o) {
                              "mxfp4, nvfp4, fp8-e4m3, fp8-e5m2, bf16, fp32");
   spec.scale_rule =
       parse_choice(parse_scale_rule(o.scale_rule), "--scale-rule", o.scale_rule, scale_rule_names());
+  spec.blocks = parse_choice(parse_block_shape(o.blocks), "--blocks", o.blocks, block_shape_names());
   spec.rounding =
       parse_choice(parse_rounding(o.rounding), "--rounding", o.rounding, rounding_names());
   spec.hadamard = parse_choice(parse_hadamard_mode(o.hadamard), "--hadamard", o.hadamard,
                                hadamard_mode_names());
   spec.hadamard_size = o.hadamard_size;
-  spec.blocks = parse_choice(parse_block_shape(o.blocks), "--blocks", o.blocks, block_shape_names());
   const Axis axis = parse_choice(parse_axis(o.axis), "--axis", o.axis, "rows, cols");
   RngKey key;
   key.seed = o.seed;

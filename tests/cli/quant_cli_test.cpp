@@ -214,7 +214,7 @@ TEST_CASE("mxablate quant --blocks 2d: rows and cols give the same values; the s
   const auto text = run_command(kBin + " quant --in " + dir / "x.npy" + " --out " + dir / "q.npy" + " --blocks 2d");
   INFO(text.output);
   CHECK(text.exit_code == 0);
-  CHECK(text.output.find("along rows (scale rule floor, nearest rounding, Hadamard none, 2d blocks)") != std::string::npos);
+  CHECK(text.output.find("-> mxfp4 along rows in 2d blocks (scale rule floor, nearest rounding, Hadamard none)") != std::string::npos);
 
   // Bad values and shapes: exit code 2, one line.
   const std::vector<std::pair<std::string, std::string>> bad{

@@ -66,10 +66,6 @@ inline std::vector<kernels::QuantSpec> specs_to_sweep() {
   for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
       for (auto [mode, n] : all_rotations) specs.push_back({QuantFormat::kMXFP4, rule, rounding, mode, n});
-  for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3, QuantFormat::kFP8E5M2,
-                        QuantFormat::kBF16, QuantFormat::kFP32})
-    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
-      for (auto [mode, n] : some_rotations) specs.push_back({f, ScaleRule::kFloor, rounding, mode, n});
   // 2-D blocks (docs/design.md §3): each rule and rounding, with and without rotations (which make
   // the tiles' values depend on the axis); FP8 ignores the block shape.
   for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven})
@@ -79,6 +75,10 @@ inline std::vector<kernels::QuantSpec> specs_to_sweep() {
   for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
       for (auto [mode, n] : some_rotations) specs.push_back({f, ScaleRule::kFloor, rounding, mode, n, BlockShape::k2D});
+  for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3, QuantFormat::kFP8E5M2,
+                        QuantFormat::kBF16, QuantFormat::kFP32})
+    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
+      for (auto [mode, n] : some_rotations) specs.push_back({f, ScaleRule::kFloor, rounding, mode, n});
   return specs;
 }
 

@@ -1,7 +1,5 @@
 #include "mxablate/kernels/quant_spec.h"
 
-#include <utility>
-
 #include "mxablate/kernels/name_table.h"
 
 namespace mxablate::kernels {
@@ -30,6 +28,22 @@ constexpr NameTable<BlockShape, 2> kBlockShapeNames{
 constexpr NameTable<GemmKind, 3> kGemmNames{
     {{GemmKind::kFprop, "fprop"}, {GemmKind::kDgrad, "dgrad"}, {GemmKind::kWgrad, "wgrad"}}};
 
+// 2-D blocks (docs/design.md §3) cut the tensor into square tiles, so both dimensions must be
+// multiples of the tile side, whatever the axis. Formats without block scales ignore the shape.
+std::string check_2d_blocks(const QuantSpec& spec, int64_t rows, int64_t cols) {
+  const int tile = block_2d_tile(spec);
+  if (tile == 0) return {};
+  if (spec.scale_rule == ScaleRule::kMse)
+    return "the mse scale rule is not available with 2-D blocks (it chooses a scale per 1-D block); "
+           "use floor, ceil or even";
+  for (const auto& [n, dim] : {std::pair{rows, "rows"}, std::pair{cols, "columns"}})
+    if (n % tile != 0)
+      return std::string("the number of ") + dim + " (" + std::to_string(n) +
+             ") is not a multiple of the " + std::string(to_string(spec.format)) +
+             " 2-D block size " + std::to_string(tile) + " (2-D blocks tile both dimensions)";
+  return {};
+}
+
 }  // namespace
 
 int block_size(QuantFormat format) {
@@ -54,6 +68,10 @@ std::optional<MinifloatFormat> element_format(QuantFormat format) {
   }
 }
 
+int block_2d_tile(const QuantSpec& spec) {
+  return spec.blocks == BlockShape::k2D ? block_size(spec.format) : 0;
+}
+
 std::string_view to_string(QuantFormat v) { return name_of(kFormatNames, v); }
 std::string_view to_string(ScaleRule v) { return name_of(kRuleNames, v); }
 std::string_view to_string(Rounding v) { return name_of(kRoundingNames, v); }
@@ -75,30 +93,6 @@ std::string scale_rule_names() { return names_of(kRuleNames); }
 std::string rounding_names() { return names_of(kRoundingNames); }
 std::string hadamard_mode_names() { return names_of(kHadamardNames); }
 std::string block_shape_names() { return names_of(kBlockShapeNames); }
-
-namespace {
-
-// 2-D blocks (docs/design.md §3) cut the tensor into square tiles, so both dimensions must be
-// multiples of the tile side, whatever the axis. Formats without block scales ignore the shape.
-std::string check_2d_blocks(const QuantSpec& spec, int64_t rows, int64_t cols) {
-  const int tile = block_2d_tile(spec);
-  if (tile == 0) return {};
-  if (spec.scale_rule == ScaleRule::kMse)
-    return "the mse scale rule is not available with 2-D blocks (it chooses a scale per 1-D block); "
-           "use floor, ceil or even";
-  for (const auto& [n, dim] : {std::pair{rows, "rows"}, std::pair{cols, "columns"}})
-    if (n % tile != 0)
-      return std::string("the number of ") + dim + " (" + std::to_string(n) +
-             ") is not a multiple of the " + std::string(to_string(spec.format)) +
-             " 2-D block size " + std::to_string(tile) + " (2-D blocks tile both dimensions)";
-  return {};
-}
-
-}  // namespace
-
-int block_2d_tile(const QuantSpec& spec) {
-  return spec.blocks == BlockShape::k2D ? block_size(spec.format) : 0;
-}
 
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
   if (rows <= 0 || cols <= 0)

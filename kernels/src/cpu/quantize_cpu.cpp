@@ -241,12 +241,12 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
   }
 
   const int block = block_size(spec.format);
-  const int tile = block_2d_tile(spec);
-  std::optional<TileAmax> tiles;
-  if (tile != 0) tiles.emplace(rotated, lines, tile);
   const bool stochastic = spec.rounding == Rounding::kStochastic;
   std::vector<QuantTelemetry> partial(
       static_cast<size_t>(detail::line_group_count(lines.count, lines.length)));
+  // 2-D blocks: the tiles' amax first; the element loop below takes each block's scale from its tile.
+  std::optional<TileAmax> tiles;
+  if (const int tile = block_2d_tile(spec); tile != 0) tiles.emplace(rotated, lines, tile);
 
   detail::parallel_for_line_groups(lines.count, lines.length, [&](int64_t group, int64_t first,
                                                                   int64_t last) {
