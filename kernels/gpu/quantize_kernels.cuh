@@ -379,31 +379,28 @@ __device__ float axis_global(const AxisParams& a) {
 }
 
 // 2-D blocks (docs/design.md §3): the amax of every square scale tile of this thread block's
-// tile, as max_abs_bits in `slots` (tile_2d_slot numbering), from the values the pass along kAxis
-// will quantize (rotated, if the spec rotates). A scale tile lies inside one thread block's tile
-// (the tensor's dimensions are multiples of its side, which divides kTile), so a block-local
-// reduction in shared memory finds it; the quantization pass then takes its scales from these
-// slots. All threads must call it (it synchronizes the block).
-template <Axis kAxis, typename InT, QuantFormat F>
-__device__ void tile_amax_pass(const KernelParams& p, const AxisParams& a, const InT* tile, int64_t r0,
-                               int64_t c0, unsigned int* slots) {
+// tile, as max_abs_bits in `slots` (tile_2d_slot numbering). A scale tile lies inside one thread
+// block's tile (the tensor's dimensions are multiples of its side, which divides kTile), so a
+// block-local reduction in shared memory finds it, once for both axes: 2-D blocks never rotate
+// (check_shape), so both passes quantize the staged values themselves. Read along rows, the
+// cheaper order. All threads must call it (it synchronizes the block).
+template <typename InT, QuantFormat F>
+__device__ void tile_amax_pass(const KernelParams& p, const InT* tile, int64_t r0, int64_t c0,
+                               unsigned int* slots) {
   constexpr int kBlock = block_size_of(F);
   for (int i = threadIdx.x; i < kMaxTileSlots; i += blockDim.x) slots[i] = 0u;
   __syncthreads();
-  ShuffleExchange ex;
 MXABLATE_NO_UNROLL
   for (int sweep = 0; sweep < kSweeps; ++sweep) {
-    const SegmentPlace s = place_segment(kAxis, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
-    float v[kSegment];
-    gather_segment<kAxis>(tile, s, v);
-    if (a.spec.hadamard != HadamardMode::kNone)  // every thread of a chunk takes part in the shuffles
-      rotate_segment(v, s.part, a.spec, segment_sign_word(a.signs, a.spec.hadamard_size, s.part), ex);
+    const SegmentPlace s = place_segment(Axis::kRows, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
     if (!s.valid) continue;
+    float v[kSegment];
+    gather_segment<Axis::kRows>(tile, s, v);
     uint32_t bits[2];
     segment_block_max_bits<F>(v, s.count, bits);
 MXABLATE_UNROLL
     for (int b = 0; b < kSegment / kBlock; ++b)
-      if (b * kBlock < s.count) atomicMax(&slots[tile_2d_slot(kAxis, s, b, kBlock)], bits[b]);
+      if (b * kBlock < s.count) atomicMax(&slots[tile_2d_slot(Axis::kRows, s, b, kBlock)], bits[b]);
   }
   __syncthreads();
 }
@@ -478,17 +475,12 @@ MXABLATE_UNROLL
 // inexact-chunk counter.
 template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
 __device__ void finish_axis(const KernelParams& p, const AxisParams& a, const InT* tile, InT* stage,
-                            int64_t r0, int64_t c0, ReductionScratch& scratch, unsigned int* tile_slots) {
+                            int64_t r0, int64_t c0, ReductionScratch& scratch, const unsigned int* tile_slots) {
   const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
   ThreadTelemetry tel;
   unsigned long long inexact = 0;
-  const unsigned int* tile_max = nullptr;
-  if constexpr (block_size_of(F) != 0) {
-    if (a.spec.blocks == BlockShape::k2D) {  // uniform over the block: a kernel parameter
-      tile_amax_pass<kAxis, InT, F>(p, a, tile, r0, c0, tile_slots);
-      tile_max = tile_slots;
-    }
-  }
+  // 2-D blocks: the scales come from the tile pass (quantize_kernel).
+  const unsigned int* tile_max = block_size_of(F) != 0 && a.spec.blocks == BlockShape::k2D ? tile_slots : nullptr;
   quantize_pass<kAxis, InT, F, kTelemetry, kStochastic, kCodes>(p, a, tile, stage, r0, c0, tel, inexact, tile_max);
   if constexpr (is_per_tensor(F)) {
     if (first_block && a.out.tensor_scale != nullptr) *a.out.tensor_scale = axis_global<F>(a);
@@ -522,14 +514,18 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
     quantize_kernel(const KernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ ReductionScratch scratch;
-  // 2-D blocks: the scale tiles' amax, one array per axis, so that the columns pass never
-  // overwrites slots the rows pass may still be reading.
-  __shared__ unsigned int tile_slots[2][kMaxTileSlots];
+  __shared__ unsigned int tile_slots[kMaxTileSlots];  // 2-D blocks: the scale tiles' amax
   InT* tile = reinterpret_cast<InT*>(smem);
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   load_tile<InT>(p, r0, c0, tile);
   __syncthreads();
+  if constexpr (block_size_of(F) != 0) {
+    // Uniform over the block (kernel parameters). Both axes share F, hence the tile side.
+    if ((p.axes[0].enabled && p.axes[0].spec.blocks == BlockShape::k2D) ||
+        (p.axes[1].enabled && p.axes[1].spec.blocks == BlockShape::k2D))
+      tile_amax_pass<InT, F>(p, tile, r0, c0, tile_slots);
+  }
   // Staged outputs (see write_dequant): the last pass writes over the input tile, each thread
   // over its own segments only; with two passes the first one stages into a second tile.
   const bool both = p.axes[0].enabled && p.axes[1].enabled;
@@ -537,13 +533,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
   InT* cols_stage = p.axes[1].staged ? tile : nullptr;
   if (p.axes[0].enabled)
     finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0, scratch,
-                                                                      tile_slots[0]);
+                                                                      tile_slots);
   // The columns pass stages its output over the input tile, which the rows pass reads: every
   // thread must be done with the rows pass before any thread writes there.
   if (p.axes[0].enabled && cols_stage == tile) __syncthreads();
   if (p.axes[1].enabled)
     finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0, scratch,
-                                                                      tile_slots[1]);
+                                                                      tile_slots);
   if (rows_stage == nullptr && cols_stage == nullptr) return;
   __syncthreads();
   constexpr bool kBf16In = sizeof(InT) == 2;

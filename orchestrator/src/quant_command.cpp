@@ -230,8 +230,8 @@ void register_quant_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--blocks", opts->blocks,
                   "1d (a scale per block along the axis) | 2d (a scale per square tile, 32x32 mxfp4, "
-                  "16x16 nvfp4: rows and cols give the same values; both dimensions must be "
-                  "multiples of the tile)")
+                  "16x16 nvfp4: without a rotation rows and cols give the same values; both dimensions "
+                  "must be multiples of the tile)")
       ->capture_default_str();
   cmd->add_option("--threads", opts->threads, "CPU threads (results do not depend on it)");
   cmd->add_flag("--json", opts->json, "print the telemetry as one JSON object");

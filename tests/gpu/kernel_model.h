@@ -145,33 +145,42 @@ ModelOutput run(const Problem& pb) {
     out.tensor_scale = global;
   }
 
-  // 2-D blocks: the kernel's tile pass, one scale-tile amax per slot of each thread block's
-  // 128 x 128 tile (tile_2d_slot), the thread block identified by (line / 128, start / 128).
+  // 2-D blocks: the kernel's tile pass (tile_amax_pass): per thread block of 128 x 128, the
+  // scale tiles' amax in tile_2d_slot order, read along rows from the unrotated input (2-D blocks
+  // never rotate). A thread block is identified by (its first row, its first column) / 128.
   const int tile = block_2d_tile(pb.spec);
-  const int64_t blocks_along = (pb.length() + kTile - 1) / kTile;
+  const int64_t grid_cols = (pb.cols + kTile - 1) / kTile;
+  std::vector<uint32_t> tile_max;
+  if (tile != 0) {
+    tile_max.assign(static_cast<size_t>((pb.rows + kTile - 1) / kTile * grid_cols * kMaxTileSlots), 0u);
+    for (int64_t r = 0; r < pb.rows; ++r) {
+      for (int64_t c0 = 0; c0 < pb.cols; c0 += kSegment) {
+        SegmentPlace s{};
+        s.line_in_tile = static_cast<int>(r % kTile);
+        s.part = static_cast<int>((c0 % kTile) / kSegment);
+        const int count = static_cast<int>(std::min<int64_t>(pb.cols - c0, kSegment));
+        float v[kSegment] = {};
+        for (int j = 0; j < count; ++j) v[j] = pb.x[r * pb.cols + c0 + j];
+        uint32_t bits[2];
+        segment_block_max_bits<F>(v, count, bits);
+        const int64_t thread_block = (r / kTile) * grid_cols + c0 / kTile;
+        for (int b = 0; b * tile < count; ++b) {
+          uint32_t& slot = tile_max[static_cast<size_t>(thread_block * kMaxTileSlots) +
+                                    static_cast<size_t>(tile_2d_slot(Axis::kRows, s, b, tile))];
+          slot = std::max(slot, bits[b]);
+        }
+      }
+    }
+  }
+  // The slot the quantization pass reads for block b of the segment at (line, start).
   auto slot_of = [&](int part, int64_t line, int64_t start, int b) {
     SegmentPlace s{};
     s.line_in_tile = static_cast<int>(line % kTile);
     s.part = part;
-    const int64_t thread_block = (line / kTile) * blocks_along + start / kTile;
+    const int64_t row = pb.axis == Axis::kRows ? line : start, col = pb.axis == Axis::kRows ? start : line;
+    const int64_t thread_block = (row / kTile) * grid_cols + col / kTile;
     return static_cast<size_t>(thread_block * kMaxTileSlots + tile_2d_slot(pb.axis, s, b, tile));
   };
-  std::vector<uint32_t> tile_max;
-  if (tile != 0) {
-    tile_max.assign(static_cast<size_t>((pb.lines() + kTile - 1) / kTile * blocks_along * kMaxTileSlots), 0u);
-    // The four parts of a chunk write disjoint slots (their blocks lie in different tiles).
-    for_each_segment(pb, [&](int part, int64_t line, int64_t start, float (&v)[kSegment], int count, BarrierExchange& ex) {
-      if (pb.spec.hadamard != HadamardMode::kNone)
-        rotate_segment(v, part, pb.spec, segment_sign_word(signs, n_h, part), ex);
-      if (count == 0) return;
-      uint32_t bits[2];
-      segment_block_max_bits<F>(v, count, bits);
-      for (int b = 0; b * tile < count; ++b) {
-        uint32_t& slot = tile_max[slot_of(part, line, start, b)];
-        slot = std::max(slot, bits[b]);
-      }
-    });
-  }
 
   std::array<ThreadTelemetry, kSegmentsPerChunk> tel{};
   std::array<int64_t, kSegmentsPerChunk> inexact{};

@@ -29,13 +29,18 @@ constexpr NameTable<GemmKind, 3> kGemmNames{
     {{GemmKind::kFprop, "fprop"}, {GemmKind::kDgrad, "dgrad"}, {GemmKind::kWgrad, "wgrad"}}};
 
 // 2-D blocks (docs/design.md §3) cut the tensor into square tiles, so both dimensions must be
-// multiples of the tile side, whatever the axis. Formats without block scales ignore the shape.
+// multiples of the tile side, whatever the axis. They exist so that W and Wᵀ share values; a
+// Hadamard rotation runs along the quantization axis and would make the two differ, so the two
+// are not combined. Formats without block scales ignore the shape.
 std::string check_2d_blocks(const QuantSpec& spec, int64_t rows, int64_t cols) {
   const int tile = block_2d_tile(spec);
   if (tile == 0) return {};
   if (spec.scale_rule == ScaleRule::kMse)
     return "the mse scale rule is not available with 2-D blocks (it chooses a scale per 1-D block); "
            "use floor, ceil or even";
+  if (spec.hadamard != HadamardMode::kNone)
+    return "2-D blocks cannot be combined with a Hadamard rotation (it runs along the quantization "
+           "axis, so rows and columns would no longer share values)";
   for (const auto& [n, dim] : {std::pair{rows, "rows"}, std::pair{cols, "columns"}})
     if (n % tile != 0)
       return std::string("the number of ") + dim + " (" + std::to_string(n) +

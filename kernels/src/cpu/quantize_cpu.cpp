@@ -147,10 +147,10 @@ BlockParams params_of_amax(const QuantSpec& spec, float global, float amax, bool
   return p;
 }
 
-// 2-D blocks (docs/design.md §3): the amax of every square tile of the (rotated) tensor, which
-// every line crossing the tile then uses as its block's amax. Tiles are numbered along the
-// lines' direction: tile (line / tile, j / tile) of the line-major `rotated`. Without a rotation
-// the tiles along rows and down columns hold the same elements, so both axes get the same scales.
+// 2-D blocks (docs/design.md §3): the amax of every square tile of the tensor (never rotated:
+// check_shape), which every line crossing the tile then uses as its block's amax. Tiles are
+// numbered along the lines' direction, tile (line / tile, j / tile) of the line-major values:
+// along rows and down columns the tiles hold the same elements, so both axes get the same scales.
 class TileAmax {
  public:
   TileAmax(const std::vector<float>& rotated, const TensorLines& lines, int tile)

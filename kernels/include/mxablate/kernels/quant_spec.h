@@ -85,7 +85,8 @@ std::string block_shape_names();
 // and both it and the block size divide the length of the quantization axis. Returns an empty
 // string when it can, otherwise one sentence saying what is wrong.
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis);
-// With 2-D blocks, check_shape also requires the tile side to divide both dimensions, and a scale
-// rule other than mse (which chooses per 1-D block; not implemented over a tile).
+// With 2-D blocks, check_shape also requires the tile side to divide both dimensions, no
+// Hadamard rotation, and a scale rule other than mse (which chooses per 1-D block; not
+// implemented over a tile).
 
 }  // namespace mxablate::kernels
