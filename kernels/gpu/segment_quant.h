@@ -200,7 +200,7 @@ MX_HD BlockParams block_params_of_amax_bits(float global, uint32_t max_bits, Sca
   return p;
 }
 
-// 2-D blocks: max_abs_bits of each block of the (rotated) segment that lies inside the tensor
+// 2-D blocks: max_abs_bits of each block of the segment that lies inside the tensor
 // (a segment of `count` elements holds count / block of them): what the tile pass reduces per
 // tile. Blocks past `count` get 0, which no max changes.
 template <QuantFormat F>
