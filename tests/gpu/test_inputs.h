@@ -73,6 +73,8 @@ inline std::vector<kernels::QuantSpec> specs_to_sweep() {
   for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
       specs.push_back({f, ScaleRule::kFloor, rounding, HadamardMode::kNone, 16, BlockShape::k2D});
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4})  // with the SR pre-scale
+    specs.push_back({f, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kNone, 16, BlockShape::k2D, 0.75f});
   for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3, QuantFormat::kFP8E5M2,
                         QuantFormat::kBF16, QuantFormat::kFP32})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})

@@ -53,6 +53,36 @@ std::string shape_error(const QuantSpec& spec, int64_t rows, int64_t cols, Axis 
   return {};
 }
 
+// Quantizes x (rows x cols) along rows and down columns and checks that both give the same
+// values, that their packed outputs (each in its axis' per-line layout) decode to them, and that
+// the scale bytes agree: equal over the lines of a tile, the same tile scale on both axes.
+void check_w_and_wt(const std::vector<float>& x, int64_t rows, int64_t cols, const QuantSpec& spec,
+                    const RngKey& key) {
+  const Quantized along_rows = run_quantize(x, rows, cols, Axis::kRows, spec, key);
+  const Quantized down_cols = run_quantize(x, rows, cols, Axis::kCols, spec, key);
+  CHECK(same_bits(along_rows.dequant, down_cols.dequant));
+  CHECK(along_rows.dequant_bf16 == down_cols.dequant_bf16);
+  CHECK(std::memcmp(&along_rows.tensor_scale, &down_cols.tensor_scale, sizeof(float)) == 0);
+  std::vector<float> from_rows(x.size()), from_cols(x.size());
+  dequantize_packed(along_rows.packed.data(), along_rows.scales.data(), along_rows.tensor_scale, rows, cols,
+                    Axis::kRows, spec.format, from_rows.data());
+  dequantize_packed(down_cols.packed.data(), down_cols.scales.data(), down_cols.tensor_scale, rows, cols,
+                    Axis::kCols, spec.format, from_cols.data());
+  CHECK(same_bits(from_rows, along_rows.dequant));
+  CHECK(same_bits(from_cols, down_cols.dequant));
+  const int64_t t = block_size(spec.format);
+  int64_t disagreements = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; c += t) {
+      const uint8_t row_scale = along_rows.scales[static_cast<size_t>(r * (cols / t) + c / t)];
+      const uint8_t tile_first_row = along_rows.scales[static_cast<size_t>((r / t * t) * (cols / t) + c / t)];
+      const uint8_t col_scale = down_cols.scales[static_cast<size_t>(c * (rows / t) + r / t)];
+      disagreements += row_scale != tile_first_row || row_scale != col_scale;
+    }
+  }
+  CHECK(disagreements == 0);
+}
+
 }  // namespace
 
 TEST_CASE("2-D MXFP4: each 32 x 32 tile's amax gives the scale of every line crossing it") {
@@ -181,38 +211,20 @@ TEST_CASE("2-D blocks: W along rows and W down columns give the same values bit 
   w[5 * 96 + 70] = 3.0e38f;                 // a huge value (clamped dequantization under ceil)
   w[40 * 96 + 2] = 1.0e-42f;                // subnormals
   w[41 * 96 + 3] = -1.0e-40f;
-  w[50 * 96 + 90] = std::numeric_limits<float>::infinity();  // one non-finite tile
+  std::vector<float> w_inf = w;
+  w_inf[50 * 96 + 90] = std::numeric_limits<float>::infinity();  // one non-finite tile
   for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4}) {
     for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
-      if (f == QuantFormat::kNVFP4 && rule != ScaleRule::kFloor) continue;  // NVFP4 has one rule
+      if (f == QuantFormat::kNVFP4 && rule != ScaleRule::kFloor) continue;  // E8M0 rules only
       for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
-        for (bool finite : {true, false}) {
-          std::vector<float> x = w;
-          if (finite) x[50 * 96 + 90] = 1.0f;
-          const QuantSpec spec = spec_2d(f, rule, rounding);
-          INFO(to_string(f) << " " << to_string(rule) << " " << to_string(rounding) << (finite ? "" : " with Inf"));
-          const Quantized rows = run_quantize(x, 64, 96, Axis::kRows, spec, key);
-          const Quantized cols = run_quantize(x, 64, 96, Axis::kCols, spec, key);
-          CHECK(same_bits(rows.dequant, cols.dequant));
-          CHECK(rows.dequant_bf16 == cols.dequant_bf16);
-          CHECK(std::memcmp(&rows.tensor_scale, &cols.tensor_scale, sizeof(float)) == 0);
-          // The packed outputs are the per-line layout of each axis and decode to the same values.
-          std::vector<float> from_rows(x.size()), from_cols(x.size());
-          dequantize_packed(rows.packed.data(), rows.scales.data(), rows.tensor_scale, 64, 96, Axis::kRows, f,
-                            from_rows.data());
-          dequantize_packed(cols.packed.data(), cols.scales.data(), cols.tensor_scale, 64, 96, Axis::kCols, f,
-                            from_cols.data());
-          CHECK(same_bits(from_rows, rows.dequant));
-          CHECK(same_bits(from_cols, cols.dequant));
-          // Scale bytes: equal across the lines of one tile, and the same tile scale on both axes.
-          const int t = block_size(f);
-          bool tiles_agree = true;
-          for (int r = 0; r < 64; ++r)
-            for (int c = 0; c < 96; c += t)
-              tiles_agree = tiles_agree && rows.scales[r * (96 / t) + c / t] ==
-                                               cols.scales[c * (64 / t) + r / t] &&
-                            rows.scales[r * (96 / t) + c / t] == rows.scales[(r / t * t) * (96 / t) + c / t];
-          CHECK(tiles_agree);
+        for (float prescale : {1.0f, 0.75f}) {  // the SR pre-scale (ignored under round-to-nearest)
+          QuantSpec spec = spec_2d(f, rule, rounding);
+          spec.sr_prescale = prescale;
+          for (const std::vector<float>* x : {&w, &w_inf}) {
+            INFO(to_string(f) << " " << to_string(rule) << " " << to_string(rounding) << " prescale " << prescale
+                              << (x == &w ? "" : " with Inf"));
+            check_w_and_wt(*x, 64, 96, spec, key);
+          }
         }
       }
     }
