@@ -32,21 +32,6 @@ TEST_CASE("composite emulation equals fake_quantize for finite inputs and round-
   }
 }
 
-TEST_CASE("composite emulation with rotation and SR stays close to the reference", "[torch][composite]") {
-  const at::Tensor x = activation_like(64, 128, 18);
-  const QuantSpec spec{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kFixedRandom, 32};
-  const RngKey key{3, 4, 5, GemmKind::kWgrad, Operand::kA};
-  const at::Tensor a = composite_fake_quantize(x, Axis::kCols, spec, key);
-  const at::Tensor b = fake_quantize(x, Axis::kCols, spec, key);
-  const QuantSpec rotate_only{QuantFormat::kFP32, ScaleRule::kFloor, Rounding::kNearest, HadamardMode::kFixedRandom, 32};
-  const at::Tensor rotated = fake_quantize(x, Axis::kCols, rotate_only, key);
-  // Both are stochastic roundings of the same rotated tensor: each within one grid step of it,
-  // so their relative distance is of the order of MXFP4's error (~0.1–0.2), far below 1.
-  const double rel = ((a - b).norm() / rotated.norm()).item<double>();
-  CHECK(rel < 0.35);
-  CHECK(((a - rotated).norm() / rotated.norm()).item<double>() < 0.3);
-}
-
 TEST_CASE("composite emulation refuses 2-D blocks rather than quietly using 1-D ones", "[torch][composite]") {
   const at::Tensor x = activation_like(64, 128, 19);
   QuantSpec spec{QuantFormat::kMXFP4};
@@ -61,4 +46,19 @@ TEST_CASE("composite emulation refuses 2-D blocks rather than quietly using 1-D 
   CHECK(same_bits(fake_quantize(x, Axis::kRows, spec, {}), fake_quantize(x, Axis::kCols, spec, {})));
   spec.format = QuantFormat::kFP8E4M3;  // formats without block scales ignore the setting
   CHECK_NOTHROW(composite_fake_quantize(x, Axis::kRows, spec, {}));
+}
+
+TEST_CASE("composite emulation with rotation and SR stays close to the reference", "[torch][composite]") {
+  const at::Tensor x = activation_like(64, 128, 18);
+  const QuantSpec spec{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kFixedRandom, 32};
+  const RngKey key{3, 4, 5, GemmKind::kWgrad, Operand::kA};
+  const at::Tensor a = composite_fake_quantize(x, Axis::kCols, spec, key);
+  const at::Tensor b = fake_quantize(x, Axis::kCols, spec, key);
+  const QuantSpec rotate_only{QuantFormat::kFP32, ScaleRule::kFloor, Rounding::kNearest, HadamardMode::kFixedRandom, 32};
+  const at::Tensor rotated = fake_quantize(x, Axis::kCols, rotate_only, key);
+  // Both are stochastic roundings of the same rotated tensor: each within one grid step of it,
+  // so their relative distance is of the order of MXFP4's error (~0.1–0.2), far below 1.
+  const double rel = ((a - b).norm() / rotated.norm()).item<double>();
+  CHECK(rel < 0.35);
+  CHECK(((a - rotated).norm() / rotated.norm()).item<double>() < 0.3);
 }
