@@ -378,12 +378,39 @@ __device__ float axis_global(const AxisParams& a) {
   return 1.0f;
 }
 
+// 2-D blocks (docs/design.md §3): the amax of every square scale tile of this thread block's
+// tile, as max_abs_bits in `slots` (tile_2d_slot numbering). A scale tile lies inside one thread
+// block's tile (the tensor's dimensions are multiples of its side, which divides kTile), so a
+// block-local reduction in shared memory finds it, once for both axes: 2-D blocks never rotate
+// (check_shape), so both passes quantize the staged values themselves. Read along rows, the
+// cheaper order. All threads must call it (it synchronizes the block).
+template <typename InT, QuantFormat F>
+__device__ void tile_amax_pass(const KernelParams& p, const InT* tile, int64_t r0, int64_t c0,
+                               unsigned int* slots) {
+  constexpr int kBlock = block_size_of(F);
+  for (int i = threadIdx.x; i < kMaxTileSlots; i += blockDim.x) slots[i] = 0u;
+  __syncthreads();
+MXABLATE_NO_UNROLL
+  for (int sweep = 0; sweep < kSweeps; ++sweep) {
+    const SegmentPlace s = place_segment(Axis::kRows, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
+    if (!s.valid) continue;
+    float v[kSegment];
+    gather_segment<Axis::kRows>(tile, s, v);
+    uint32_t bits[2];
+    segment_block_max_bits<F>(v, s.count, bits);
+MXABLATE_UNROLL
+    for (int b = 0; b < kSegment / kBlock; ++b)
+      if (b * kBlock < s.count) atomicMax(&slots[tile_2d_slot(Axis::kRows, s, b, kBlock)], bits[b]);
+  }
+  __syncthreads();
+}
+
 // One pass over the staged tile along kAxis (the axis is a template parameter so that each
 // pass's addressing compiles to straight-line code).
 template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
 __device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const InT* tile, InT* stage,
                               int64_t r0, int64_t c0, ThreadTelemetry& tel,
-                              unsigned long long& inexact_chunks) {
+                              unsigned long long& inexact_chunks, const unsigned int* tile_max) {
   const int64_t length = kAxis == Axis::kRows ? p.cols : p.rows;
   const int64_t lines = kAxis == Axis::kRows ? p.rows : p.cols;
   SegmentContext ctx;
@@ -403,6 +430,14 @@ MXABLATE_NO_UNROLL
     gather_segment<kAxis>(tile, s, v);
     ctx.first_index = segment_first_index(kAxis, s, p.cols);
     ctx.count = s.count;
+    if constexpr (block_size_of(F) != 0) {
+      if (tile_max != nullptr) {  // 2-D blocks: the scales of the tiles the segment crosses
+        ctx.tile_amax = true;
+MXABLATE_UNROLL
+        for (int b = 0; b < kSegment / block_size_of(F); ++b)
+          ctx.tile_max_bits[b] = tile_max[tile_2d_slot(kAxis, s, b, block_size_of(F))];
+      }
+    }
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;
@@ -440,11 +475,13 @@ MXABLATE_NO_UNROLL
 // inexact-chunk counter.
 template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
 __device__ void finish_axis(const KernelParams& p, const AxisParams& a, const InT* tile, InT* stage,
-                            int64_t r0, int64_t c0, ReductionScratch& scratch) {
+                            int64_t r0, int64_t c0, ReductionScratch& scratch, const unsigned int* tile_slots) {
   const bool first_block = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
   ThreadTelemetry tel;
   unsigned long long inexact = 0;
-  quantize_pass<kAxis, InT, F, kTelemetry, kStochastic, kCodes>(p, a, tile, stage, r0, c0, tel, inexact);
+  // 2-D blocks: the scales come from the tile pass (quantize_kernel).
+  const unsigned int* tile_max = block_size_of(F) != 0 && a.spec.blocks == BlockShape::k2D ? tile_slots : nullptr;
+  quantize_pass<kAxis, InT, F, kTelemetry, kStochastic, kCodes>(p, a, tile, stage, r0, c0, tel, inexact, tile_max);
   if constexpr (is_per_tensor(F)) {
     if (first_block && a.out.tensor_scale != nullptr) *a.out.tensor_scale = axis_global<F>(a);
   }
@@ -477,20 +514,32 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
     quantize_kernel(const KernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ ReductionScratch scratch;
+  __shared__ unsigned int tile_slots[kMaxTileSlots];  // 2-D blocks: the scale tiles' amax
   InT* tile = reinterpret_cast<InT*>(smem);
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   load_tile<InT>(p, r0, c0, tile);
   __syncthreads();
+  if constexpr (block_size_of(F) != 0) {
+    // Uniform over the block (kernel parameters). Both axes share F, hence the tile side.
+    if ((p.axes[0].enabled && p.axes[0].spec.blocks == BlockShape::k2D) ||
+        (p.axes[1].enabled && p.axes[1].spec.blocks == BlockShape::k2D))
+      tile_amax_pass<InT, F>(p, tile, r0, c0, tile_slots);
+  }
   // Staged outputs (see write_dequant): the last pass writes over the input tile, each thread
   // over its own segments only; with two passes the first one stages into a second tile.
   const bool both = p.axes[0].enabled && p.axes[1].enabled;
   InT* rows_stage = p.axes[0].staged ? (both ? tile + kTile * kTile : tile) : nullptr;
   InT* cols_stage = p.axes[1].staged ? tile : nullptr;
   if (p.axes[0].enabled)
-    finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0, scratch);
+    finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0, scratch,
+                                                                      tile_slots);
+  // The columns pass stages its output over the input tile, which the rows pass reads: every
+  // thread must be done with the rows pass before any thread writes there.
+  if (p.axes[0].enabled && cols_stage == tile) __syncthreads();
   if (p.axes[1].enabled)
-    finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0, scratch);
+    finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0, scratch,
+                                                                      tile_slots);
   if (rows_stage == nullptr && cols_stage == nullptr) return;
   __syncthreads();
   constexpr bool kBf16In = sizeof(InT) == 2;

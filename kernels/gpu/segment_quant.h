@@ -175,6 +175,45 @@ MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRu
   return p;
 }
 
+// The block parameters from a given amax (a 2-D tile's, docs/design.md §3), as block_params
+// computes them from a block's own values. `max_bits`: max_abs_bits over the tile (NaN/Inf
+// included, so it also says whether the tile holds one).
+template <QuantFormat F>
+MX_HD BlockParams block_params_of_amax_bits(float global, uint32_t max_bits, ScaleRule rule) {
+  BlockParams p;
+  const Amax a = amax_of_bits(max_bits);
+  if constexpr (F == QuantFormat::kMXFP4) {
+    p.scale_code = e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax);
+    p.nonfinite = p.scale_code == kE8M0NaN;
+    if (!p.nonfinite) {
+      p.inverse = mx_inverse_scale(p.scale_code);
+      p.scale = pow2f(static_cast<int>(p.scale_code) - kE8M0Bias);
+    }
+  } else if constexpr (F == QuantFormat::kNVFP4) {
+    p.scale_code = nvfp4_block_scale_code(a.amax, a.nonfinite, global);
+    p.nonfinite = p.scale_code == kE4M3NaNCode;
+    if (!p.nonfinite) {
+      p.scale = nvfp4_block_scale(p.scale_code);
+      p.divisor = p.scale * global;
+    }
+  }
+  return p;
+}
+
+// 2-D blocks: max_abs_bits of each block of the segment that lies inside the tensor
+// (a segment of `count` elements holds count / block of them): what the tile pass reduces per
+// tile. Blocks past `count` get 0, which no max changes.
+template <QuantFormat F>
+MX_HD void segment_block_max_bits(const float (&v)[kSegment], int count, uint32_t (&bits)[2]) {
+  constexpr int kBlock = block_size_of(F);
+  bits[0] = bits[1] = 0;
+  if constexpr (kBlock != 0) {
+MXABLATE_UNROLL
+    for (int b = 0; b < kSegment / kBlock; ++b)
+      if (b * kBlock < count) bits[b] = max_abs_bits(v + b * kBlock, kBlock, kBlock);
+  }
+}
+
 // The FP8 formats' single "block": the whole tensor.
 template <QuantFormat F>
 MX_HD BlockParams tensor_block_params(float global) {
@@ -370,6 +409,11 @@ struct SegmentContext {
   int64_t index_stride = 1;
   bool bf16_written = false;  // telemetry counts bf16 clamps only when bf16 is an output
   int count = kSegment;       // elements of the segment inside the tensor (the rest are padding)
+  // 2-D blocks (docs/design.md §3): the scales come from the amax of the square tiles holding
+  // the segment's blocks (max_abs_bits over each tile, one per block of the segment), computed
+  // by a pass over the whole tile first, not from the segment's own values.
+  bool tile_amax = false;
+  uint32_t tile_max_bits[2] = {0, 0};
 };
 
 struct SegmentResult {
@@ -454,7 +498,9 @@ MXABLATE_UNROLL
   if constexpr (kBlock != 0) {
 MXABLATE_UNROLL
     for (int b = 0; b < kSegment / kBlock; ++b) {
-      params[b] = block_params<F>(ctx.global, v + b * kBlock, kBlock, ctx.spec.scale_rule);
+      params[b] = ctx.tile_amax
+                      ? block_params_of_amax_bits<F>(ctx.global, ctx.tile_max_bits[b], ctx.spec.scale_rule)
+                      : block_params<F>(ctx.global, v + b * kBlock, kBlock, ctx.spec.scale_rule);
       out.scale_codes[b] = params[b].scale_code;
       if constexpr (F == QuantFormat::kMXFP4)
         out.bf16_is_top_half = params[b].scale_code <= 252 || params[b].scale_code == kE8M0NaN;

@@ -60,6 +60,18 @@ MX_HD int segment_tile_col(Axis axis, const SegmentPlace& s, int j) {
   return axis == Axis::kRows ? s.part * kSegment + j : s.line_in_tile;
 }
 
+// 2-D blocks (docs/design.md §3): a thread block's tile holds (kTile / block)^2 square scale
+// tiles of side `block` (32 MXFP4, 16 NVFP4), numbered row-major inside it. Slot of the scale
+// tile holding block b (of `block` elements) of the segment: the same slot along rows and down
+// columns for the same elements.
+inline constexpr int kMaxTileSlots = (kTile / kNVBlockSize) * (kTile / kNVBlockSize);  // 64
+
+MX_HD int tile_2d_slot(Axis axis, const SegmentPlace& s, int b, int block) {
+  const int r = segment_tile_row(axis, s, b * block);
+  const int c = segment_tile_col(axis, s, b * block);
+  return (r / block) * (kTile / block) + c / block;
+}
+
 // Row-major logical index of the segment's first element, and the step between its elements.
 MX_HD int64_t segment_first_index(Axis axis, const SegmentPlace& s, int64_t cols) {
   return axis == Axis::kRows ? s.line * cols + s.start : s.start * cols + s.line;

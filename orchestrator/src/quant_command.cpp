@@ -22,7 +22,7 @@ using namespace mxablate::kernels;
 struct QuantOptions {
   std::string in, out, codes, scales;
   std::string format = "mxfp4", axis = "rows", scale_rule = "floor", rounding = "nearest";
-  std::string hadamard = "none", gemm = "fprop", operand = "a";
+  std::string hadamard = "none", gemm = "fprop", operand = "a", blocks = "1d";
   int hadamard_size = 16;
   uint64_t seed = 0;
   uint32_t step = 0, layer = 0;
@@ -78,13 +78,14 @@ std::vector<uint8_t> orient_scales(const std::vector<uint8_t>& line_major, int64
   return oriented;
 }
 
-void print_report(const QuantOptions& o, const npy::Matrix& m, const QuantTelemetry& t,
-                  std::optional<float> tensor_scale) {
+void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matrix& m,
+                  const QuantTelemetry& t, std::optional<float> tensor_scale) {
   nlohmann::json j{{"input", o.in},
                    {"shape", {m.rows, m.cols}},
                    {"dtype", m.dtype},
                    {"format", o.format},
                    {"axis", o.axis},
+                   {"blocks", std::string(to_string(spec.blocks))},
                    {"scale_rule", o.scale_rule},
                    {"rounding", o.rounding},
                    {"hadamard", o.hadamard},
@@ -101,9 +102,12 @@ void print_report(const QuantOptions& o, const npy::Matrix& m, const QuantTeleme
     std::cout << j.dump() << "\n";
     return;
   }
-  std::printf("%s: %lld x %lld %s -> %s along %s (scale rule %s, %s rounding, Hadamard %s",
+  // Formats without block scales ignore the block shape.
+  const std::string blocks =
+      block_size(spec.format) != 0 ? " in " + std::string(to_string(spec.blocks)) + " blocks" : "";
+  std::printf("%s: %lld x %lld %s -> %s along %s%s (scale rule %s, %s rounding, Hadamard %s",
               o.in.c_str(), static_cast<long long>(m.rows), static_cast<long long>(m.cols),
-              m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), o.scale_rule.c_str(),
+              m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), blocks.c_str(), o.scale_rule.c_str(),
               o.rounding.c_str(), o.hadamard.c_str());
   if (o.hadamard != "none") std::printf(" %d", o.hadamard_size);
   std::printf(")\n");
@@ -129,6 +133,7 @@ void run_quant(const QuantOptions& o) {
                              "mxfp4, nvfp4, fp8-e4m3, fp8-e5m2, bf16, fp32");
   spec.scale_rule =
       parse_choice(parse_scale_rule(o.scale_rule), "--scale-rule", o.scale_rule, scale_rule_names());
+  spec.blocks = parse_choice(parse_block_shape(o.blocks), "--blocks", o.blocks, block_shape_names());
   spec.rounding =
       parse_choice(parse_rounding(o.rounding), "--rounding", o.rounding, rounding_names());
   spec.hadamard = parse_choice(parse_hadamard_mode(o.hadamard), "--hadamard", o.hadamard,
@@ -183,7 +188,7 @@ void run_quant(const QuantOptions& o) {
         orient_scales(scales, m.rows, m.cols, axis, block_size(spec.format), sr, sc);
     npy::write_matrix(o.scales, oriented.data(), sr, sc);
   }
-  print_report(o, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
+  print_report(o, spec, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
 }
 
 }  // namespace
@@ -222,6 +227,11 @@ void register_quant_command(CLI::App& app) {
                   "none | deterministic | fixed-random | per-step-random")
       ->capture_default_str();
   cmd->add_option("--hadamard-size", opts->hadamard_size, "16 | 32 | 64 | 128")
+      ->capture_default_str();
+  cmd->add_option("--blocks", opts->blocks,
+                  "1d (a scale per block along the axis) | 2d (a scale per square tile, 32x32 mxfp4, "
+                  "16x16 nvfp4: without a rotation rows and cols give the same values; both dimensions "
+                  "must be multiples of the tile)")
       ->capture_default_str();
   cmd->add_option("--threads", opts->threads, "CPU threads (results do not depend on it)");
   cmd->add_flag("--json", opts->json, "print the telemetry as one JSON object");

@@ -181,3 +181,52 @@ TEST_CASE("malformed or unsupported .npy files: exit code 2 and one line naming 
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   }
 }
+
+TEST_CASE("mxablate quant --blocks 2d: rows and cols give the same values; the setting is printed back") {
+  REQUIRE_NUMPY();
+  TempDir dir("mxablate_quant_2d");
+  numpy("rng = np.random.default_rng(2)\n"
+        "x = rng.standard_normal((64, 96)).astype(np.float32)\n"
+        "x[:, 5] *= 40\n"
+        "np.save('" + dir / "x.npy" + "', x)\n"
+        "np.save('" + dir / "x40.npy" + "', np.ones((40, 64), np.float32))");
+  std::vector<std::vector<float>> values;
+  for (const std::string axis : {"rows", "cols"}) {
+    const auto r = run_command(kBin + " quant --in " + dir / "x.npy" + " --out " + dir / ("q_" + axis + ".npy") +
+                               " --scales " + dir / ("s_" + axis + ".npy") + " --axis " + axis +
+                               " --blocks 2d --rounding stochastic --seed 3 --json");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(nlohmann::json::parse(r.output)["blocks"] == "2d");
+    values.push_back(npy::read_matrix(dir / ("q_" + axis + ".npy")).data);
+  }
+  REQUIRE(values[0].size() == values[1].size());
+  CHECK(std::memcmp(values[0].data(), values[1].data(), values[0].size() * 4) == 0);
+  // The scale files, in the tensor's orientation: each tile's scale repeated over its 32 lines,
+  // the same tile scales on both axes.
+  numpy("a = np.load('" + dir / "s_rows.npy" + "')\n"
+        "b = np.load('" + dir / "s_cols.npy" + "')\n"
+        "assert a.shape == (64, 3) and b.shape == (2, 96), (a.shape, b.shape)\n"
+        "assert (np.repeat(a, 32, axis=1) == np.repeat(b, 32, axis=0)).all()\n"
+        "assert (a[:32] == a[0]).all() and (a[32:] == a[32]).all()");
+
+  // The text report names the block shape.
+  const auto text = run_command(kBin + " quant --in " + dir / "x.npy" + " --out " + dir / "q.npy" + " --blocks 2d");
+  INFO(text.output);
+  CHECK(text.exit_code == 0);
+  CHECK(text.output.find("-> mxfp4 along rows in 2d blocks (scale rule floor, nearest rounding, Hadamard none)") != std::string::npos);
+
+  // Bad values and shapes: exit code 2, one line.
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"x.npy --blocks 3d", "--blocks: '3d' is not one of: 1d, 2d"},
+      {"x40.npy --blocks 2d --axis cols",
+       "the number of rows (40) is not a multiple of the mxfp4 2-D block size 32 (2-D blocks tile both dimensions)"},
+      {"x.npy --blocks 2d --scale-rule mse", "the mse scale rule is not available with 2-D blocks"}};
+  for (const auto& [args, message] : bad) {
+    const auto r = run_command(kBin + " quant --out " + dir / "q.npy" + " --in " + dir / args);
+    INFO(args << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(message) != std::string::npos);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+}

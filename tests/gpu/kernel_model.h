@@ -20,6 +20,7 @@
 #include "mxablate/kernels/quantize.h"
 #include "reference.h"
 #include "segment_quant.h"
+#include "tile_layout.h"
 
 namespace mxablate::test {
 
@@ -144,6 +145,43 @@ ModelOutput run(const Problem& pb) {
     out.tensor_scale = global;
   }
 
+  // 2-D blocks: the kernel's tile pass (tile_amax_pass): per thread block of 128 x 128, the
+  // scale tiles' amax in tile_2d_slot order, read along rows from the unrotated input (2-D blocks
+  // never rotate). A thread block is identified by (its first row, its first column) / 128.
+  const int tile = block_2d_tile(pb.spec);
+  const int64_t grid_cols = (pb.cols + kTile - 1) / kTile;
+  std::vector<uint32_t> tile_max;
+  if (tile != 0) {
+    tile_max.assign(static_cast<size_t>((pb.rows + kTile - 1) / kTile * grid_cols * kMaxTileSlots), 0u);
+    for (int64_t r = 0; r < pb.rows; ++r) {
+      for (int64_t c0 = 0; c0 < pb.cols; c0 += kSegment) {
+        SegmentPlace s{};
+        s.line_in_tile = static_cast<int>(r % kTile);
+        s.part = static_cast<int>((c0 % kTile) / kSegment);
+        const int count = static_cast<int>(std::min<int64_t>(pb.cols - c0, kSegment));
+        float v[kSegment] = {};
+        for (int j = 0; j < count; ++j) v[j] = pb.x[r * pb.cols + c0 + j];
+        uint32_t bits[2];
+        segment_block_max_bits<F>(v, count, bits);
+        const int64_t thread_block = (r / kTile) * grid_cols + c0 / kTile;
+        for (int b = 0; b * tile < count; ++b) {
+          uint32_t& slot = tile_max[static_cast<size_t>(thread_block * kMaxTileSlots) +
+                                    static_cast<size_t>(tile_2d_slot(Axis::kRows, s, b, tile))];
+          slot = std::max(slot, bits[b]);
+        }
+      }
+    }
+  }
+  // The slot the quantization pass reads for block b of the segment at (line, start).
+  auto slot_of = [&](int part, int64_t line, int64_t start, int b) {
+    SegmentPlace s{};
+    s.line_in_tile = static_cast<int>(line % kTile);
+    s.part = part;
+    const int64_t row = pb.axis == Axis::kRows ? line : start, col = pb.axis == Axis::kRows ? start : line;
+    const int64_t thread_block = (row / kTile) * grid_cols + col / kTile;
+    return static_cast<size_t>(thread_block * kMaxTileSlots + tile_2d_slot(pb.axis, s, b, tile));
+  };
+
   std::array<ThreadTelemetry, kSegmentsPerChunk> tel{};
   std::array<int64_t, kSegmentsPerChunk> inexact{};
   const int64_t length = pb.length();
@@ -156,6 +194,10 @@ ModelOutput run(const Problem& pb) {
     ctx.index_stride = pb.axis == Axis::kRows ? 1 : pb.cols;
     ctx.bf16_written = true;
     ctx.count = count;
+    if (tile != 0) {
+      ctx.tile_amax = true;
+      for (int b = 0; b < kSegment / tile; ++b) ctx.tile_max_bits[b] = tile_max[slot_of(part, line, start, b)];
+    }
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;

@@ -208,6 +208,32 @@ TEST_CASE("GPU quantize of both axes in one pass equals two reference calls", "[
   }
 }
 
+TEST_CASE("GPU 2-D blocks: W along rows and down columns in one launch, each equal to the reference", "[gpu]") {
+  // The CPU tests (tests/kernels/blocks_2d_test.cpp) show that the reference gives both axes the
+  // same values; here both axes run in one fused launch (one tile pass shared by the two), with
+  // the FP8 re-expression (lines of 256 and 384), staged and unstaged outputs, and next to a 1-D
+  // axis in the same launch.
+  const RngKey key{0xABCDull, 4, 2, GemmKind::kFprop, Operand::kB};
+  for (Specials specials : {Specials::kFiniteOnly, Specials::kAll}) {
+    const std::vector<float> x = test_matrix(256, 384, 21, specials);
+    for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4}) {
+      for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
+        QuantSpec spec{f, ScaleRule::kFloor, rounding};
+        spec.blocks = BlockShape::k2D;
+        QuantSpec one_d = spec;
+        one_d.blocks = BlockShape::k1D;
+        const AxisCase rows{Axis::kRows, spec, key}, cols{Axis::kCols, spec, key};
+        for (bool bf16_input : {false, true}) {
+          check_gpu_call(x, 256, 384, bf16_input, {rows, cols}, true);
+          check_gpu_call(x, 256, 384, bf16_input, {rows, cols}, false, true);
+          check_gpu_call(x, 256, 384, bf16_input, {rows, {Axis::kCols, one_d, key}}, true);
+          check_gpu_call(x, 256, 384, bf16_input, {{Axis::kRows, one_d, key}, cols}, false, true);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("GPU quantize is exact on a large tensor", "[gpu]") {
   const std::vector<float> x = test_matrix(2048, 4096, 5, Specials::kFiniteOnly);
   const AxisCase rows{Axis::kRows, {QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic},
@@ -238,7 +264,18 @@ TEST_CASE("GPU quantize refuses jobs outside the contract, in one sentence", "[g
   axis.out.fp8_codes = nullptr;
   axis.out.fp8_scales = nullptr;
   CHECK_THROWS_AS(gpu::quantize(job, nullptr), std::invalid_argument);  // nvfp4 needs the workspace
+  axis.spec = {QuantFormat::kMXFP4};
+  axis.spec.blocks = BlockShape::k2D;  // 64 x 96: both multiples of the 32 x 32 tile
+  CHECK_NOTHROW(gpu::quantize(job, nullptr));
+  // 48 x 64 along rows: fine for 1-D blocks (rows of 64), not for 32 x 32 tiles (48 rows).
+  job.rows = 48;
+  job.cols = 64;
   job.down_cols = nullptr;
+  job.along_rows = &axis;
+  CHECK_THROWS_AS(gpu::quantize(job, nullptr), std::invalid_argument);
+  axis.spec.blocks = BlockShape::k1D;
+  CHECK_NOTHROW(gpu::quantize(job, nullptr));
+  job.along_rows = nullptr;
   CHECK_THROWS_AS(gpu::quantize(job, nullptr), std::invalid_argument);  // no axis
   gpu::check(gpu::gpuDeviceSynchronize(), "sync");
 }

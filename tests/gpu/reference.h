@@ -76,6 +76,7 @@ inline std::string describe(const kernels::QuantSpec& spec, kernels::Axis axis, 
   s << to_string(spec.format) << " rule=" << to_string(spec.scale_rule) << " rounding=" << to_string(spec.rounding)
     << " hadamard=" << to_string(spec.hadamard) << "/" << spec.hadamard_size << " axis=" << to_string(axis)
     << " shape=" << rows << "x" << cols;
+  if (spec.blocks != kernels::BlockShape::k1D) s << " blocks=" << to_string(spec.blocks);
   return s.str();
 }
 

@@ -49,7 +49,8 @@ inline std::vector<float> bf16_values(const std::vector<uint16_t>& b) {
 }
 
 // The specs the bit-exactness tests sweep: every MXFP4 rule x rounding x Hadamard mode and size,
-// and for the other formats both roundings with a representative set of rotations.
+// and for the other formats both roundings with a representative set of rotations; and 2-D
+// blocks (shapes whose dimensions are not multiples of the tile are skipped by check_shape).
 inline std::vector<kernels::QuantSpec> specs_to_sweep() {
   using namespace kernels;
   std::vector<QuantSpec> specs;
@@ -65,6 +66,15 @@ inline std::vector<kernels::QuantSpec> specs_to_sweep() {
   for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
       for (auto [mode, n] : all_rotations) specs.push_back({QuantFormat::kMXFP4, rule, rounding, mode, n});
+  // 2-D blocks (docs/design.md §3; never rotated): each rule and rounding; FP8 ignores the shape.
+  for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven})
+    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
+      specs.push_back({QuantFormat::kMXFP4, rule, rounding, HadamardMode::kNone, 16, BlockShape::k2D});
+  for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3})
+    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
+      specs.push_back({f, ScaleRule::kFloor, rounding, HadamardMode::kNone, 16, BlockShape::k2D});
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4})  // with the SR pre-scale
+    specs.push_back({f, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kNone, 16, BlockShape::k2D, 0.75f});
   for (QuantFormat f : {QuantFormat::kNVFP4, QuantFormat::kFP8E4M3, QuantFormat::kFP8E5M2,
                         QuantFormat::kBF16, QuantFormat::kFP32})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})

@@ -2,6 +2,9 @@
 // reference where it claims to: finite inputs, round-to-nearest, no rotation.
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "catch.h"
 #include "mxablate/kernels/torch/composite_emulation.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
@@ -27,6 +30,22 @@ TEST_CASE("composite emulation equals fake_quantize for finite inputs and round-
       }
     }
   }
+}
+
+TEST_CASE("composite emulation refuses 2-D blocks rather than quietly using 1-D ones", "[torch][composite]") {
+  const at::Tensor x = activation_like(64, 128, 19);
+  QuantSpec spec{QuantFormat::kMXFP4};
+  spec.blocks = BlockShape::k2D;
+  try {
+    (void)composite_fake_quantize(x, Axis::kRows, spec, {});
+    FAIL("composite_fake_quantize accepted 2-D blocks");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "composite_fake_quantize does not implement 2-D blocks; use fake_quantize");
+  }
+  // The exact path has them: W and Wᵀ agree.
+  CHECK(same_bits(fake_quantize(x, Axis::kRows, spec, {}), fake_quantize(x, Axis::kCols, spec, {})));
+  spec.format = QuantFormat::kFP8E4M3;  // formats without block scales ignore the setting
+  CHECK_NOTHROW(composite_fake_quantize(x, Axis::kRows, spec, {}));
 }
 
 TEST_CASE("composite emulation with rotation and SR stays close to the reference", "[torch][composite]") {

@@ -28,6 +28,27 @@ constexpr NameTable<BlockShape, 2> kBlockShapeNames{
 constexpr NameTable<GemmKind, 3> kGemmNames{
     {{GemmKind::kFprop, "fprop"}, {GemmKind::kDgrad, "dgrad"}, {GemmKind::kWgrad, "wgrad"}}};
 
+// 2-D blocks (docs/design.md §3) cut the tensor into square tiles, so both dimensions must be
+// multiples of the tile side, whatever the axis. They exist so that W and Wᵀ share values; a
+// Hadamard rotation runs along the quantization axis and would make the two differ, so the two
+// are not combined. Formats without block scales ignore the shape.
+std::string check_2d_blocks(const QuantSpec& spec, int64_t rows, int64_t cols) {
+  const int tile = block_2d_tile(spec);
+  if (tile == 0) return {};
+  if (spec.scale_rule == ScaleRule::kMse)
+    return "the mse scale rule is not available with 2-D blocks (it chooses a scale per 1-D block); "
+           "use floor, ceil or even";
+  if (spec.hadamard != HadamardMode::kNone)
+    return "2-D blocks cannot be combined with a Hadamard rotation (it runs along the quantization "
+           "axis, so rows and columns would no longer share values)";
+  for (const auto& [n, dim] : {std::pair{rows, "rows"}, std::pair{cols, "columns"}})
+    if (n % tile != 0)
+      return std::string("the number of ") + dim + " (" + std::to_string(n) +
+             ") is not a multiple of the " + std::string(to_string(spec.format)) +
+             " 2-D block size " + std::to_string(tile) + " (2-D blocks tile both dimensions)";
+  return {};
+}
+
 }  // namespace
 
 int block_size(QuantFormat format) {
@@ -50,6 +71,10 @@ std::optional<MinifloatFormat> element_format(QuantFormat format) {
     case QuantFormat::kFP8E5M2: return kE5M2;
     default: return std::nullopt;
   }
+}
+
+int block_2d_tile(const QuantSpec& spec) {
+  return spec.blocks == BlockShape::k2D ? block_size(spec.format) : 0;
 }
 
 std::string_view to_string(QuantFormat v) { return name_of(kFormatNames, v); }
@@ -78,6 +103,7 @@ std::string gemm_kind_names() { return names_of(kGemmNames); }
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
   if (rows <= 0 || cols <= 0)
     return "the tensor is empty (" + std::to_string(rows) + " x " + std::to_string(cols) + ")";
+  if (std::string problem = check_2d_blocks(spec, rows, cols); !problem.empty()) return problem;
   const int64_t length = axis == Axis::kRows ? cols : rows;
   const std::string dim = axis == Axis::kRows ? "columns" : "rows";
   const int block = block_size(spec.format);

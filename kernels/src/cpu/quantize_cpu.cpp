@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -130,6 +131,55 @@ BlockParams block_params(const QuantSpec& spec, float global, const float* value
   return p;
 }
 
+// The scale parameters of a block (1-D) or tile (2-D) from its amax, as block_params computes
+// them from the values.
+BlockParams params_of_amax(const QuantSpec& spec, float global, float amax, bool nonfinite) {
+  BlockParams p;
+  if (spec.format == QuantFormat::kMXFP4) {
+    p.scale_code = e8m0_scale_code(amax, nonfinite, spec.scale_rule, kE2M1Emax);
+    p.nonfinite = p.scale_code == kE8M0NaN;
+    if (!p.nonfinite) p.inverse = mx_inverse_scale(p.scale_code);
+  } else {  // NVFP4
+    p.scale_code = nvfp4_block_scale_code(amax, nonfinite, global);
+    p.nonfinite = p.scale_code == kE4M3NaNCode;
+    if (!p.nonfinite) p.divisor = nvfp4_block_scale(p.scale_code) * global;
+  }
+  return p;
+}
+
+// 2-D blocks (docs/design.md §3): the amax of every square tile of the tensor (never rotated:
+// check_shape), which every line crossing the tile then uses as its block's amax. Tiles are
+// numbered along the lines' direction, tile (line / tile, j / tile) of the line-major values:
+// along rows and down columns the tiles hold the same elements, so both axes get the same scales.
+class TileAmax {
+ public:
+  TileAmax(const std::vector<float>& rotated, const TensorLines& lines, int tile)
+      : tile_(tile), per_band_(lines.length / tile), amax_(static_cast<size_t>(lines.count / tile * per_band_), 0.0f),
+        nonfinite_(amax_.size(), false) {
+    for (int64_t line = 0; line < lines.count; ++line) {
+      const float* values = rotated.data() + line * lines.length;
+      for (int64_t j = 0; j < lines.length; ++j) {
+        const size_t t = index(line, j);
+        if (!is_finite_bits(values[j])) {
+          nonfinite_[t] = true;
+        } else {
+          amax_[t] = std::max(amax_[t], std::fabs(values[j]));
+        }
+      }
+    }
+  }
+  float amax(int64_t line, int64_t j) const { return amax_[index(line, j)]; }
+  bool nonfinite(int64_t line, int64_t j) const { return nonfinite_[index(line, j)]; }
+
+ private:
+  size_t index(int64_t line, int64_t j) const {
+    return static_cast<size_t>((line / tile_) * per_band_ + j / tile_);
+  }
+  int64_t tile_, per_band_;
+  std::vector<float> amax_;
+  std::vector<bool> nonfinite_;
+};
+
 void write_code(uint8_t* packed, const TensorLines& lines, QuantFormat format, int64_t line,
                 int64_t j, uint32_t code) {
   if (is_fp4(format)) {
@@ -194,6 +244,9 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
   const bool stochastic = spec.rounding == Rounding::kStochastic;
   std::vector<QuantTelemetry> partial(
       static_cast<size_t>(detail::line_group_count(lines.count, lines.length)));
+  // 2-D blocks: the tiles' amax first; the element loop below takes each block's scale from its tile.
+  std::optional<TileAmax> tiles;
+  if (const int tile = block_2d_tile(spec); tile != 0) tiles.emplace(rotated, lines, tile);
 
   detail::parallel_for_line_groups(lines.count, lines.length, [&](int64_t group, int64_t first,
                                                                   int64_t last) {
@@ -204,7 +257,8 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
       for (int64_t b0 = 0; b0 < lines.length; b0 += step) {
         BlockParams params = tensor_block;
         if (block != 0) {
-          params = block_params(spec, global, values + b0, block);
+          params = tiles ? params_of_amax(spec, global, tiles->amax(line, b0), tiles->nonfinite(line, b0))
+                         : block_params(spec, global, values + b0, block);
           if (out.scales) out.scales[line * (lines.length / block) + b0 / block] = params.scale_code;
         }
         if (block != 0 && params.nonfinite) ++tel.nonfinite_blocks;

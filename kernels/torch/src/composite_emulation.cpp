@@ -76,6 +76,8 @@ at::Tensor fp8(const at::Tensor& lines, MinifloatFormat f, bool stochastic) {
 
 at::Tensor composite_fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec,
                                    const RngKey& key) {
+  if (block_2d_tile(spec) != 0)  // it would silently use 1-D blocks
+    throw std::invalid_argument("composite_fake_quantize does not implement 2-D blocks; use fake_quantize");
   detail::check_quantizable(x, axis, spec, "composite_fake_quantize input");
   // Research code moves the quantization axis last with a transposed copy.
   at::Tensor lines = x.to(at::kFloat);

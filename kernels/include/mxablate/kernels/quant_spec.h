@@ -51,6 +51,10 @@ int block_size(QuantFormat format);
 bool is_fp4(QuantFormat format);
 // Element format of the codes (E2M1, E4M3, E5M2); nullopt for FP32/BF16.
 std::optional<MinifloatFormat> element_format(QuantFormat format);
+// Side of the square tile that shares one scale under `spec` (docs/design.md §3): the block size
+// (32 MXFP4, 16 NVFP4) when spec.blocks is k2D, 0 otherwise (1-D blocks, or a format without
+// block scales, which ignores `blocks`).
+int block_2d_tile(const QuantSpec& spec);
 
 std::string_view to_string(QuantFormat v);
 std::string_view to_string(ScaleRule v);
@@ -82,5 +86,8 @@ std::string gemm_kind_names();
 // and both it and the block size divide the length of the quantization axis. Returns an empty
 // string when it can, otherwise one sentence saying what is wrong.
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis);
+// With 2-D blocks, check_shape also requires the tile side to divide both dimensions, no
+// Hadamard rotation, and a scale rule other than mse (which chooses per 1-D block; not
+// implemented over a tile).
 
 }  // namespace mxablate::kernels

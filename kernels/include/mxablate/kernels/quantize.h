@@ -11,6 +11,12 @@
 //   quantization yields the transposed operand a GEMM wants: (lines, line_length / 2) bytes for
 //   FP4, element 2i in the low nibble and 2i+1 in the high nibble; (lines, line_length) bytes
 //   for FP8. Scales are (lines, line_length / block) bytes: E8M0 for MXFP4, E4M3 for NVFP4.
+// - 2-D blocks (spec.blocks == k2D, MXFP4/NVFP4; docs/design.md §3): the scale is shared by a
+//   block x block square tile of the rows x cols tensor and comes from the tile's amax. The
+//   layout stays per line: each line crossing a tile stores the tile's scale byte, so the scale
+//   bytes of the `block` lines of one tile are equal. Quantizing along rows and down columns
+//   gives the same dequantized values element for element (W and Wᵀ), stochastic rounding
+//   included (same key: the number comes from the logical index). No Hadamard rotation.
 // - `tensor_scale` is one float: NVFP4's global decode scale, FP8's per-tensor decode scale
 //   (value = code * scale for FP8; code * block_scale * tensor_scale for NVFP4).
 // - Stochastic rounding draws element (r, c)'s number from its logical index r * cols + c.

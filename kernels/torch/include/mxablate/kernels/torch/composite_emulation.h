@@ -18,5 +18,6 @@ namespace mxablate::kernels {
 // spec does not fit the shape.
 at::Tensor composite_fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec,
                                    const RngKey& key);
+// 2-D blocks (spec.blocks) are not emulated: it throws rather than quietly use 1-D blocks.
 
 }  // namespace mxablate::kernels
