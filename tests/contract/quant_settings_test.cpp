@@ -134,6 +134,17 @@ TEST_CASE("An arm is described by every setting that differs from its baseline")
   CHECK(describe_differences(settings_difference(arm, fp8), false) ==
         "dge (clamp=3.0, k=5.0) + H16 deterministic (wgrad) + scale_rule ceil + SR(grad) + "
         "train.lr 0.002");
+  RunConfig scheduled = with(kMX, kMX, kMX);
+  scheduled.precision_schedule = {{0.5, {kFP8, kFP8, kMX}}, {0.9, {kBF16, kBF16, kBF16}}};
+  LayerOverride ends{"blocks.0.*", {}};
+  ends.patch.fprop = ends.patch.dgrad = ends.patch.wgrad = kBF16;
+  LayerOverride head{"lm_head", {}};
+  head.patch.wgrad = kMX;
+  head.patch.scale_rule = ScaleRule::kMse;
+  scheduled.overrides = {ends, head};
+  CHECK(describe_differences(settings_difference(scheduled, fp8), false) ==
+        "overrides blocks.0.*: bf16; lm_head: W mxfp4, scale_rule mse + "
+        "F fp8 D fp8 W mxfp4 from 0.5, bf16 from 0.9");
   RunConfig rotated_base = fp8;
   rotated_base.quant.hadamard.mode = HadamardMode::kDeterministic;
   CHECK(describe_differences(settings_difference(fp8, rotated_base), false) == "no Hadamard");

@@ -51,6 +51,41 @@ void compare(const json& run, const json& reference, const std::string& path,
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// A precision section: "bf16" when all three GEMMs agree, else "F mxfp4 D bf16 W bf16" with only
+// the GEMMs it names.
+std::string precision_text(const json& p) {
+  if (!p.is_object()) return text_of(p);
+  const json f = p.value("fprop", json()), d = p.value("dgrad", json()), w = p.value("wgrad", json());
+  if (p.size() == 3 && f == d && d == w) return text_of(f);
+  std::string out;
+  for (const auto& [key, letter] : {std::pair{"fprop", "F"}, std::pair{"dgrad", "D"},
+                                    std::pair{"wgrad", "W"}})
+    if (p.contains(key)) out += (out.empty() ? "" : " ") + std::string(letter) + " " + text_of(p[key]);
+  return out;
+}
+
+// The schedule as "bf16 from 0.9" per phase; an override as "blocks.0.*: bf16, scale_rule mse".
+std::string schedule_text(const json& phases) {
+  std::string out;
+  for (const json& p : phases)
+    out += (out.empty() ? "" : ", ") + precision_text(p.value("precision", json())) + " from " +
+           text_of(p.value("at_fraction", json()));
+  return out;
+}
+
+std::string overrides_text(const json& overrides) {
+  std::string out;
+  for (const json& o : overrides) {
+    std::string what;
+    if (o.contains("precision")) what = precision_text(o["precision"]);
+    if (o.contains("quant") && o["quant"].is_object())
+      for (const auto& item : o["quant"].items())
+        what += (what.empty() ? "" : ", ") + item.key() + " " + text_of(item.value());
+    out += (out.empty() ? "" : "; ") + text_of(o.value("layers", json())) + ": " + what;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<SettingDifference> settings_difference(const RunConfig& run, const RunConfig& reference) {
@@ -75,6 +110,10 @@ std::string describe_differences(const std::vector<SettingDifference>& differenc
       add(mode == "none" ? "no Hadamard"
                          : "H" + text_of(size) + " " + text_of(mode) + " (" +
                                gemms.substr(1, gemms.size() - 2) + ")");
+    } else if (d.key == "precision_schedule" && d.raw.is_array()) {
+      add(d.raw.empty() ? "no precision schedule" : schedule_text(d.raw));
+    } else if (d.key == "overrides" && d.raw.is_array()) {
+      add(d.raw.empty() ? "no overrides" : "overrides " + overrides_text(d.raw));
     } else {
       const size_t dot = d.key.find('.');
       const bool section = starts_with(d.key, "quant.") || starts_with(d.key, "precision.");
