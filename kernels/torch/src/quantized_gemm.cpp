@@ -79,8 +79,8 @@ at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmRepor
   detail::Fp8Operand fa = detail::quantize_fp8_operand_gpu(a, report ? &report->a : nullptr, counts);
   detail::Fp8Operand fb = detail::quantize_fp8_operand_gpu(b, report ? &report->b : nullptr, counts);
   // The pre-scale fold goes into a's FP32 chunk scales (powers of two, so each becomes exactly
-  // scale / (pa pb)); the GEMM applies them to its FP32 partial sums before the one bf16
-  // rounding. In place, keeping the column-major strides cuBLASLt needs.
+  // scale * fold); the GEMM applies them to its FP32 partial sums before the one bf16 rounding.
+  // In place, keeping the column-major strides cuBLASLt needs.
   const float fold = sr_prescale_fold(a.spec, b.spec);
   if (fold != 1.0f) fa.scales.mul_(fold);
   if (report) {
