@@ -215,9 +215,10 @@ void register_quant_command(CLI::App& app) {
   cmd->add_option("--axis", opts->axis, "rows (blocks along a row) | cols (down a column)")
       ->capture_default_str();
   cmd->add_option("--scale-rule", opts->scale_rule,
-                  "block scale rule: floor | ceil | even (MXFP4 E8M0 exponent) | mse (MXFP4: the "
-                  "better of floor(log2 amax) - 2 and - 1 by squared error; NVFP4: the block max "
-                  "mapped to 4 or 6, whichever errs less); NVFP4 ignores the others")
+                  "block scale rule: floor | ceil | even (MXFP4 E8M0 exponent) | mse (MXFP4: of "
+                  "e = floor(log2 amax) - 2 and e + 1 the one with the smaller squared error; "
+                  "NVFP4: the block max mapped to 4 or 6, whichever errs less); NVFP4 ignores "
+                  "floor, ceil and even")
       ->capture_default_str();
   cmd->add_option("--rounding", opts->rounding, "nearest | stochastic")->capture_default_str();
   cmd->add_option("--sr-prescale", opts->sr_prescale,

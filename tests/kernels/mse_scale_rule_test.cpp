@@ -112,6 +112,15 @@ TEST_CASE("mse (MXFP4): e0 + 1 wins when it has the smaller squared error", "[ms
   CHECK(neg.dequant[0] == -8.0f);
 }
 
+TEST_CASE("mse (MXFP4): the error difference is exact and adds up over parts of a block", "[mse]") {
+  // 7.5 and 2s at e0 = 0: (1.5^2 - 0.5^2) in units of 2^-50, the 2s contributing 0.
+  const std::vector<float> x = block_of(7.5f, 2.0f);
+  CHECK(mx_mse_error_difference(x.data(), 32, 0) == (2LL << 50));
+  const std::vector<float> y = activation_like(1, 64, 3);
+  const long long whole = mx_mse_error_difference(y.data(), 64, 1);
+  CHECK(whole == mx_mse_error_difference(y.data(), 40, 1) + mx_mse_error_difference(y.data() + 40, 24, 1));
+}
+
 TEST_CASE("mse (MXFP4): an exact tie goes to the smaller exponent", "[mse]") {
   const QuantSpec mse = spec_of(QuantFormat::kMXFP4, ScaleRule::kMse);
   // 4 and 1s: exact under both exponents (4 = 4 * 2^0 = 2 * 2^1, 1 = 1 * 2^0 = 0.5 * 2^1).

@@ -82,27 +82,20 @@ MX_HD float e2m1_nearest_magnitude(float a) {
   return decode_magnitude(encode_magnitude(a > kE2M1.max_finite ? kE2M1.max_finite : a, kE2M1, -1.0f), kE2M1);
 }
 
-// MXFP4: the E8M0 exponent among e0 = floor(log2 amax) - 2 and e0 + 1 with the smaller squared
-// error; ties go to e0. A candidate outside [-127, 127] is not one (e0 < -127 leaves the clamp's
-// -127, e0 = 127 leaves 127); all-zero blocks get code 0 and non-finite ones the NaN code, as the
-// other rules.
-//
-// Exact: in the e0-scaled domain an element is y = |x| 2^-e0 < 8, candidate e0 rounds it to
-// Q(y) and candidate e0 + 1 to 2 Q(y / 2). Elements with y < 1/4 round to 0 under both, so their
-// errors are equal and drop out of the comparison. For y >= 1/4 (a normal float, so y and y / 2
-// are exact), y is a multiple of 2^-25 and so are both errors, which are exact float
+// MXFP4 under kMse: sum over the n values of err(e0)^2 - err(e0 + 1)^2, the squared errors of
+// round-to-nearest with exponents e0 and e0 + 1, in units of 2^(2 e0 - 50). Exact:
+// in the e0-scaled domain an element is y = |x| 2^-e0 < 8 (e0 = floor(log2 amax) - 2), candidate
+// e0 rounds it to Q(y) and candidate e0 + 1 to 2 Q(y / 2). Elements with y < 1/4 round to 0
+// under both, so their errors are equal and drop out. For y >= 1/4 (a normal float, so y and
+// y / 2 are exact), y is a multiple of 2^-25 and so are both errors, which are exact float
 // differences (each at most y in magnitude) below 2 and 1: as integers in units of 2^-25 they
-// are below 2^26, their squares below 2^52, and the sum of n <= 2048 differences of squares
-// fits int64 exactly (n <= 1024 in our blocks and tiles).
-MX_HD uint8_t mx_mse_scale_code(const float* values, int n, float amax, bool block_has_nonfinite) {
-  if (block_has_nonfinite) return kE8M0NaN;
-  if (amax == 0.0f) return 0;
-  const int e0 = floor_log2(amax) - kE2M1Emax;
-  if (e0 < kScaleExpMin) return static_cast<uint8_t>(kScaleExpMin + kE8M0Bias);
-  if (e0 >= kScaleExpMax) return static_cast<uint8_t>(kScaleExpMax + kE8M0Bias);  // e0 + 1 is out
+// are below 2^26, their squares below 2^52, and the sum of n <= 1024 differences of squares
+// fits int64 exactly. Being exact, partial sums over parts of a block (a 2-D tile split across
+// threads, say) add up to the same total in any order.
+MX_HD long long mx_mse_error_difference(const float* values, int n, int e0) {
   const float inverse = pow2f(-e0);
   constexpr float kUnits = 33554432.0f;  // 2^25
-  long long lo_minus_hi = 0;             // sum of err_lo^2 - err_hi^2, in units of 2^-50
+  long long lo_minus_hi = 0;
   for (int i = 0; i < n; ++i) {
     const float y = fabsf(values[i]) * inverse;
     if (!(y >= 0.25f)) continue;
@@ -112,7 +105,21 @@ MX_HD uint8_t mx_mse_scale_code(const float* values, int n, float amax, bool blo
     const long long b = static_cast<long long>(err_hi * kUnits);
     lo_minus_hi += a * a - b * b;
   }
-  return static_cast<uint8_t>((lo_minus_hi > 0 ? e0 + 1 : e0) + kE8M0Bias);
+  return lo_minus_hi;
+}
+
+// MXFP4: the E8M0 code of the exponent among e0 = floor(log2 amax) - 2 and e0 + 1 with the
+// smaller squared error (mx_mse_error_difference); ties go to e0. A candidate outside
+// [-127, 127] is not one (e0 < -127 leaves the clamp's -127, e0 = 127 leaves 127); all-zero
+// blocks get code 0 and non-finite ones the NaN code, as under the other rules.
+MX_HD uint8_t mx_mse_scale_code(const float* values, int n, float amax, bool block_has_nonfinite) {
+  if (block_has_nonfinite) return kE8M0NaN;
+  if (amax == 0.0f) return 0;
+  const int e0 = floor_log2(amax) - kE2M1Emax;
+  if (e0 < kScaleExpMin) return static_cast<uint8_t>(kScaleExpMin + kE8M0Bias);
+  if (e0 >= kScaleExpMax) return static_cast<uint8_t>(kScaleExpMax + kE8M0Bias);  // e0 + 1 is out
+  const bool upper = mx_mse_error_difference(values, n, e0) > 0;
+  return static_cast<uint8_t>((upper ? e0 + 1 : e0) + kE8M0Bias);
 }
 
 // The E8M0 code of an MXFP4 block under `rule`.
