@@ -4,6 +4,14 @@
 
 #include "mxablate/kernels/minifloat.h"
 
+// Full unrolling of the per-element loops over a block in device code: the GPU holds a block in
+// registers, and a loop indexing it at run time would move it to local memory.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define MXABLATE_BLOCK_UNROLL _Pragma("unroll")
+#else
+#define MXABLATE_BLOCK_UNROLL
+#endif
+
 namespace mxablate::kernels {
 
 inline constexpr int kMXBlockSize = 32;
@@ -96,6 +104,7 @@ MX_HD long long mx_mse_error_difference(const float* values, int n, int e0) {
   const float inverse = pow2f(-e0);
   constexpr float kUnits = 33554432.0f;  // 2^25
   long long lo_minus_hi = 0;
+MXABLATE_BLOCK_UNROLL
   for (int i = 0; i < n; ++i) {
     const float y = fabsf(values[i]) * inverse;
     if (!(y >= 0.25f)) continue;
@@ -135,6 +144,7 @@ MX_HD uint8_t mx_block_scale_code(const float* values, int n, float amax, bool b
 MX_HD double nvfp4_block_sq_error(const float* values, int n, uint8_t code, float global) {
   const float divisor = nvfp4_block_scale(code) * global;
   double sum = 0.0;
+MXABLATE_BLOCK_UNROLL
   for (int i = 0; i < n; ++i) {
     const float x = values[i];
     float v = 0.0f;  // a zero divisor flushes the block
