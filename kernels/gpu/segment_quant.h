@@ -158,14 +158,14 @@ MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRu
   p.nonfinite = a.nonfinite;
   const float amax = a.amax;
   if constexpr (F == QuantFormat::kMXFP4) {
-    p.scale_code = e8m0_scale_code(amax, p.nonfinite, rule, kE2M1Emax);
+    p.scale_code = mx_block_scale_code(values, n, amax, p.nonfinite, rule);
     p.nonfinite = p.scale_code == kE8M0NaN;
     if (!p.nonfinite) {
       p.inverse = mx_inverse_scale(p.scale_code);
       p.scale = pow2f(static_cast<int>(p.scale_code) - kE8M0Bias);
     }
   } else {  // NVFP4
-    p.scale_code = nvfp4_block_scale_code(amax, p.nonfinite, global);
+    p.scale_code = nvfp4_block_scale_code_for(values, n, amax, p.nonfinite, global, rule);
     p.nonfinite = p.scale_code == kE4M3NaNCode;
     if (!p.nonfinite) {
       p.scale = nvfp4_block_scale(p.scale_code);
@@ -457,6 +457,8 @@ MX_HD void round_elements(float (&v)[kSegment], const SegmentContext& ctx, const
                           SegmentResult& out, ThreadTelemetry& tel, const Uniforms& uniforms) {
   constexpr int kBlock = block_size_of(F);
   constexpr bool kFp4 = F == QuantFormat::kMXFP4 || F == QuantFormat::kNVFP4;
+  // The SR pre-scale (quantize_cpu.cpp): scales came from v, the elements rounded are p * v.
+  const float prescale = kStochastic ? effective_sr_prescale(ctx.spec) : 1.0f;
   // Groups of four elements: the unit of stochastic-rounding numbers, and small enough for the
   // fully unrolled loop to stay unrolled (a rolled loop would move v[] to local memory).
 MXABLATE_UNROLL
@@ -466,7 +468,7 @@ MXABLATE_UNROLL
 MXABLATE_UNROLL
     for (int k = 0; k < 4; ++k) {
       const int j = 4 * g + k;
-      const float x = v[j];
+      const float x = kStochastic ? v[j] * prescale : v[j];
       const BlockParams& p = params[kBlock == kNVBlockSize ? (j >> 4) : 0];
       const ElementResult r = round_element<F, kStochastic, kFinite>(ctx.global, p, x, u[k]);
       if constexpr (kCodes && kFp4) {

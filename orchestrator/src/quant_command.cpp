@@ -24,6 +24,7 @@ struct QuantOptions {
   std::string format = "mxfp4", axis = "rows", scale_rule = "floor", rounding = "nearest";
   std::string hadamard = "none", gemm = "fprop", operand = "a", blocks = "1d";
   int hadamard_size = 16;
+  float sr_prescale = 1.0f;
   uint64_t seed = 0;
   uint32_t step = 0, layer = 0;
   int threads = 0;
@@ -90,6 +91,7 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
                    {"rounding", o.rounding},
                    {"hadamard", o.hadamard},
                    {"hadamard_size", o.hadamard_size},
+                   {"sr_prescale", o.sr_prescale},
                    {"elements", t.elements},
                    {"relative_error", t.relative_error()},
                    {"fraction_saturated", t.fraction_saturated()},
@@ -110,6 +112,8 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
               m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), blocks.c_str(), o.scale_rule.c_str(),
               o.rounding.c_str(), o.hadamard.c_str());
   if (o.hadamard != "none") std::printf(" %d", o.hadamard_size);
+  if (o.rounding == "stochastic" && o.sr_prescale != 1.0f)
+    std::printf(", SR pre-scale %.9g: values hold Q(p x), errors are against p x", o.sr_prescale);
   std::printf(")\n");
   std::printf("  relative error      %.6g\n", t.relative_error());
   std::printf("  saturated           %.4f %%  (%llu of %llu)\n", 100 * t.fraction_saturated(),
@@ -139,6 +143,9 @@ void run_quant(const QuantOptions& o) {
   spec.hadamard = parse_choice(parse_hadamard_mode(o.hadamard), "--hadamard", o.hadamard,
                                hadamard_mode_names());
   spec.hadamard_size = o.hadamard_size;
+  if (const std::string problem = check_sr_prescale(o.sr_prescale); !problem.empty())
+    throw InputError("--sr-prescale: " + problem);
+  spec.sr_prescale = o.sr_prescale;
   const Axis axis = parse_choice(parse_axis(o.axis), "--axis", o.axis, "rows, cols");
   RngKey key;
   key.seed = o.seed;
@@ -212,9 +219,18 @@ void register_quant_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--axis", opts->axis, "rows (blocks along a row) | cols (down a column)")
       ->capture_default_str();
-  cmd->add_option("--scale-rule", opts->scale_rule, "MXFP4 shared-scale rule: floor | ceil | even")
+  cmd->add_option("--scale-rule", opts->scale_rule,
+                  "block scale rule: floor | ceil | even (MXFP4 E8M0 exponent) | mse (MXFP4: of "
+                  "e = floor(log2 amax) - 2 and e + 1 the one with the smaller squared error; "
+                  "NVFP4: the block max mapped to 4 or 6, whichever errs less); NVFP4 ignores "
+                  "floor, ceil and even")
       ->capture_default_str();
   cmd->add_option("--rounding", opts->rounding, "nearest | stochastic")->capture_default_str();
+  cmd->add_option("--sr-prescale", opts->sr_prescale,
+                  "stochastic rounding only: multiply each value by P in [2^-24, 1] before "
+                  "rounding, scales still chosen from the values (0.75 with floor: nothing "
+                  "saturates); --out holds Q(P x) and the errors are measured against P x")
+      ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "run seed (stochastic rounding, random Hadamard)")
       ->capture_default_str();
   cmd->add_option("--step", opts->step, "training step of the random streams")->capture_default_str();

@@ -131,6 +131,49 @@ TEST_CASE("mxablate quant: stochastic rounding is reproducible from the command 
   CHECK(std::memcmp(a.data(), c.data(), a.size() * 4) != 0);
 }
 
+TEST_CASE("mxablate quant: scale rule mse and the SR pre-scale give the library's bits") {
+  REQUIRE_NUMPY();
+  TempDir dir("mxablate_quant_mse");
+  numpy("x = np.random.default_rng(2).standard_normal((32, 64)).astype(np.float32)\n"
+        "x[:, 7] *= 30\n"
+        "np.save('" + dir / "x.npy" + "', x)");
+  const npy::Matrix x = npy::read_matrix(dir / "x.npy");
+  for (const std::string format : {"mxfp4", "nvfp4"}) {
+    const auto r = run_command(kBin + " quant --in " + dir / "x.npy" + " --out " + dir / "q.npy" +
+                               " --format " + format + " --scale-rule mse --rounding stochastic" +
+                               " --sr-prescale 0.75 --seed 5 --json");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto report = nlohmann::json::parse(r.output);
+    CHECK(report["scale_rule"] == "mse");
+    CHECK(report["sr_prescale"] == 0.75);
+    kernels::QuantSpec spec;
+    spec.format = *kernels::parse_quant_format(format);
+    spec.scale_rule = kernels::ScaleRule::kMse;
+    spec.rounding = kernels::Rounding::kStochastic;
+    spec.sr_prescale = 0.75f;
+    kernels::RngKey key;
+    key.seed = 5;
+    std::vector<float> expected(x.data.size());
+    kernels::QuantOutputs out;
+    out.dequant = expected.data();
+    const auto t = kernels::quantize(x.data.data(), 32, 64, kernels::Axis::kRows, spec, key, out);
+    const npy::Matrix q = npy::read_matrix(dir / "q.npy");
+    CHECK(std::memcmp(expected.data(), q.data.data(), expected.size() * 4) == 0);
+    CHECK(report["fraction_saturated"] == 0.0);
+    CHECK(report["relative_error"].get<double>() == Approx(t.relative_error()));
+  }
+  for (const std::string bad : {"0", "1.5", "-0.75", "nan", "inf", "1e-9"}) {
+    const auto r = run_command(kBin + " quant --in " + dir / "x.npy" + " --out " + dir / "q.npy" +
+                               " --rounding stochastic --sr-prescale " + bad);
+    INFO(bad << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("--sr-prescale: sr_prescale") != std::string::npos);
+    CHECK(r.output.find("is not a finite number in [2^-24, 1]") != std::string::npos);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+}
+
 TEST_CASE("malformed or unsupported .npy files: exit code 2 and one line naming the problem") {
   REQUIRE_NUMPY();
   TempDir dir("mxablate_quant_bad");

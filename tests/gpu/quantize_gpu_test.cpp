@@ -257,6 +257,9 @@ TEST_CASE("GPU quantize refuses jobs outside the contract, in one sentence", "[g
   axis.spec.hadamard = HadamardMode::kDeterministic;
   axis.spec.hadamard_size = 128;  // 64 rows is not a multiple of 128
   CHECK_THROWS_AS(gpu::quantize(job, nullptr), std::invalid_argument);
+  axis.spec = {QuantFormat::kMXFP4};
+  axis.spec.sr_prescale = 0.0f;  // outside [2^-24, 1]
+  CHECK_THROWS_AS(gpu::quantize(job, nullptr), std::invalid_argument);
   axis.spec = {QuantFormat::kNVFP4};
   axis.out.fp8_codes = out.as<uint8_t>();
   axis.out.fp8_scales = out.as<float>();

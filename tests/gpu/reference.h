@@ -74,7 +74,8 @@ inline bool telemetry_matches(const kernels::QuantTelemetry& got, const kernels:
 inline std::string describe(const kernels::QuantSpec& spec, kernels::Axis axis, int64_t rows, int64_t cols) {
   std::ostringstream s;
   s << to_string(spec.format) << " rule=" << to_string(spec.scale_rule) << " rounding=" << to_string(spec.rounding)
-    << " hadamard=" << to_string(spec.hadamard) << "/" << spec.hadamard_size << " axis=" << to_string(axis)
+    << " hadamard=" << to_string(spec.hadamard) << "/" << spec.hadamard_size
+    << " sr_prescale=" << spec.sr_prescale << " axis=" << to_string(axis)
     << " shape=" << rows << "x" << cols;
   if (spec.blocks != kernels::BlockShape::k1D) s << " blocks=" << to_string(spec.blocks);
   return s.str();

@@ -79,6 +79,21 @@ inline std::vector<kernels::QuantSpec> specs_to_sweep() {
                         QuantFormat::kBF16, QuantFormat::kFP32})
     for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
       for (auto [mode, n] : some_rotations) specs.push_back({f, ScaleRule::kFloor, rounding, mode, n});
+  // Scale rule mse (MXFP4's two exponents, NVFP4's four over six), and the SR pre-scale on every
+  // format (docs/design.md §3).
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4})
+    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
+      for (auto [mode, n] : some_rotations) specs.push_back({f, ScaleRule::kMse, rounding, mode, n});
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4, QuantFormat::kFP8E4M3, QuantFormat::kFP8E5M2,
+                        QuantFormat::kBF16, QuantFormat::kFP32})
+    for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kMse}) {
+      if (rule == ScaleRule::kMse && !(f == QuantFormat::kMXFP4 || f == QuantFormat::kNVFP4)) continue;
+      for (auto [mode, n] : {some_rotations[0], some_rotations[3]}) {
+        QuantSpec s{f, rule, Rounding::kStochastic, mode, n};
+        s.sr_prescale = 0.75f;
+        specs.push_back(s);
+      }
+    }
   return specs;
 }
 

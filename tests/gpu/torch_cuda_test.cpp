@@ -200,3 +200,31 @@ TEST_CASE("the FP8 path counts the chunks it cannot express exactly", "[gpu][tor
   // The lost bits are 2^-20 relative: the result still matches the exact emulation closely.
   CHECK(relative_error(fp8, quantized_gemm(ga, gb, GemmPath::kEmulated)) < 4e-3);
 }
+
+TEST_CASE("CUDA GEMM paths divide the SR pre-scales back out", "[gpu][torch][gemm]") {
+  // Operands hold Q(pa a) and Q(pb b); every path must return (Qa Qbᵀ) / (pa pb): the emulated
+  // path through cuBLAS's alpha (bf16) or an FP32 multiply (float32), the FP8 path through a's
+  // chunk scales.
+  at::manual_seed(9);
+  const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor x = at::randn({128, 256}, opt), w = at::randn({64, 256}, opt);
+  QuantSpec sr_a{QuantFormat::kMXFP4, ScaleRule::kMse, Rounding::kStochastic};
+  sr_a.sr_prescale = 0.75f;
+  QuantSpec sr_b{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  sr_b.sr_prescale = 0.5f;
+  const std::string fp8_unavailable = gemm_path_unavailable_reason(GemmPath::kHopperFP8, x.device());
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    INFO(dtype);
+    const GemmOperand a{x.to(dtype), Axis::kRows, sr_a, {2, 5, 1, GemmKind::kFprop, Operand::kA}};
+    const GemmOperand b{w.to(dtype), Axis::kRows, sr_b, {2, 5, 1, GemmKind::kFprop, Operand::kB}};
+    const at::Tensor qa = fake_quantize(a.tensor, a.axis, a.spec, a.key);
+    const at::Tensor qb = fake_quantize(b.tensor, b.axis, b.spec, b.key);
+    const at::Tensor exact = at::mm(logical64(qa, a.axis), logical64(qb, b.axis).t()) / (0.75 * 0.5);
+    CHECK(relative_error(quantized_gemm(a, b, GemmPath::kEmulated), exact) < (dtype == at::kFloat ? 1e-5 : 4e-3));
+    if (!fp8_unavailable.empty()) {
+      WARN("hopper-fp8 path not run: " << fp8_unavailable);
+      continue;
+    }
+    CHECK(relative_error(quantized_gemm(a, b, GemmPath::kHopperFP8), exact) < 4e-3);
+  }
+}

@@ -41,14 +41,17 @@ TEST_CASE("dequantize_packed reproduces the fake-quant output bit for bit") {
         for (HadamardMode h : {HadamardMode::kNone, HadamardMode::kDeterministic,
                                HadamardMode::kFixedRandom, HadamardMode::kPerStepRandom}) {
           for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
-            for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
-              if (f != QuantFormat::kMXFP4 && rule != ScaleRule::kFloor) continue;
+            for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven, ScaleRule::kMse}) {
+              if (!(f == QuantFormat::kMXFP4 || (f == QuantFormat::kNVFP4 && rule == ScaleRule::kMse)) &&
+                  rule != ScaleRule::kFloor)
+                continue;
               QuantSpec spec;
               spec.format = f;
               spec.scale_rule = rule;
               spec.rounding = rounding;
               spec.hadamard = h;
               spec.hadamard_size = 64;
+              spec.sr_prescale = 0.75f;  // codes hold Q(0.75 x) under SR; ignored otherwise
               const auto q = run_quantize(*x, rows, cols, axis, spec,
                                           RngKey{8, 3, 2, GemmKind::kWgrad, Operand::kB});
               std::vector<float> back(x->size());
@@ -73,7 +76,7 @@ TEST_CASE("dequantize_packed reproduces the fake-quant output bit for bit") {
       }
     }
   }
-  CHECK(cases == 2 * (3 + 1 + 1 + 1) * 2 * 4 * 2);
+  CHECK(cases == 2 * (4 + 2 + 1 + 1) * 2 * 4 * 2);
 }
 
 TEST_CASE("FP4 nibble order: element 2i in the low nibble, 2i+1 in the high nibble") {

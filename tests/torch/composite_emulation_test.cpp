@@ -62,3 +62,33 @@ TEST_CASE("composite emulation with rotation and SR stays close to the reference
   CHECK(rel < 0.35);
   CHECK(((a - rotated).norm() / rotated.norm()).item<double>() < 0.3);
 }
+
+TEST_CASE("composite emulation refuses scale rule mse instead of computing another rule", "[torch][composite]") {
+  const at::Tensor x = activation_like(32, 64, 19);
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kNVFP4}) {
+    const QuantSpec mse{f, ScaleRule::kMse};
+    try {
+      composite_fake_quantize(x, Axis::kRows, mse, {});
+      FAIL("composite_fake_quantize accepted scale rule mse");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()) == "composite_fake_quantize: scale rule mse is not emulated (use fake_quantize)");
+    }
+  }
+}
+
+TEST_CASE("composite emulation applies the SR pre-scale: exactly, for fp32 and bf16", "[torch][composite]") {
+  const at::Tensor x = activation_like(32, 64, 20);
+  for (QuantFormat f : {QuantFormat::kFP32, QuantFormat::kBF16}) {
+    QuantSpec spec{f, ScaleRule::kFloor, Rounding::kStochastic};
+    spec.sr_prescale = 0.75f;
+    CHECK(same_bits(composite_fake_quantize(x, Axis::kRows, spec, {}), fake_quantize(x, Axis::kRows, spec, {})));
+  }
+  // MXFP4: stochastic noise differs, but both hold Q(0.75 x) on the scales of x.
+  QuantSpec spec{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  spec.sr_prescale = 0.75f;
+  const at::Tensor a = composite_fake_quantize(x, Axis::kRows, spec, {});
+  const at::Tensor b = fake_quantize(x, Axis::kRows, spec, {});
+  const at::Tensor target = x * 0.75;
+  CHECK(((a - target).norm() / target.norm()).item<double>() < 0.3);
+  CHECK(((b - target).norm() / target.norm()).item<double>() < 0.3);
+}

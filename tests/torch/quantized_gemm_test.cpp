@@ -103,3 +103,39 @@ TEST_CASE("quantized_gemm refuses what it cannot do, in one sentence", "[torch][
   CHECK(to_string(GemmPath::kEmulated) == "emulated");
   CHECK_FALSE(parse_gemm_path("fast").has_value());
 }
+
+TEST_CASE("the SR pre-scales of both operands are divided back out of the product", "[torch][gemm]") {
+  // Operands quantized with pre-scales pa, pb hold Q(pa a), Q(pb b); the GEMM returns
+  // (Qa · Qbᵀ) / (pa pb), the division a float32 multiply by 1 / (pa pb) before the output's
+  // rounding (docs/design.md §3). A round-to-nearest operand's pre-scale is ignored.
+  const at::Tensor x = activation_like(64, 128, 11);
+  const at::Tensor w = activation_like(32, 128, 12);
+  QuantSpec sr_a{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  sr_a.sr_prescale = 0.75f;
+  QuantSpec sr_b = sr_a;
+  sr_b.sr_prescale = 0.5f;
+  QuantSpec rtn_b{QuantFormat::kMXFP4};
+  rtn_b.sr_prescale = 0.5f;
+  CHECK(sr_prescale_fold(sr_a, sr_b) == 1.0f / (0.75f * 0.5f));
+  CHECK(sr_prescale_fold(sr_a, rtn_b) == 1.0f / 0.75f);
+  CHECK(sr_prescale_fold(QuantSpec{}, rtn_b) == 1.0f);
+  for (const QuantSpec& spec_b : {sr_b, rtn_b}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO(to_string(spec_b.rounding) << " " << dtype);
+      const GemmOperand a{x.to(dtype), Axis::kRows, sr_a, {4, 1, 0, GemmKind::kDgrad, Operand::kA}};
+      const GemmOperand b{w.to(dtype).t(), Axis::kCols, spec_b, {4, 1, 0, GemmKind::kDgrad, Operand::kB}};
+      const at::Tensor qa = fake_quantize(a.tensor, a.axis, a.spec, a.key);
+      const at::Tensor qb = fake_quantize(b.tensor, b.axis, b.spec, b.key);
+      const float fold = 1.0f / (0.75f * effective_sr_prescale(spec_b));
+      // The same FP32 product and multiply, bit for bit.
+      const at::Tensor want = (at::mm(qa.to(at::kFloat), qb.to(at::kFloat)) * fold).to(dtype);
+      const at::Tensor got = quantized_gemm(a, b);
+      CHECK(at::equal(got, want));
+      // And against float64: (Qa Qbᵀ) / (pa pb), then an estimate of x wᵀ again.
+      const at::Tensor exact = at::mm(logical64(qa, a.axis), logical64(qb, b.axis).t()) /
+                               (0.75 * static_cast<double>(effective_sr_prescale(spec_b)));
+      CHECK(relative_error(got, exact) < (dtype == at::kFloat ? 1e-6 : 4e-3));
+      CHECK(relative_error(got, at::mm(x.to(at::kDouble), w.to(at::kDouble).t())) < 0.3);
+    }
+  }
+}

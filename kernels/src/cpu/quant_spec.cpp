@@ -1,5 +1,7 @@
 #include "mxablate/kernels/quant_spec.h"
 
+#include <cstdio>
+
 #include "mxablate/kernels/name_table.h"
 
 namespace mxablate::kernels {
@@ -100,7 +102,16 @@ std::string hadamard_mode_names() { return names_of(kHadamardNames); }
 std::string block_shape_names() { return names_of(kBlockShapeNames); }
 std::string gemm_kind_names() { return names_of(kGemmNames); }
 
+std::string check_sr_prescale(float p) {
+  // NaN fails both comparisons.
+  if (p >= kMinSrPrescale && p <= 1.0f) return {};
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.9g", static_cast<double>(p));
+  return "sr_prescale " + std::string(shown) + " is not a finite number in [2^-24, 1]";
+}
+
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis) {
+  if (const std::string p = check_sr_prescale(spec.sr_prescale); !p.empty()) return p;
   if (rows <= 0 || cols <= 0)
     return "the tensor is empty (" + std::to_string(rows) + " x " + std::to_string(cols) + ")";
   if (std::string problem = check_2d_blocks(spec, rows, cols); !problem.empty()) return problem;

@@ -120,11 +120,11 @@ BlockParams block_params(const QuantSpec& spec, float global, const float* value
     }
   }
   if (spec.format == QuantFormat::kMXFP4) {
-    p.scale_code = e8m0_scale_code(amax, p.nonfinite, spec.scale_rule, kE2M1Emax);
+    p.scale_code = mx_block_scale_code(values, n, amax, p.nonfinite, spec.scale_rule);
     p.nonfinite = p.scale_code == kE8M0NaN;
     if (!p.nonfinite) p.inverse = mx_inverse_scale(p.scale_code);
   } else {  // NVFP4
-    p.scale_code = nvfp4_block_scale_code(amax, p.nonfinite, global);
+    p.scale_code = nvfp4_block_scale_code_for(values, n, amax, p.nonfinite, global, spec.scale_rule);
     p.nonfinite = p.scale_code == kE4M3NaNCode;
     if (!p.nonfinite) p.divisor = nvfp4_block_scale(p.scale_code) * global;
   }
@@ -242,6 +242,9 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
 
   const int block = block_size(spec.format);
   const bool stochastic = spec.rounding == Rounding::kStochastic;
+  // Scales come from the values themselves; the elements rounded (and the telemetry's reference)
+  // are prescale * value (docs/design.md §3).
+  const float prescale = effective_sr_prescale(spec);
   std::vector<QuantTelemetry> partial(
       static_cast<size_t>(detail::line_group_count(lines.count, lines.length)));
   // 2-D blocks: the tiles' amax first; the element loop below takes each block's scale from its tile.
@@ -263,7 +266,7 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
         }
         if (block != 0 && params.nonfinite) ++tel.nonfinite_blocks;
         for (int64_t j = b0; j < b0 + step; ++j) {
-          const float v = values[j];
+          const float v = values[j] * prescale;
           const int64_t index = lines.logical_index(line, j);
           const float u = stochastic ? sr_uniform(key, static_cast<uint64_t>(index)) : -1.0f;
           const ElementResult r = round_element(spec, global, params, v, u);

@@ -42,6 +42,7 @@ void check_operands(const GemmOperand& a, const GemmOperand& b) {
 }
 
 at::Tensor emulated_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
+  const float fold = sr_prescale_fold(a.spec, b.spec);
   const at::Tensor qa = fake_quantize(a.tensor, a.axis, a.spec, a.key, report ? &report->a : nullptr);
   const at::Tensor qb = fake_quantize(b.tensor, b.axis, b.spec, b.key, report ? &report->b : nullptr);
   const at::Tensor ma = as_gemm_operand(qa, a.axis);
@@ -49,8 +50,16 @@ at::Tensor emulated_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport*
   const bool bf16_operands = qa.scalar_type() == at::kBFloat16 && qb.scalar_type() == at::kBFloat16;
   // On CUDA, BF16 operands hit the BF16 tensor cores with FP32 accumulation. Everywhere else the
   // (bf16-representable) values are multiplied as float32: exact products, FP32 accumulation.
-  if (qa.is_cuda() && bf16_operands) return at::mm(ma, mb.t());
-  return at::mm(ma.to(at::kFloat), mb.to(at::kFloat).t()).to(a.tensor.scalar_type());
+  // The pre-scale fold multiplies the FP32 result before its one rounding to the output dtype:
+  // as cuBLAS's alpha on CUDA (beta = 0: the output's prior contents are ignored, NaN included).
+  if (qa.is_cuda() && bf16_operands) {
+    if (fold == 1.0f) return at::mm(ma, mb.t());
+    at::Tensor c = at::empty({ma.size(0), mb.size(0)}, ma.options());
+    return at::addmm_out(c, c, ma, mb.t(), /*beta=*/0, /*alpha=*/fold);
+  }
+  at::Tensor c = at::mm(ma.to(at::kFloat), mb.to(at::kFloat).t());
+  if (fold != 1.0f) c.mul_(fold);
+  return c.to(a.tensor.scalar_type());
 }
 
 at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
@@ -69,6 +78,11 @@ at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmRepor
   const bool counts = report != nullptr;
   detail::Fp8Operand fa = detail::quantize_fp8_operand_gpu(a, report ? &report->a : nullptr, counts);
   detail::Fp8Operand fb = detail::quantize_fp8_operand_gpu(b, report ? &report->b : nullptr, counts);
+  // The pre-scale fold goes into a's FP32 chunk scales (powers of two, so each becomes exactly
+  // scale * fold); the GEMM applies them to its FP32 partial sums before the one bf16 rounding.
+  // In place, keeping the column-major strides cuBLASLt needs.
+  const float fold = sr_prescale_fold(a.spec, b.spec);
+  if (fold != 1.0f) fa.scales.mul_(fold);
   if (report) {
     report->fp8_chunks = fa.chunks + fb.chunks;
     report->fp8_inexact_chunks = fa.inexact_chunks + fb.inexact_chunks;
@@ -88,6 +102,10 @@ at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmRepor
 }
 
 }  // namespace
+
+float sr_prescale_fold(const QuantSpec& a, const QuantSpec& b) {
+  return 1.0f / (effective_sr_prescale(a) * effective_sr_prescale(b));
+}
 
 std::string_view to_string(GemmPath path) {
   for (const auto& [p, name] : kPathNames)

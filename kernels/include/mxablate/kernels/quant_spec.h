@@ -45,6 +45,22 @@ struct QuantSpec {
   float sr_prescale = 1.0f;
 };
 
+// The factor elements are multiplied by before they are rounded: sr_prescale under stochastic
+// rounding, 1 under round-to-nearest. Block and tensor scales are still chosen from the values
+// themselves, so with the floor rule and 3/4 a block's largest value lands in [3, 6) and nothing
+// saturates; codes and dequantized values hold Q(p x), and a GEMM multiplies its result by
+// 1 / (pa pb) (docs/design.md §3).
+MX_HD float effective_sr_prescale(const QuantSpec& spec) {
+  return spec.rounding == Rounding::kStochastic ? spec.sr_prescale : 1.0f;
+}
+
+// The range of sr_prescale: finite, in [2^-24, 1]. The lower bound keeps a GEMM's 1 / (pa pb)
+// a finite float32 far from overflow; useful values are near 3/4.
+inline constexpr float kMinSrPrescale = 5.9604644775390625e-8f;  // 2^-24
+
+// Empty when `p` is a valid sr_prescale, otherwise one sentence saying why not.
+std::string check_sr_prescale(float p);
+
 // Elements sharing one scale: 32 for MXFP4, 16 for NVFP4, 0 for per-tensor or unscaled formats.
 int block_size(QuantFormat format);
 // True for the formats whose codes are E2M1 nibbles.
@@ -82,8 +98,9 @@ std::string hadamard_mode_names();
 std::string block_shape_names();
 std::string gemm_kind_names();
 
-// Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid
-// and both it and the block size divide the length of the quantization axis. Returns an empty
+// Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid,
+// both it and the block size divide the length of the quantization axis, and sr_prescale is in
+// range (check_sr_prescale, whatever the rounding). Returns an empty
 // string when it can, otherwise one sentence saying what is wrong.
 std::string check_shape(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis);
 // With 2-D blocks, check_shape also requires the tile side to divide both dimensions, no

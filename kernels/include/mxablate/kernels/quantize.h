@@ -6,7 +6,8 @@
 //   column c for Axis::kCols (length rows). Lines are numbered 0..lines-1.
 // - Dequantized outputs (float32 or bf16) have the input's shape and layout. With a Hadamard
 //   rotation they hold Q(rotated x): the rotation cancels only inside a GEMM whose two operands
-//   were both rotated.
+//   were both rotated. Under stochastic rounding with an SR pre-scale p they hold Q(p x), on the
+//   scales chosen from x; quantized_gemm divides p back out (quant_spec.h, effective_sr_prescale).
 // - Packed codes are stored line by line, the quantization axis contiguous, so that a column-wise
 //   quantization yields the transposed operand a GEMM wants: (lines, line_length / 2) bytes for
 //   FP4, element 2i in the low nibble and 2i+1 in the high nibble; (lines, line_length) bytes
@@ -38,7 +39,8 @@ struct QuantOutputs {
   float* tensor_scale = nullptr;
 };
 
-// Quantization telemetry of one call. Errors are measured in the quantized (rotated) domain.
+// Quantization telemetry of one call. Errors are measured in the quantized (rotated) domain,
+// against p x under an SR pre-scale p (so the relative error does not depend on p).
 struct QuantTelemetry {
   uint64_t elements = 0;
   uint64_t nonzero_inputs = 0;    // finite non-zero values entering the rounding

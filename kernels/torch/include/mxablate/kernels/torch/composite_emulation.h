@@ -14,8 +14,8 @@
 namespace mxablate::kernels {
 
 // Q(x) along `axis`, same shape and dtype as x (2-D float32/bf16, any device). Formats: mxfp4,
-// nvfp4, fp8-e4m3, fp8-e5m2, bf16, fp32; throws std::invalid_argument otherwise or when the
-// spec does not fit the shape.
+// nvfp4, fp8-e4m3, fp8-e5m2, bf16, fp32; throws std::invalid_argument otherwise, for scale rule
+// mse (not emulated), or when the spec does not fit the shape. The SR pre-scale is applied.
 at::Tensor composite_fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec,
                                    const RngKey& key);
 // 2-D blocks (spec.blocks) are not emulated: it throws rather than quietly use 1-D blocks.

@@ -57,7 +57,12 @@ struct GemmReport {
   int64_t fp8_inexact_chunks = 0;
 };
 
-// C = L(a) · L(b)ᵀ, M x N, in a's dtype (bf16 for the FP8 path) on a's device. `report`, when
+// 1 / (pa · pb), in float32: what quantized_gemm multiplies its product by when operands were
+// quantized with an SR pre-scale (pa = effective_sr_prescale(a), docs/design.md §3), so that the
+// result estimates a · bᵀ again. 1 without pre-scales.
+float sr_prescale_fold(const QuantSpec& a, const QuantSpec& b);
+
+// C = L(a) · L(b)ᵀ · sr_prescale_fold(a, b), M x N, in a's dtype (bf16 for the FP8 path) on a's device. `report`, when
 // given, receives telemetry of both operands and the FP8 chunk counts (this synchronizes on
 // CUDA). Throws std::invalid_argument with one sentence on mismatched shapes/devices, a spec
 // that does not fit, or a path that cannot run here.
