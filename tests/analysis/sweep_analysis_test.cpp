@@ -134,7 +134,7 @@ TEST_CASE("table from a hand-made database") {
   CHECK_THROWS_WITH(analysis::load_sweep(db, "nope"), path + ": no sweep named 'nope'");
 }
 
-TEST_CASE("the report's OCC share is the mean over an arm's records; an older store has none") {
+TEST_CASE("the report's OCC share is the mean over an arm's records, an older store has none") {
   test::TempDir dir("mxablate_sweep_occ");
   const std::string path = dir / "golden.db";
   build_database(path);

@@ -225,7 +225,7 @@ TEST_CASE("malformed or unsupported .npy files: exit code 2 and one line naming 
   }
 }
 
-TEST_CASE("mxablate quant --blocks 2d: rows and cols give the same values; the setting is printed back") {
+TEST_CASE("mxablate quant --blocks 2d: rows and cols give the same values, the setting is printed back") {
   REQUIRE_NUMPY();
   TempDir dir("mxablate_quant_2d");
   numpy("rng = np.random.default_rng(2)\n"

@@ -77,7 +77,7 @@ TEST_CASE("Malformed numerics settings name their key path") {
   CHECK(bad("quant", q) == "quant.weight_blocks: expected one of 1d, 2d, got \"3d\"");
   q = valid()["quant"];
   q["sr_prescale"] = 0;
-  CHECK(bad("quant", q) == "quant.sr_prescale: must be in (0, 1] (1: no pre-scale), got 0.0");
+  CHECK(bad("quant", q) == "quant.sr_prescale: must be in [2^-24, 1] (1: no pre-scale), got 0.0");
   q = valid()["quant"];
   q["stochastic_rounding"] = {"grad", "gradient"};
   CHECK(bad("quant", q) ==

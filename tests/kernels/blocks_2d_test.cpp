@@ -130,7 +130,7 @@ TEST_CASE("2-D MXFP4: each 32 x 32 tile's amax gives the scale of every line cro
   CHECK_FALSE(same_bits(rows_1d.dequant, run_quantize(x, 32, 64, Axis::kCols, one_d).dequant));
 }
 
-TEST_CASE("2-D NVFP4: a 16 x 16 tile's amax gives its E4M3 scale; the global scale stays per tensor") {
+TEST_CASE("2-D NVFP4: a 16 x 16 tile's amax gives its E4M3 scale, the global scale stays per tensor") {
   // 32 x 32: four tiles. Tensor amax 2688 (in tile (0, 0)) makes the global scale exactly 1.
   std::vector<float> x(32 * 32, 0.5f);
   x[2 * 32 + 3] = 2688.0f;   // tile (0, 0): scale 2688 / 6 = 448

@@ -187,7 +187,7 @@ TEST_CASE("MXLinear's dW under DGE is the plain dW times the derivative at W / s
   }
 }
 
-TEST_CASE("check_dge and check_occ say why a plan cannot carry them; MXLinear refuses it",
+TEST_CASE("check_dge and check_occ say why a plan cannot carry them, MXLinear refuses it",
           "[trainer][dge][occ]") {
   LinearPlan plan = fp4_plan(QuantFormat::kMXFP4);
   CHECK(check_dge(plan).empty());  // no DGE: nothing to check

@@ -137,7 +137,7 @@ TEST_CASE("2-D blocks go to W only, the SR pre-scale to stochastically rounded o
   CHECK(op(make_linear_plan(c), GemmKind::kFprop, Operand::kB).blocks == kernels::BlockShape::k1D);
 }
 
-TEST_CASE("DGE is planned only where Fprop's W is FP4; plan_rules refuses it rotated",
+TEST_CASE("DGE is planned only where Fprop's W is FP4, plan_rules refuses it rotated",
           "[trainer][plan]") {
   contract::LayerSettings c = with_precision(kMX, kMX, kMX);
   c.dge = contract::DgeConfig{};

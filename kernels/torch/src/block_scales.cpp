@@ -77,7 +77,11 @@ at::Tensor element_scales(const at::Tensor& x, Axis axis, const QuantSpec& spec,
   const int block = block_size(spec.format);
   at::Tensor per_block = scale_table(spec.format, x.device()).index_select(0, codes.flatten().to(at::kLong));
   per_block = per_block.view(codes.sizes());
-  if (global.defined()) per_block = per_block * global;
+  // A NaN scale stays the one quiet NaN the table holds: CUDA's multiply would return its own
+  // canonical NaN, CPU's the operand's, and the two must agree bit for bit.
+  if (global.defined())
+    per_block = at::where(per_block.isnan() | global.isnan(), per_block.new_full({}, quiet_nan()),
+                          per_block * global);
   // (lines, blocks) -> (lines, length): each block's scale repeated over its elements.
   const int64_t lines = codes.size(0);
   at::Tensor per_element =

@@ -326,9 +326,10 @@ void read_layer_quant(ObjectReader& r, LayerPatch& p) {
   }
   r.get_optional("weight_blocks", p.weight_blocks);
   r.get_optional("sr_prescale", p.sr_prescale);
+  // The kernels' range (kernels::kMinSrPrescale keeps a GEMM's 1 / (pa pb) a finite float).
   if (p.sr_prescale)
-    require(*p.sr_prescale > 0 && *p.sr_prescale <= 1, r.path("sr_prescale"),
-            "must be in (0, 1] (1: no pre-scale)", *p.sr_prescale);
+    require(*p.sr_prescale >= kernels::kMinSrPrescale && *p.sr_prescale <= 1,
+            r.path("sr_prescale"), "must be in [2^-24, 1] (1: no pre-scale)", *p.sr_prescale);
   if (const json* d = r.child("dge")) p.dge = read_dge(*d, r.path("dge"));
   if (const json* o = r.child("occ")) p.occ = read_occ(*o, r.path("occ"));
 }

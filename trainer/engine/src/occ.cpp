@@ -10,13 +10,22 @@
 namespace mxablate::trainer {
 namespace {
 
-at::Tensor sparse_of(const OccResidual& r) {
-  at::Tensor s = at::sparse_coo_tensor(r.indices, r.values, {r.rows, r.cols},
-                                       r.values.options().layout(at::kSparse));
-  // at::nonzero lists indices in row-major order without repeats: already coalesced, so the
-  // products below need not sort them again.
-  s._coalesced_(true);
-  return s;
+// The residual as a dense float32 matrix of zeros and its entries. Its products run as dense
+// GEMMs: on a GPU a dense GEMM over a 1 %-filled matrix is far faster than a sparse product
+// (cuSPARSE COO), and the entries, exact in BF16, are the same either way; only the storage
+// kept for the backward pass is sparse.
+at::Tensor dense_of(const OccResidual& r) {
+  at::Tensor d = at::zeros({r.rows, r.cols}, r.values.options().dtype(at::kFloat));
+  if (r.nnz() > 0) d.index_put_({r.indices[0], r.indices[1]}, r.values.to(at::kFloat));
+  return d;
+}
+
+// The rank-th smallest of `magnitude` (1-based). kthvalue on a CUDA tensor selects within one
+// thread block per slice, far too slow for a whole operand as one slice; a device-wide sort
+// gives the same element.
+at::Tensor kth_smallest(const at::Tensor& magnitude, int64_t rank) {
+  if (magnitude.is_cuda()) return std::get<0>(at::sort(magnitude)).select(0, rank - 1);
+  return std::get<0>(at::kthvalue(magnitude, rank));
 }
 
 }  // namespace
@@ -39,12 +48,12 @@ double OccResidual::fraction() const {
 
 at::Tensor OccResidual::times(const at::Tensor& b) const {
   if (nnz() == 0) return at::zeros({rows, b.size(1)}, b.options().dtype(at::kFloat));
-  return at::mm(sparse_of(*this), b.to(at::kFloat).contiguous());
+  return at::mm(dense_of(*this), b.to(at::kFloat));
 }
 
 at::Tensor OccResidual::transposed_times(const at::Tensor& b) const {
   if (nnz() == 0) return at::zeros({cols, b.size(1)}, b.options().dtype(at::kFloat));
-  return at::mm(sparse_of(*this).t(), b.to(at::kFloat).contiguous());
+  return at::mm(dense_of(*this).t(), b.to(at::kFloat));
 }
 
 OccSplit occ_split(const at::Tensor& x, double quantile) {
@@ -52,7 +61,7 @@ OccSplit occ_split(const at::Tensor& x, double quantile) {
   OccSplit out;
   const int64_t n = x.numel();
   const at::Tensor magnitude = x.abs().flatten();
-  const at::Tensor t = std::get<0>(at::kthvalue(magnitude, occ_rank(quantile, n)));
+  const at::Tensor t = kth_smallest(magnitude, occ_rank(quantile, n));
   out.threshold = t.item<double>();
   out.clamped = at::minimum(at::maximum(x, -t), t);
   const at::Tensor r = x - out.clamped;

@@ -112,7 +112,7 @@ struct LayerSettings {
   OperandClassSet stochastic_rounding;  // operand classes rounded stochastically
   HadamardConfig hadamard;
   kernels::BlockShape weight_blocks = kernels::BlockShape::k1D;
-  double sr_prescale = 1.0;  // in (0, 1]; 1: none
+  double sr_prescale = 1.0;  // in [2^-24, 1]; 1: none
   std::optional<DgeConfig> dge;
   std::optional<OccConfig> occ;
   bool operator==(const LayerSettings&) const = default;

@@ -66,7 +66,7 @@ struct QuantConfig {
   OperandClassSet stochastic_rounding;
   HadamardConfig hadamard;
   kernels::BlockShape weight_blocks = kernels::BlockShape::k1D;  // 2d: W and Wᵀ share values
-  double sr_prescale = 1.0;  // (0, 1]: operands under SR scaled by it first (Quartet: 0.75)
+  double sr_prescale = 1.0;  // [2^-24, 1]: operands under SR scaled by it first (0.75)
   std::optional<DgeConfig> dge;
   std::optional<OccConfig> occ;
   GemmPath gemm_path = GemmPath::kEmulated;  // fp8: MXFP4 operands on Hopper FP8 tensor cores
