@@ -151,28 +151,34 @@ struct BlockParams {
   float scale = 1.0f;  // decoded scale: 2^e (MXFP4) or the E4M3 block scale (NVFP4)
 };
 
+// The parameters a block's scale code gives, however the code was chosen (below).
 template <QuantFormat F>
-MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
+MX_HD BlockParams params_of_scale_code(uint8_t code, float global) {
   BlockParams p;
-  const Amax a = amax_of_bits(max_abs_bits(values, n, n));
-  p.nonfinite = a.nonfinite;
-  const float amax = a.amax;
+  p.scale_code = code;
   if constexpr (F == QuantFormat::kMXFP4) {
-    p.scale_code = mx_block_scale_code(values, n, amax, p.nonfinite, rule);
-    p.nonfinite = p.scale_code == kE8M0NaN;
+    p.nonfinite = code == kE8M0NaN;
     if (!p.nonfinite) {
-      p.inverse = mx_inverse_scale(p.scale_code);
-      p.scale = pow2f(static_cast<int>(p.scale_code) - kE8M0Bias);
+      p.inverse = mx_inverse_scale(code);
+      p.scale = pow2f(static_cast<int>(code) - kE8M0Bias);
     }
-  } else {  // NVFP4
-    p.scale_code = nvfp4_block_scale_code_for(values, n, amax, p.nonfinite, global, rule);
-    p.nonfinite = p.scale_code == kE4M3NaNCode;
+  } else if constexpr (F == QuantFormat::kNVFP4) {
+    p.nonfinite = code == kE4M3NaNCode;
     if (!p.nonfinite) {
-      p.scale = nvfp4_block_scale(p.scale_code);
+      p.scale = nvfp4_block_scale(code);
       p.divisor = p.scale * global;
     }
   }
   return p;
+}
+
+template <QuantFormat F>
+MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
+  const Amax a = amax_of_bits(max_abs_bits(values, n, n));
+  if constexpr (F == QuantFormat::kMXFP4)
+    return params_of_scale_code<F>(mx_block_scale_code(values, n, a.amax, a.nonfinite, rule), global);
+  return params_of_scale_code<F>(
+      nvfp4_block_scale_code_for(values, n, a.amax, a.nonfinite, global, rule), global);
 }
 
 // The block parameters from a given amax (a 2-D tile's, docs/design.md §3), as block_params
@@ -180,24 +186,12 @@ MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRu
 // included, so it also says whether the tile holds one).
 template <QuantFormat F>
 MX_HD BlockParams block_params_of_amax_bits(float global, uint32_t max_bits, ScaleRule rule) {
-  BlockParams p;
   const Amax a = amax_of_bits(max_bits);
-  if constexpr (F == QuantFormat::kMXFP4) {
-    p.scale_code = e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax);
-    p.nonfinite = p.scale_code == kE8M0NaN;
-    if (!p.nonfinite) {
-      p.inverse = mx_inverse_scale(p.scale_code);
-      p.scale = pow2f(static_cast<int>(p.scale_code) - kE8M0Bias);
-    }
-  } else if constexpr (F == QuantFormat::kNVFP4) {
-    p.scale_code = nvfp4_block_scale_code(a.amax, a.nonfinite, global);
-    p.nonfinite = p.scale_code == kE4M3NaNCode;
-    if (!p.nonfinite) {
-      p.scale = nvfp4_block_scale(p.scale_code);
-      p.divisor = p.scale * global;
-    }
-  }
-  return p;
+  if constexpr (F == QuantFormat::kMXFP4)
+    return params_of_scale_code<F>(e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax), global);
+  if constexpr (F == QuantFormat::kNVFP4)
+    return params_of_scale_code<F>(nvfp4_block_scale_code(a.amax, a.nonfinite, global), global);
+  return BlockParams{};
 }
 
 // 2-D blocks: max_abs_bits of each block of the segment that lies inside the tensor

@@ -1,6 +1,7 @@
 // The typed numerics settings: one reader for the base sections, the schedule's phases and the
 // overrides; compact JSON that keeps run ids stable; the arm description and the paper match.
 #include "catch.h"
+#include "config_error.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/contract/settings_difference.h"
 
@@ -9,16 +10,8 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const json& j) {
-  try {
-    run_config_from_json(j);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-json valid() { return to_json(RunConfig{}); }
+using mxablate::test::error_of;
+using mxablate::test::valid;
 
 constexpr auto kBF16 = GemmPrecision::kBF16, kFP8 = GemmPrecision::kFP8,
                kMX = GemmPrecision::kMXFP4;

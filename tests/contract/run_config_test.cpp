@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "catch.h"
+#include "config_error.h"
 #include "mxablate/contract/run_config.h"
 
 using namespace mxablate::contract;
@@ -12,16 +13,8 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const json& j) {
-  try {
-    run_config_from_json(j);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-json valid() { return to_json(RunConfig{}); }
+using mxablate::test::error_of;
+using mxablate::test::valid;
 
 }  // namespace
 
