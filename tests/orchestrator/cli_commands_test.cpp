@@ -55,6 +55,39 @@ TEST_CASE("plan lists every run with its axes and the totals") {
   CHECK(runs[3]["config"]["run_id"] == runs[3]["run_id"]);
 }
 
+TEST_CASE("plan --layers prints every layer's resolved precisions per arm and phase") {
+  std::string recipe = fake_recipe("cli", 12, 4, 5);
+  recipe.replace(recipe.find("grid:"), 0, R"(  C:
+    extends: B
+    overrides: [{layers: "blocks.1.mlp.*", precision: {wgrad: bf16}}]
+    precision_schedule: [{at_fraction: 0.5, precision: {fprop: fp8}}]
+)");
+  CliFixture f(recipe);
+  const ProcessResult r = f.mx({"plan", f.recipe.string(), "--layers"});
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  const std::string& out = r.out;
+  const auto section = [&](const std::string& from, const std::string& to) {
+    const size_t a = out.find(from);
+    REQUIRE(a != std::string::npos);
+    return out.substr(a, to.empty() ? std::string::npos : out.find(to, a) - a);
+  };
+  // Arm A: the base precisions everywhere, the LM head plain BF16.
+  const std::string a = section("arm A (run ", "arm B (run ");
+  CHECK(contains(a, "blocks.0.attn.q    bf16   bf16   bf16"));
+  CHECK(contains(a, "lm_head            bf16   bf16   bf16"));
+  const std::string b = section("arm B (run ", "arm C (run ");
+  CHECK(contains(b, "blocks.1.mlp.up    mxfp4  mxfp4  mxfp4"));
+  // Arm C: its override, then from half the budget the schedule's Fprop under the override.
+  const std::string c0 = section("arm C (run ", ", from 0.5 of the token budget");
+  CHECK(contains(c0, "blocks.1.mlp.up    mxfp4  mxfp4  bf16"));
+  CHECK(contains(c0, "blocks.0.mlp.up    mxfp4  mxfp4  mxfp4"));
+  const std::string c1 = section(", from 0.5 of the token budget", "");
+  CHECK(contains(c1, "blocks.1.mlp.up    fp8    mxfp4  bf16"));
+  CHECK(contains(c1, "blocks.0.attn.q    fp8    mxfp4  mxfp4"));
+  CHECK(contains(c1, "lm_head            bf16   bf16   bf16"));
+}
+
 TEST_CASE("run, then status and query read the results") {
   CliFixture f;
   const ProcessResult r = run_process(f.run_args({"--progress", "plain"}), f.dir.path());
