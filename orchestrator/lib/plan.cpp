@@ -158,19 +158,23 @@ class Expander {
   // point was excluded): the one description plan, table, report and the store show.
   void describe_against_baseline(Plan& plan) const {
     plan.baseline_arm = r_.target.from_arm ? *r_.target.from_arm : r_.arms.front().name;
-    const auto same_point = [](const RunSpec& a, const RunSpec& b) {
-      if (a.axes.size() != b.axes.size()) return false;
-      for (size_t i = 0; i < a.axes.size(); ++i)
-        if (a.axes[i].axis != b.axes[i].axis || a.axes[i].value != b.axes[i].value) return false;
-      return true;
+    // A grid point's key: its axes and values. One pass indexes the baseline's runs, so a plan of
+    // many runs is described in linear time.
+    const auto point = [](const RunSpec& run) {
+      nlohmann::json key = nlohmann::json::array();
+      for (const AxisValue& a : run.axes) key.push_back({a.axis, a.value});
+      return key.dump();
     };
+    std::map<std::string, const RunSpec*> baseline_at;
+    const RunSpec* any_baseline = nullptr;
+    for (const RunSpec& run : plan.runs) {
+      if (run.arm != plan.baseline_arm) continue;
+      baseline_at.emplace(point(run), &run);
+      if (!any_baseline) any_baseline = &run;
+    }
     for (RunSpec& run : plan.runs) {
-      const RunSpec* baseline = nullptr;
-      for (const RunSpec& other : plan.runs) {
-        if (other.arm != plan.baseline_arm) continue;
-        if (!baseline || same_point(run, other)) baseline = &other;
-        if (same_point(run, other)) break;
-      }
+      const auto it = baseline_at.find(point(run));
+      const RunSpec* baseline = it != baseline_at.end() ? it->second : any_baseline;
       if (baseline)
         run.interventions = contract::describe_differences(
             contract::settings_difference(run.config, baseline->config), false);

@@ -79,19 +79,21 @@ std::vector<uint8_t> orient_scales(const std::vector<uint8_t>& line_major, int64
   return oriented;
 }
 
-void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matrix& m,
+// Everything printed back comes from the parsed spec, through the kernels' name tables.
+void print_report(const QuantOptions& o, const QuantSpec& spec, Axis axis, const npy::Matrix& m,
                   const QuantTelemetry& t, std::optional<float> tensor_scale) {
+  const auto name = [](auto v) { return std::string(to_string(v)); };
   nlohmann::json j{{"input", o.in},
                    {"shape", {m.rows, m.cols}},
                    {"dtype", m.dtype},
-                   {"format", o.format},
-                   {"axis", o.axis},
-                   {"blocks", std::string(to_string(spec.blocks))},
-                   {"scale_rule", o.scale_rule},
-                   {"rounding", o.rounding},
-                   {"hadamard", o.hadamard},
-                   {"hadamard_size", o.hadamard_size},
-                   {"sr_prescale", o.sr_prescale},
+                   {"format", name(spec.format)},
+                   {"axis", name(axis)},
+                   {"blocks", name(spec.blocks)},
+                   {"scale_rule", name(spec.scale_rule)},
+                   {"rounding", name(spec.rounding)},
+                   {"hadamard", name(spec.hadamard)},
+                   {"hadamard_size", spec.hadamard_size},
+                   {"sr_prescale", spec.sr_prescale},
                    {"elements", t.elements},
                    {"relative_error", t.relative_error()},
                    {"fraction_saturated", t.fraction_saturated()},
@@ -105,15 +107,14 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
     return;
   }
   // Formats without block scales ignore the block shape.
-  const std::string blocks =
-      block_size(spec.format) != 0 ? " in " + std::string(to_string(spec.blocks)) + " blocks" : "";
+  const std::string blocks = block_size(spec.format) != 0 ? " in " + name(spec.blocks) + " blocks" : "";
   std::printf("%s: %lld x %lld %s -> %s along %s%s (scale rule %s, %s rounding, Hadamard %s",
               o.in.c_str(), static_cast<long long>(m.rows), static_cast<long long>(m.cols),
-              m.dtype.c_str(), o.format.c_str(), o.axis.c_str(), blocks.c_str(), o.scale_rule.c_str(),
-              o.rounding.c_str(), o.hadamard.c_str());
-  if (o.hadamard != "none") std::printf(" %d", o.hadamard_size);
-  if (o.rounding == "stochastic" && o.sr_prescale != 1.0f)
-    std::printf(", SR pre-scale %.9g: values hold Q(p x), errors are against p x", o.sr_prescale);
+              m.dtype.c_str(), name(spec.format).c_str(), name(axis).c_str(), blocks.c_str(),
+              name(spec.scale_rule).c_str(), name(spec.rounding).c_str(), name(spec.hadamard).c_str());
+  if (spec.hadamard != HadamardMode::kNone) std::printf(" %d", spec.hadamard_size);
+  if (effective_sr_prescale(spec) != 1.0f)
+    std::printf(", SR pre-scale %.9g: values hold Q(p x), errors are against p x", spec.sr_prescale);
   std::printf(")\n");
   std::printf("  relative error      %.6g\n", t.relative_error());
   std::printf("  saturated           %.4f %%  (%llu of %llu)\n", 100 * t.fraction_saturated(),
@@ -133,8 +134,8 @@ void print_report(const QuantOptions& o, const QuantSpec& spec, const npy::Matri
 
 void run_quant(const QuantOptions& o) {
   QuantSpec spec;
-  spec.format = parse_choice(parse_quant_format(o.format), "--format", o.format,
-                             "mxfp4, nvfp4, fp8-e4m3, fp8-e5m2, bf16, fp32");
+  spec.format =
+      parse_choice(parse_quant_format(o.format), "--format", o.format, quant_format_names());
   spec.scale_rule =
       parse_choice(parse_scale_rule(o.scale_rule), "--scale-rule", o.scale_rule, scale_rule_names());
   spec.blocks = parse_choice(parse_block_shape(o.blocks), "--blocks", o.blocks, block_shape_names());
@@ -146,19 +147,20 @@ void run_quant(const QuantOptions& o) {
   if (const std::string problem = check_sr_prescale(o.sr_prescale); !problem.empty())
     throw InputError("--sr-prescale: " + problem);
   spec.sr_prescale = o.sr_prescale;
-  const Axis axis = parse_choice(parse_axis(o.axis), "--axis", o.axis, "rows, cols");
+  const Axis axis = parse_choice(parse_axis(o.axis), "--axis", o.axis, axis_names());
   RngKey key;
   key.seed = o.seed;
   key.step = o.step;
   key.layer = o.layer;
-  key.gemm = parse_choice(parse_gemm_kind(o.gemm), "--gemm", o.gemm, "fprop, dgrad, wgrad");
+  key.gemm = parse_choice(parse_gemm_kind(o.gemm), "--gemm", o.gemm, gemm_kind_names());
   if (o.operand != "a" && o.operand != "b")
     throw InputError("--operand: '" + o.operand + "' is not one of: a, b");
   key.operand = o.operand == "a" ? Operand::kA : Operand::kB;
   if (!o.codes.empty() && !element_format(spec.format))
-    throw InputError("--codes: " + o.format + " has no codes to write");
+    throw InputError("--codes: " + std::string(to_string(spec.format)) + " has no codes to write");
   if (!o.scales.empty() && block_size(spec.format) == 0)
-    throw InputError("--scales: " + o.format + " has no block scales to write");
+    throw InputError("--scales: " + std::string(to_string(spec.format)) +
+                     " has no block scales to write");
   if (o.threads > 0) set_cpu_threads(o.threads);
 
   npy::Matrix m;
@@ -195,7 +197,7 @@ void run_quant(const QuantOptions& o) {
         orient_scales(scales, m.rows, m.cols, axis, block_size(spec.format), sr, sc);
     npy::write_matrix(o.scales, oriented.data(), sr, sc);
   }
-  print_report(o, spec, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
+  print_report(o, spec, axis, m, t, has_tensor_scale ? std::optional<float>(tensor_scale) : std::nullopt);
 }
 
 }  // namespace

@@ -264,7 +264,12 @@ TEST_CASE("mxablate quant --blocks 2d: rows and cols give the same values, the s
       {"x.npy --blocks 3d", "--blocks: '3d' is not one of: 1d, 2d"},
       {"x40.npy --blocks 2d --axis cols",
        "the number of rows (40) is not a multiple of the mxfp4 2-D block size 32 (2-D blocks tile both dimensions)"},
-      {"x.npy --blocks 2d --scale-rule mse", "the mse scale rule is not available with 2-D blocks"}};
+      {"x.npy --blocks 2d --scale-rule mse", "the mse scale rule is not available with 2-D blocks"},
+      // Every list of accepted names is the kernels' name table's.
+      {"x.npy --format fp5", "--format: 'fp5' is not one of: fp32, bf16, fp8-e4m3, fp8-e5m2, mxfp4, nvfp4"},
+      {"x.npy --axis diag", "--axis: 'diag' is not one of: rows, cols"},
+      {"x.npy --gemm bprop", "--gemm: 'bprop' is not one of: fprop, dgrad, wgrad"},
+      {"x.npy --scale-rule round", "--scale-rule: 'round' is not one of: floor, ceil, even, mse"}};
   for (const auto& [args, message] : bad) {
     const auto r = run_command(kBin + " quant --out " + dir / "q.npy" + " --in " + dir / args);
     INFO(args << ": " << r.output);

@@ -195,3 +195,24 @@ arms: {a: {}, b: {}}
                           bad);
   }
 }
+
+TEST_CASE("each run's interventions are its differences from the baseline run at its grid point") {
+  const Recipe r = parse_recipe(R"(name: d
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+target: {from_arm: base, at_fraction: 0.8}
+arms:
+  x: {quant: {scale_rule: ceil}, train: {weight_decay: 0.05}}
+  base: {}
+grid:
+  train.lr: [1e-3, 2e-3]
+  seed: [1, 2]
+)", "d.yaml");
+  const Plan plan = expand_recipe(r);
+  CHECK(plan.baseline_arm == "base");  // the target's arm, not the first one
+  REQUIRE(plan.runs.size() == 8);
+  for (const RunSpec& run : plan.runs) {
+    INFO(run_label(run));
+    // Compared at its own learning rate and seed: neither shows, only what the arm sets.
+    CHECK(run.interventions == (run.arm == "x" ? "scale_rule ceil + train.weight_decay 0.05" : "-"));
+  }
+}

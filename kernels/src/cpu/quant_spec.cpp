@@ -101,6 +101,7 @@ std::string rounding_names() { return names_of(kRoundingNames); }
 std::string hadamard_mode_names() { return names_of(kHadamardNames); }
 std::string block_shape_names() { return names_of(kBlockShapeNames); }
 std::string gemm_kind_names() { return names_of(kGemmNames); }
+std::string axis_names() { return names_of(kAxisNames); }
 
 std::string check_sr_prescale(float p) {
   // NaN fails both comparisons.

@@ -55,14 +55,8 @@ const char* operand_name(GemmKind gemm, Operand operand) {
   return "";
 }
 
-const char* gemm_name(GemmKind gemm) {
-  switch (gemm) {
-    case GemmKind::kFprop: return "fprop";
-    case GemmKind::kDgrad: return "dgrad";
-    case GemmKind::kWgrad: return "wgrad";
-  }
-  return "";
-}
+// The kernels' name table's entry: a string literal, so its view is NUL-terminated.
+const char* gemm_name(GemmKind gemm) { return kernels::to_string(gemm).data(); }
 
 bool is_plain_bf16(const QuantSpec& spec) {
   return spec.format == QuantFormat::kBF16 && spec.hadamard == kernels::HadamardMode::kNone;

@@ -97,6 +97,7 @@ std::string rounding_names();
 std::string hadamard_mode_names();
 std::string block_shape_names();
 std::string gemm_kind_names();
+std::string axis_names();
 
 // Checks that `spec` can quantize a rows x cols tensor along `axis`: the Hadamard size is valid,
 // both it and the block size divide the length of the quantization axis, and sr_prescale is in
