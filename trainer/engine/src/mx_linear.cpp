@@ -147,8 +147,8 @@ at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, co
   return c.to(at::kFloat);
 }
 
-// BF16 values as float32, for the OCC residual's products (sparse products run in float32; the
-// products of BF16 values are exact in it, so this is BF16 multiplication, FP32 accumulation).
+// BF16 values as float32, for the OCC residual's products (they run in float32; products of BF16
+// values are exact in it, so this is BF16 multiplication with FP32 accumulation).
 at::Tensor bf16_values(const at::Tensor& t) { return round_to_bf16(t).to(at::kFloat); }
 
 // Refuses a plan whose DGE or OCC settings cannot work (plan_rules.h: the planner's rule too).

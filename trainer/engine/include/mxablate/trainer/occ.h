@@ -18,7 +18,8 @@ namespace mxablate::trainer {
 // within a relative 1e-12 of an integer counts as that integer, so exact ranks stay exact.
 int64_t occ_rank(double quantile, int64_t n);
 
-// The sparse residual R of a rows x cols operand: its non-zeros, row-major, rounded to BF16.
+// The residual R of a rows x cols operand, kept sparse (its non-zeros, row-major, rounded to
+// BF16) for the backward pass; its products run as dense GEMMs over the zero-filled matrix.
 struct OccResidual {
   at::Tensor indices;  // int64 (2 x nnz): row, column
   at::Tensor values;   // float32 (nnz), each a BF16 value
@@ -38,8 +39,8 @@ struct OccSplit {
   double threshold = 0;  // t
 };
 
-// Splits the 2-D x at the quantile of |x| (nearest rank, by kthvalue: the same element on CPU and
-// CUDA). Non-finite values: an infinity is an outlier (its residual is infinite, as its product
+// Splits the 2-D x at the quantile of |x| (nearest rank: kthvalue on the CPU, a device-wide sort
+// on CUDA, the same element either way). Non-finite values: an infinity is an outlier (its residual is infinite, as its product
 // would have been); a NaN stays NaN in the clamped part and in the residual.
 OccSplit occ_split(const at::Tensor& x, double quantile);
 
