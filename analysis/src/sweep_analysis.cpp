@@ -156,7 +156,11 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     std::string extra;
     while (axes.step()) {
       const std::string axis = axes.get_text(0);
-      const std::string setting = axis + "=" + axes.get_text(1);
+      // A model axis by the model's one label (a preset's name or a custom shape's), read from
+      // the run's typed config rather than the axis value's JSON.
+      const std::string setting =
+          axis + "=" + (axis == contract::kModelKey ? contract::model_label(r.settings.model)
+                                                    : axes.get_text(1));
       if (is_seed_axis(axis)) {
         r.pair_key += (r.pair_key.empty() ? "" : " ") + setting;
         continue;

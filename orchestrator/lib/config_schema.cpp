@@ -31,7 +31,8 @@ std::string describe(const json& v) {
   return s;
 }
 
-std::string expected_type(const json& def) {
+std::string expected_type(const json& def, const std::string& config_path) {
+  if (contract::takes_name_or_mapping(config_path)) return "a name or a mapping";
   switch (def.type()) {
     case json::value_t::object: return "a mapping";
     case json::value_t::array: return "a list of names";
@@ -134,13 +135,16 @@ void ConfigSchema::check_value(const LocatedJson& fragment, const std::string& r
   const std::string name = join_path(label, rel);
   const auto type_error = [&] {
     return RecipeError(file, fragment.where(rel),
-                       fmt::format("{}: expected {}, got {}", name, expected_type(expected),
+                       fmt::format("{}: expected {}, got {}", name, expected_type(expected, config_path),
                                    describe(value)));
   };
   if (expected.is_object()) {
     // `arm: ` with nothing under it; `dge: null` turning an estimator off. Sections that must
     // not be null are refused by the contract at their key.
     if (value.is_null()) return;
+    // `model: llama-20m` or `model: {d_model: …}`: the name is the contract's (and the trainer's)
+    // to check; the mapping's keys are checked here like any section's.
+    if (value.is_string() && contract::takes_name_or_mapping(config_path)) return;
     if (!value.is_object()) throw type_error();
     for (const auto& item : value.items()) {
       const std::string child_rel = join_path(rel, item.key());

@@ -12,6 +12,7 @@
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sequence_sampler.h"
 #include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/training_plan.h"
 
 namespace mxablate::orchestrator {
@@ -42,8 +43,10 @@ class LaunchChecker {
  public:
   explicit LaunchChecker(const Recipe& recipe) : r_(recipe) {}
 
-  std::vector<std::string> check(const Plan& plan) {
+  std::vector<std::string> check(const Plan& plan, DatasetVocabularies* vocabularies) {
     for (const RunSpec& run : plan.runs) check_run(run);
+    if (vocabularies)
+      for (const auto& [name, d] : datasets_) (*vocabularies)[name] = d.manifest.tokenizer.vocab_size;
     return warnings_;
   }
 
@@ -123,12 +126,13 @@ class LaunchChecker {
 
     // The model's vocabulary is the data's (the embedding and LM head are sized from the
     // manifest), except for a preset with its own (shape checks only): the data must fit it.
-    const auto shape = trainer::find_model_preset(c.model);
+    // The planner resolved the model already (check_model_fit): this cannot throw.
+    const trainer::ModelShape shape = trainer::model_shape(c.model);
     const int64_t data_vocab = d.manifest.tokenizer.vocab_size;
-    if (shape && shape->vocab_size > 0 && data_vocab > shape->vocab_size)
+    if (shape.vocab_size > 0 && data_vocab > shape.vocab_size)
       throw error(run, "model",
                   fmt::format("the vocabulary of {} ({} tokens) is larger than model {}'s ({})",
-                              d.dir, data_vocab, c.model, shape->vocab_size));
+                              d.dir, data_vocab, shape.name, shape.vocab_size));
 
     const double epochs = c.train.max_tokens / static_cast<double>(train_tokens);
     if (epochs > kMaxEpochsWithoutWarning) {
@@ -153,8 +157,9 @@ class LaunchChecker {
 
 }  // namespace
 
-std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan) {
-  return LaunchChecker(recipe).check(plan);
+std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan,
+                                      DatasetVocabularies* vocabularies) {
+  return LaunchChecker(recipe).check(plan, vocabularies);
 }
 
 }  // namespace mxablate::orchestrator

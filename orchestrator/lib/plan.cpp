@@ -370,11 +370,15 @@ Location RunSpec::where(const std::string& config_path) const {
   return {};
 }
 
+std::string axis_text(const RunSpec& spec, const AxisValue& a) {
+  // The axis sets the whole model: the run's resolved model is what it set.
+  if (a.path == contract::kModelKey) return contract::model_label(spec.config.model);
+  return a.value.is_string() ? a.value.get<std::string>() : a.value.dump();
+}
+
 std::string run_label(const RunSpec& spec) {
   std::string s = spec.arm;
-  for (const AxisValue& a : spec.axes)
-    s += fmt::format(" {}={}", a.axis, a.value.is_string() ? a.value.get<std::string>()
-                                                           : a.value.dump());
+  for (const AxisValue& a : spec.axes) s += fmt::format(" {}={}", a.axis, axis_text(spec, a));
   return s;
 }
 

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "cli_errors.h"
 #include "commands.h"
@@ -18,6 +20,7 @@
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/run_fit.h"
 #include "mxablate/contract/settings_difference.h"
 #include "recipe_input.h"
 
@@ -34,13 +37,33 @@ struct PlanOptions {
 
 std::string axis_cell(const RunSpec& run, const std::string& axis) {
   for (const AxisValue& a : run.axes)
-    if (a.axis == axis) return a.value.is_string() ? a.value.get<std::string>() : a.value.dump();
+    if (a.axis == axis) return axis_text(run, a);
   return "-";
+}
+
+// A run's model size: with the embeddings when its dataset's vocabulary is known (from the
+// manifest), else only what lies outside them.
+struct ModelSize {
+  int64_t non_embedding = 0;
+  std::optional<int64_t> vocab;
+  std::optional<int64_t> total;
+};
+
+ModelSize model_size(const RunSpec& run, const DatasetVocabularies& vocabularies) {
+  // The planner resolved and checked every run's model: this cannot throw.
+  const trainer::ModelShape shape = trainer::model_shape(run.config.model);
+  ModelSize size;
+  size.non_embedding = trainer::non_embedding_parameter_count(shape);
+  if (const auto it = vocabularies.find(run.config.data.dataset); it != vocabularies.end()) {
+    size.vocab = it->second;
+    size.total = trainer::parameter_count(shape, it->second);
+  }
+  return size;
 }
 
 std::string name(contract::GemmPrecision p) { return std::string(contract::to_string(p)); }
 
-void print_plan(const Recipe& recipe, const Plan& plan) {
+void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
   // Free text from the recipe (names are validated by the loader): shown, never sent raw.
   if (!recipe.description.empty())
@@ -58,14 +81,21 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
                              *recipe.target.from_arm, recipe.target.at_fraction);
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
-  for (const char* h : {"model", "fprop", "dgrad", "wgrad", "interventions", "tokens"})
+  for (const char* h : {"model", "params", "fprop", "dgrad", "wgrad", "interventions", "tokens"})
     headers.push_back(h);
   TextTable table(headers);
+  bool all_known = true;
+  std::set<int64_t> vocab_sizes;
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     const RunSpec& r = plan.runs[i];
     std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm};
     for (const auto& a : plan.axis_names) row.push_back(axis_cell(r, a));
-    row.push_back(r.config.model);
+    row.push_back(contract::model_label(r.config.model));
+    const ModelSize size = model_size(r, vocabularies);
+    if (size.vocab) vocab_sizes.insert(*size.vocab);
+    all_known = all_known && size.total.has_value();
+    row.push_back(size.total ? format_count(static_cast<double>(*size.total))
+                             : format_count(static_cast<double>(size.non_embedding)) + "*");
     row.push_back(name(r.config.precision.fprop));
     row.push_back(name(r.config.precision.dgrad));
     row.push_back(name(r.config.precision.wgrad));
@@ -74,6 +104,15 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
     table.add_row(row);
   }
   std::cout << table.render(2);
+  std::string vocabs;
+  for (const int64_t v : vocab_sizes) vocabs += (vocabs.empty() ? "" : ", ") + std::to_string(v);
+  if (!vocab_sizes.empty())
+    std::cout << fmt::format("params: the model's parameters with the embeddings of its dataset's "
+                             "{}-token vocabulary{}\n",
+                             vocabs, all_known ? "" : "; *: outside the embeddings only");
+  if (vocab_sizes.empty())
+    std::cout << "params: outside the embeddings only (*): the datasets' vocabularies are not "
+                 "known\n";
   std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
                            "grid point\n",
                            escape::terminal(plan.baseline_arm));
@@ -102,19 +141,19 @@ void print_layers(const Plan& plan) {
   for (const RunSpec& r : plan.runs) {
     if (std::find(seen.begin(), seen.end(), r.arm) != seen.end()) continue;
     seen.push_back(r.arm);
-    const auto shape = trainer::find_model_preset(r.config.model);
-    if (!shape) continue;  // the planner refused it already
-    const auto layers = trainer::linear_layers(*shape, 0);
+    // The planner resolved and checked every run's model: this cannot throw.
+    const trainer::ModelShape shape = trainer::model_shape(r.config.model);
+    const auto layers = trainer::linear_layers(shape, 0);
     for (size_t phase = 0; phase <= r.config.precision_schedule.size(); ++phase) {
       std::cout << fmt::format(
-          "arm {} (run {}, model {}){}\n", escape::terminal(r.arm), r.run_id, r.config.model,
+          "arm {} (run {}, model {}){}\n", escape::terminal(r.arm), r.run_id, shape.name,
           phase == 0 ? std::string()
                      : fmt::format(", from {:g} of the token budget",
                                    r.config.precision_schedule[phase - 1].at_fraction));
       TextTable table({"layer", "fprop", "dgrad", "wgrad", "settings"});
       for (const trainer::LinearShape& l : layers) {
         const contract::LayerSettings s =
-            trainer::layer_settings(r.config, l, shape->n_layers, phase);
+            trainer::layer_settings(r.config, l, shape.n_layers, phase);
         table.add_row({l.name, name(s.precision.fprop), name(s.precision.dgrad),
                        name(s.precision.wgrad), layer_text(s)});
       }
@@ -123,12 +162,22 @@ void print_layers(const Plan& plan) {
   }
 }
 
-void print_json(const Plan& plan) {
+void print_json(const Plan& plan, const DatasetVocabularies& vocabularies) {
   nlohmann::json out = nlohmann::json::array();
   for (const RunSpec& r : plan.runs) {
     nlohmann::json axes = nlohmann::json::object();
     for (const AxisValue& a : r.axes) axes[a.axis] = a.value;
-    out.push_back({{"run_id", r.run_id}, {"arm", r.arm}, {"axes", axes}, {"config", r.config_json}});
+    const ModelSize size = model_size(r, vocabularies);
+    const nlohmann::json model{
+        {"label", contract::model_label(r.config.model)},
+        {"non_embedding_parameters", size.non_embedding},
+        {"vocab_size", size.vocab ? nlohmann::json(*size.vocab) : nlohmann::json()},
+        {"parameters", size.total ? nlohmann::json(*size.total) : nlohmann::json()}};
+    out.push_back({{"run_id", r.run_id},
+                   {"arm", r.arm},
+                   {"axes", axes},
+                   {"model", model},
+                   {"config", r.config_json}});
   }
   std::cout << out.dump(2) << "\n";
 }
@@ -147,9 +196,9 @@ void register_plan_command(CLI::App& app) {
                 "(overrides, BF16 blocks and the precision schedule applied)");
   cmd->callback([opts] {
     const RecipeInput input = load_checked_recipe_input(opts->recipe);
-    if (opts->json) print_json(input.plan);
+    if (opts->json) print_json(input.plan, input.vocabularies);
     else if (opts->layers) print_layers(input.plan);
-    else print_plan(input.recipe, input.plan);
+    else print_plan(input.recipe, input.plan, input.vocabularies);
   });
 }
 

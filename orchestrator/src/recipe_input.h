@@ -16,11 +16,12 @@ namespace mxablate::cli {
 struct RecipeInput {
   orchestrator::Recipe recipe;
   orchestrator::Plan plan;
+  orchestrator::DatasetVocabularies vocabularies;  // filled by load_checked_recipe_input
 };
 
 inline RecipeInput load_recipe_input(const std::string& path) {
   try {
-    RecipeInput in{orchestrator::load_recipe(path), {}};
+    RecipeInput in{orchestrator::load_recipe(path), {}, {}};
     in.plan = orchestrator::expand_recipe(in.recipe);
     return in;
   } catch (const orchestrator::RecipeError& e) {
@@ -34,7 +35,7 @@ inline RecipeInput load_recipe_input(const std::string& path) {
 inline RecipeInput load_checked_recipe_input(const std::string& path) {
   RecipeInput in = load_recipe_input(path);
   try {
-    for (const std::string& warning : orchestrator::check_launch(in.recipe, in.plan))
+    for (const std::string& warning : orchestrator::check_launch(in.recipe, in.plan, &in.vocabularies))
       // Dataset paths come from the recipe: shown, never sent raw to the terminal.
       std::cerr << "mxablate: warning: " << escape::terminal(warning) << "\n";
   } catch (const orchestrator::RecipeError& e) {

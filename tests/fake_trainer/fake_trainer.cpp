@@ -42,6 +42,7 @@
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/run_fit.h"
 
 namespace {
 
@@ -165,8 +166,8 @@ int main(int argc, char** argv) {
   RunConfig config;
   try {
     config = read_run_config((dir / "config.json").string());
-    if (!mxablate::trainer::find_model_preset(config.model))
-      throw ConfigError("model: no preset \"" + config.model + "\"");
+    // The real trainer's model rules (a custom shape included), before anything is written.
+    (void)mxablate::trainer::runnable_model_shape(config);
   } catch (const std::exception& e) {
     die(2, e.what());
   }
@@ -200,13 +201,13 @@ int main(int argc, char** argv) {
     log.append(event_kind::kResume,
                {{"step", step}, {"tokens", step * gbt}, {"discard_after_seq", ckpt->seq}}, true);
   }
-  const auto shape = mxablate::trainer::find_model_preset(config.model);
+  const auto shape = mxablate::trainer::model_shape(config.model);
   log.append(event_kind::kRunStart,
              {{"step", step},
               {"tokens", step * gbt},
               {"attempt", attempt},
               {"device", "cpu (fake trainer)"},
-              {"params", mxablate::trainer::parameter_count(*shape, 4096)},
+              {"params", mxablate::trainer::parameter_count(shape, 4096)},
               {"versions", {{"mxablate-fake-train", 1}}},
               {"resumed", ckpt.has_value()}},
              true);

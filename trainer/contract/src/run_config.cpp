@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "mxablate/kernels/quant_spec.h"
 
@@ -226,6 +227,44 @@ class ObjectReader {
 
 void require(bool ok, const std::string& path, const std::string& what, const json& got) {
   if (!ok) throw ConfigError(path + ": " + what + ", got " + shown(got));
+}
+
+// ---- The model: a preset's name or a shape given key by key (docs/design.md §4).
+
+constexpr const char* kModelShapeKeys = "d_model, n_layers, n_heads, n_kv_heads and ffn_hidden";
+
+// The ranges a shape's numbers must have; what they must satisfy together (head counts, RoPE,
+// GEMM blocks, a size a machine holds) is the trainer's check (trainer/core run_fit.h).
+ModelChoice read_model(const json& v, const std::string& path) {
+  if (v.is_string()) {
+    std::string name;
+    read_value(v, path, name);
+    return ModelChoice::named(name);
+  }
+  if (!v.is_object())
+    throw ConfigError(path + ": expected a preset's name or a mapping of " + kModelShapeKeys +
+                      " (rope_theta and norm_eps optional), got " + shown(v));
+  ModelDims d;
+  ObjectReader r(v, path);
+  for (const auto& [key, field, most] :
+       {std::tuple{"d_model", &d.d_model, kMaxModelWidth},
+        std::tuple{"n_layers", &d.n_layers, kMaxModelLayers},
+        std::tuple{"n_heads", &d.n_heads, kMaxModelWidth},
+        std::tuple{"n_kv_heads", &d.n_kv_heads, kMaxModelWidth},
+        std::tuple{"ffn_hidden", &d.ffn_hidden, kMaxModelWidth}}) {
+    if (!v.contains(key))
+      throw ConfigError(r.path(key) + ": required (a custom model gives " + kModelShapeKeys + ")");
+    r.get(key, *field);
+    require(*field >= 1 && *field <= most, r.path(key),
+            "must be in [1, " + std::to_string(most) + "]", *field);
+  }
+  r.get("rope_theta", d.rope_theta);
+  require(d.rope_theta > 0 && d.rope_theta <= 1e12, r.path("rope_theta"), "must be in (0, 1e12]",
+          d.rope_theta);
+  r.get("norm_eps", d.norm_eps);
+  require(d.norm_eps > 0 && d.norm_eps < 1, r.path("norm_eps"), "must be in (0, 1)", d.norm_eps);
+  r.finish();
+  return ModelChoice::shaped(d);
 }
 
 // Limits beyond the planner's runnable rules (validate_runnable): quantization keys number steps
@@ -473,6 +512,25 @@ LayerPatch full_patch() {
 }
 
 
+// A preset as its name (the JSON of every config before custom shapes: run ids stay the same); a
+// shape as a mapping, rope_theta and norm_eps only when they differ from their defaults (or in
+// kFull). The key tree shows the mapping with every key.
+json model_json(const ModelChoice& m, JsonKeys keys) {
+  if (keys == JsonKeys::kKeyTree && m.is_preset())
+    return model_json(ModelChoice::shaped({64, 2, 4, 2, 192}), JsonKeys::kFull);
+  if (m.is_preset()) return m.preset;
+  const ModelDims& d = *m.custom;
+  json out{{"d_model", d.d_model},
+           {"n_layers", d.n_layers},
+           {"n_heads", d.n_heads},
+           {"n_kv_heads", d.n_kv_heads},
+           {"ffn_hidden", d.ffn_hidden}};
+  const bool all_keys = keys != JsonKeys::kCompact;
+  if (all_keys || d.rope_theta != kDefaultRopeTheta) out["rope_theta"] = d.rope_theta;
+  if (all_keys || d.norm_eps != kDefaultNormEps) out["norm_eps"] = d.norm_eps;
+  return out;
+}
+
 json config_json(const RunConfig& c, JsonKeys keys) {
   const bool all_keys = keys != JsonKeys::kCompact;
   const bool examples = keys == JsonKeys::kKeyTree;
@@ -488,7 +546,7 @@ json config_json(const RunConfig& c, JsonKeys keys) {
       {"run_id", c.run_id},
       {"sweep", c.sweep},
       {"arm", c.arm},
-      {"model", c.model},
+      {"model", model_json(c.model, keys)},
       {"data", {{"dataset", c.data.dataset}, {"seq_len", c.data.seq_len}}},
       {"train",
        {{"global_batch_tokens", c.train.global_batch_tokens},
@@ -630,6 +688,25 @@ void set_block_settings(RunConfig& c, const LayerSettings& s) {
   c.quant.occ = s.occ;
 }
 
+std::string model_label(const ModelChoice& m) {
+  if (m.is_preset()) return m.preset;
+  const ModelDims& d = *m.custom;
+  std::string label = "d" + std::to_string(d.d_model) + "-L" + std::to_string(d.n_layers) + "-h" +
+                      std::to_string(d.n_heads) + "/" + std::to_string(d.n_kv_heads) + "-f" +
+                      std::to_string(d.ffn_hidden);
+  // %g: 500000 and 1e-06 as a reader writes them; the label is for people, the config is exact.
+  const auto number = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return std::string(text);
+  };
+  if (d.rope_theta != kDefaultRopeTheta) label += "-rt" + number(d.rope_theta);
+  if (d.norm_eps != kDefaultNormEps) label += "-eps" + number(d.norm_eps);
+  return label;
+}
+
+bool takes_name_or_mapping(std::string_view config_path) { return config_path == kModelKey; }
+
 nlohmann::json to_json(const RunConfig& c) { return config_json(c, JsonKeys::kCompact); }
 
 nlohmann::json to_json_full(const RunConfig& c) { return config_json(c, JsonKeys::kFull); }
@@ -643,7 +720,7 @@ static RunConfig parse_run_config(const json& j) {
   root.get("run_id", c.run_id);
   root.get("sweep", c.sweep);
   root.get("arm", c.arm);
-  root.get("model", c.model);
+  if (const json* m = root.child("model")) c.model = read_model(*m, "model");
   if (const json* d = root.child("data")) {
     ObjectReader r(*d, "data");
     r.get("dataset", c.data.dataset);

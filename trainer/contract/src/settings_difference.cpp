@@ -1,5 +1,6 @@
 #include "mxablate/contract/settings_difference.h"
 
+#include <algorithm>
 #include <set>
 
 namespace mxablate::contract {
@@ -8,7 +9,8 @@ namespace {
 using nlohmann::json;
 
 bool left_out(const std::string& key) {
-  static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",
+  // The model is compared as its type, below (a preset and a shape are different JSON types).
+  static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",  "model",
                                               "target",     "train.seed",      "train.data_seed",
                                               "device",     "threads",         "mllog"};
   return kLeftOut.count(key) > 0;
@@ -91,6 +93,12 @@ std::string overrides_text(const json& overrides) {
 std::vector<SettingDifference> settings_difference(const RunConfig& run, const RunConfig& reference) {
   std::vector<SettingDifference> out;
   compare(to_json_full(run), to_json_full(reference), "", out);
+  if (!(run.model == reference.model)) {
+    // In key order, like the rest: shown by its one label (a preset's name or the shape's).
+    const auto after = std::find_if(out.begin(), out.end(),
+                                    [](const SettingDifference& d) { return d.key > "model"; });
+    out.insert(after, {"model", model_label(run.model), to_json_full(run)["model"]});
+  }
   return out;
 }
 

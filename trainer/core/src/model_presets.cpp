@@ -3,16 +3,26 @@
 namespace mxablate::trainer {
 
 const std::vector<ModelShape>& model_presets() {
-  // Widths are multiples of 32 (MXFP4 blocks) and, from llama-5m up, of 128 (any Hadamard size).
-  // Parameter counts in the notes are at the default corpus's 4096-token vocabulary.
+  // Widths are multiples of 32 (MXFP4 blocks) and, from llama-5m up, of 128 (any Hadamard size);
+  // FFN widths about 8/3 d rounded up to a multiple of 128 (Llama's SwiGLU proportion). Sizes in
+  // the names hold at the vocabulary in `nominal_vocab` (tests/trainer/model_presets_test.cpp
+  // keeps every name within 15 %); README.md lists the counts at 4096 and 32768.
+  // name, d_model, n_layers, n_heads, n_kv_heads, ffn_hidden, vocab_size, rope_theta, norm_eps,
+  // shape_check_only, nominal_vocab, note
   static const std::vector<ModelShape> presets = {
-      {"smoke", 64, 2, 4, 2, 192, 0, 10000, 1e-5, false,
+      {"smoke", 64, 2, 4, 2, 192, 0, 10000, 1e-5, false, 0,
        "CPU smoke test: ~0.6 M parameters (0.1 M outside the embeddings)"},
-      {"llama-5m", 256, 4, 8, 4, 768, 0, 10000, 1e-5, false, "~5.2 M parameters"},
-      {"llama-20m", 512, 6, 8, 4, 1408, 0, 10000, 1e-5, false, "~22 M parameters"},
-      {"llama-85m", 768, 12, 12, 4, 2048, 0, 10000, 1e-5, false, "~82 M parameters"},
-      {"llama-125m", 768, 12, 12, 12, 3072, 0, 10000, 1e-5, false, "~120 M parameters"},
-      {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 500000, 1e-5, true,
+      {"llama-5m", 256, 4, 8, 4, 768, 0, 10000, 1e-5, false, 4096, "~5.2 M parameters"},
+      {"llama-20m", 512, 6, 8, 4, 1408, 0, 10000, 1e-5, false, 4096, "~22 M parameters"},
+      {"llama-85m", 768, 12, 12, 4, 2048, 0, 10000, 1e-5, false, 4096, "~82 M parameters"},
+      {"llama-125m", 768, 12, 12, 12, 3072, 0, 10000, 1e-5, false, 4096, "~120 M parameters"},
+      {"llama-350m", 1024, 24, 16, 16, 2816, 0, 10000, 1e-5, false, 32768,
+       "~375 M parameters at a 32768-token vocabulary (308 M outside the embeddings)"},
+      {"llama-760m", 1536, 24, 16, 16, 4096, 0, 10000, 1e-5, false, 32768,
+       "~780 M parameters at a 32768-token vocabulary (680 M outside the embeddings)"},
+      {"llama-1.3b", 2048, 24, 16, 16, 5504, 0, 10000, 1e-5, false, 32768,
+       "~1.35 B parameters at a 32768-token vocabulary (1.21 B outside the embeddings)"},
+      {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 500000, 1e-5, true, 128256,
        "Llama 3.1 8B shape (8.03 B parameters with its 128256 vocabulary); shape checks only"},
   };
   return presets;
@@ -28,6 +38,21 @@ std::string model_preset_names() {
   std::string names;
   for (const auto& p : model_presets()) names += (names.empty() ? "" : ", ") + p.name;
   return names;
+}
+
+ModelShape shape_from_dims(const std::string& label, int64_t d_model, int64_t n_layers,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t ffn_hidden,
+                           double rope_theta, double norm_eps) {
+  ModelShape s;
+  s.name = label;
+  s.d_model = d_model;
+  s.n_layers = n_layers;
+  s.n_heads = n_heads;
+  s.n_kv_heads = n_kv_heads;
+  s.ffn_hidden = ffn_hidden;
+  s.rope_theta = rope_theta;
+  s.norm_eps = norm_eps;
+  return s;
 }
 
 std::vector<LinearShape> linear_layers(const ModelShape& s, int64_t vocab_size) {
@@ -51,11 +76,16 @@ int64_t embedding_parameter_count(const ModelShape& s, int64_t vocab_size) {
   return 2 * vocab_size * s.d_model;
 }
 
+// Per block: four attention projections, three MLP projections, two RMSNorms; one final norm.
+// Computed from the widths, not by listing layers, so a deep custom shape costs nothing here.
+int64_t non_embedding_parameter_count(const ModelShape& s) {
+  const int64_t attention = 2 * s.d_model * s.d_model + 2 * s.d_model * s.kv_dim();
+  const int64_t mlp = 3 * s.d_model * s.ffn_hidden;
+  return s.n_layers * (attention + mlp + 2 * s.d_model) + s.d_model;
+}
+
 int64_t parameter_count(const ModelShape& s, int64_t vocab_size) {
-  int64_t total = vocab_size * s.d_model;  // token embedding
-  for (const auto& l : linear_layers(s, vocab_size)) total += l.in_features * l.out_features;
-  total += s.n_layers * 2 * s.d_model + s.d_model;  // two RMSNorms per block, one final
-  return total;
+  return non_embedding_parameter_count(s) + embedding_parameter_count(s, vocab_size);
 }
 
 }  // namespace mxablate::trainer

@@ -1,5 +1,7 @@
 #include "mxablate/trainer/run_fit.h"
 
+#include <fmt/format.h>
+
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/plan_rules.h"
 
@@ -21,11 +23,67 @@ LayerSettings at_stage(LayerSettings s, Stage stage) {
 
 }  // namespace
 
+ModelShape model_shape(const contract::ModelChoice& model) {
+  if (const auto& d = model.custom)
+    return shape_from_dims(contract::model_label(model), d->d_model, d->n_layers, d->n_heads,
+                           d->n_kv_heads, d->ffn_hidden, d->rope_theta, d->norm_eps);
+  const auto preset = find_model_preset(model.preset);
+  if (!preset)
+    throw ConfigError("model: expected one of " + model_preset_names() + " (or a mapping of "
+                      "d_model, n_layers, n_heads, n_kv_heads, ffn_hidden), got " +
+                      nlohmann::json(model.preset).dump(-1, ' ', false,
+                                                        nlohmann::json::error_handler_t::replace));
+  return *preset;
+}
+
+void check_model_shape(const ModelShape& s) {
+  // The contract bounds every width and the depth; these are what they must satisfy together.
+  if (s.d_model <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 ||
+      s.ffn_hidden <= 0 || s.d_model > contract::kMaxModelWidth ||
+      s.ffn_hidden > contract::kMaxModelWidth || s.n_layers > contract::kMaxModelLayers)
+    throw ConfigError("model: " + s.name + " has a width or depth outside [1, " +
+                      std::to_string(contract::kMaxModelWidth) + "] / [1, " +
+                      std::to_string(contract::kMaxModelLayers) + "]");
+  if (s.n_heads % s.n_kv_heads != 0)
+    throw ConfigError("model.n_kv_heads: must divide model.n_heads (" + std::to_string(s.n_heads) +
+                      ": each KV head serves a whole group of query heads), got " +
+                      std::to_string(s.n_kv_heads));
+  if (s.d_model % s.n_heads != 0)
+    throw ConfigError("model.n_heads: must divide model.d_model (" + std::to_string(s.d_model) +
+                      "), got " + std::to_string(s.n_heads));
+  if (s.head_dim() % 2 != 0)
+    throw ConfigError("model.n_heads: the head dimension d_model / n_heads = " +
+                      std::to_string(s.head_dim()) +
+                      " must be even (RoPE rotates pairs of dimensions), got " +
+                      std::to_string(s.n_heads));
+  if (const int64_t n = non_embedding_parameter_count(s); n > kMaxModelParameters)
+    throw ConfigError("model: " + s.name + " has " + std::to_string(n) +
+                      " parameters outside the embeddings, more than the " +
+                      std::to_string(kMaxModelParameters) + " a run may have");
+}
+
+ModelShape runnable_model_shape(const RunConfig& c) {
+  ModelShape shape = model_shape(c.model);
+  if (shape.shape_check_only)
+    throw ConfigError("model: \"" + shape.name + "\" is for shape checks only (" + shape.note + ")");
+  check_model_shape(shape);
+  return shape;
+}
+
 int64_t micro_batch_tokens(const RunConfig& c) {
   return c.train.micro_batch_tokens > 0 ? c.train.micro_batch_tokens : c.train.global_batch_tokens;
 }
 
 void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
+  check_model_shape(shape);
+  // In double: a hostile manifest's vocabulary times d_model may not fit int64.
+  const double with_embeddings =
+      static_cast<double>(non_embedding_parameter_count(shape)) +
+      2.0 * static_cast<double>(vocab_size) * static_cast<double>(shape.d_model);
+  if (with_embeddings > static_cast<double>(kMaxModelParameters))
+    throw ConfigError(fmt::format("model: {} has {:.4g} parameters with a {}-token vocabulary, "
+                                  "more than the {} a run may have",
+                                  shape.name, with_embeddings, vocab_size, kMaxModelParameters));
   const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
   if (const std::string problem = check_override_patterns(c, layers); !problem.empty())
     throw ConfigError(problem);

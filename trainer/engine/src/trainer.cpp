@@ -100,12 +100,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
   }
   s.device = resolve_device(config);
 
-  const auto shape = find_model_preset(config.model);
-  if (!shape)
-    throw ConfigError("model: unknown preset \"" + config.model + "\" (presets: " + model_preset_names() + ")");
-  if (shape->shape_check_only)
-    throw ConfigError("model: \"" + config.model + "\" is for shape checks only (" + shape->note + ")");
-  s.shape = *shape;
+  s.shape = runnable_model_shape(config);
   s.plan = make_training_plan(config);
 
   s.data_dir = resolve_dataset_dir(config.data.dataset);

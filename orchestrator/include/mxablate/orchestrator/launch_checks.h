@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,13 @@ namespace mxablate::orchestrator {
 // More epochs than this draw the overfitting warning.
 inline constexpr double kMaxEpochsWithoutWarning = 2.0;
 
+// Each dataset's vocabulary (its manifest's), by data.dataset as the runs write it: what sizes
+// the embeddings, for the parameter counts `mxablate plan` shows.
+using DatasetVocabularies = std::map<std::string, int64_t>;
+
 // Throws RecipeError at the first problem; returns the warnings, each one line
-// "FILE:LINE:COL: key: …", one per distinct message.
-std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan);
+// "FILE:LINE:COL: key: …", one per distinct message. Fills `vocabularies` when given.
+std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan,
+                                      DatasetVocabularies* vocabularies = nullptr);
 
 }  // namespace mxablate::orchestrator

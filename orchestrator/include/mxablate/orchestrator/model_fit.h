@@ -1,4 +1,4 @@
-// Whether a resolved run config can run on its model preset: the trainer's own rule
+// Whether a resolved run config can run on its model (a preset or a custom shape): the trainer's own rule
 // (trainer/run_fit.h, torch-free), applied before anything is launched so that a recipe error
 // is reported at its line and column instead of as a failed run.
 #pragma once
@@ -7,8 +7,9 @@
 
 namespace mxablate::orchestrator {
 
-// Throws contract::ConfigError("key.path: why"): "model: …" for an unknown or shape-check-only
-// preset, else check_run_fits's errors.
+// Throws contract::ConfigError("key.path: why"): runnable_model_shape's ("model: …" for an
+// unknown or shape-check-only preset, "model.n_heads: …" for a shape mistake), else
+// check_run_fits's errors.
 void check_model_fit(const contract::RunConfig& config);
 
 }  // namespace mxablate::orchestrator

@@ -53,4 +53,8 @@ Plan expand_recipe(const Recipe& recipe);
 // "FDW+H16 seed=2 train.lr=0.001": a run named by its arm and axes, for messages.
 std::string run_label(const RunSpec& spec);
 
+// An axis value as plans and messages show it: a name bare, a model by its label
+// (contract::model_label: "llama-20m", "d512-L6-h8/4-f1408"), anything else as JSON.
+std::string axis_text(const RunSpec& spec, const AxisValue& axis);
+
 }  // namespace mxablate::orchestrator

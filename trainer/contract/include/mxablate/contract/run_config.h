@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -96,13 +97,62 @@ struct TelemetryConfig {
   int64_t quant_every_steps = 50;  // quantization telemetry (0: never)
 };
 
+// The model a run trains (docs/design.md §4): a preset's name, or a shape given key by key. The
+// vocabulary is always the data's. The contract holds the plain fields and their ranges; the
+// trainer (trainer/core model_presets.h, run_fit.h) resolves a choice to a ModelShape and checks
+// what a shape must satisfy (head counts, RoPE's even head dimension, GEMM blocks).
+inline constexpr std::string_view kModelKey = "model";  // its config path
+inline constexpr double kDefaultRopeTheta = 10000;
+inline constexpr double kDefaultNormEps = 1e-5;
+// The largest width (d_model, ffn_hidden, heads) and depth a shape may give: with these every
+// parameter count fits int64 with room to spare (run_fit.h refuses sizes no machine holds).
+inline constexpr int64_t kMaxModelWidth = int64_t{1} << 20;
+inline constexpr int64_t kMaxModelLayers = 4096;
+
+struct ModelDims {
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t ffn_hidden = 0;
+  double rope_theta = kDefaultRopeTheta;
+  double norm_eps = kDefaultNormEps;
+  bool operator==(const ModelDims&) const = default;
+};
+
+struct ModelChoice {
+  std::string preset = "smoke";  // the preset's name; empty when `custom` is set
+  std::optional<ModelDims> custom;
+
+  ModelChoice() = default;
+  // A preset by name (`config.model = "llama-20m"`): whether it exists is the trainer's to say.
+  ModelChoice(std::string name) : preset(std::move(name)) {}  // NOLINT: implicit on purpose
+  ModelChoice(const char* name) : preset(name) {}              // NOLINT: implicit on purpose
+  static ModelChoice named(std::string name) { return ModelChoice(std::move(name)); }
+  static ModelChoice shaped(const ModelDims& dims) {
+    ModelChoice m("");
+    m.custom = dims;
+    return m;
+  }
+  bool is_preset() const { return !custom; }
+  bool operator==(const ModelChoice&) const = default;
+};
+
+// The one display label of a model in plans, tables and reports: a preset's name, or
+// "d512-L6-h8/4-f1408" for a custom shape (with "-rt500000" / "-eps1e-06" when those differ from
+// their defaults).
+std::string model_label(const ModelChoice& m);
+// The config keys a recipe may set to a name or to a mapping (model): the recipe schema accepts
+// either where the key tree shows a mapping.
+bool takes_name_or_mapping(std::string_view config_path);
+
 struct RunConfig {
   // Identity (set by the orchestrator).
   std::string run_id;
   std::string sweep;
   std::string arm;
   // What to run.
-  std::string model = "smoke";
+  ModelChoice model;
   DataConfig data;
   TrainConfig train;
   EvalConfig eval;

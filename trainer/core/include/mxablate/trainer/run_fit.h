@@ -3,7 +3,8 @@
 // (so a recipe error is reported at its line and column, not as a failed run). For every layer
 // and every phase of the precision schedule: each quantized operand blocks (1-D or 2-D) and
 // rotates evenly, the layer's settings can run (DGE's requirements), and every override pattern
-// matches some layer.
+// matches some layer. Before those: the model itself — a known preset, or a custom shape whose
+// heads divide evenly, whose head dimension RoPE can rotate, and whose size a machine holds.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,31 @@
 
 namespace mxablate::trainer {
 
+// The most parameters a model may have: 100 B (400 GB of FP32 weights before optimizer state),
+// far beyond any machine this trainer runs on; a larger shape is a typing mistake or hostile.
+inline constexpr int64_t kMaxModelParameters = 100'000'000'000;
+
+// The shape a run config's model names: a preset, or the custom shape named by its label
+// (contract::model_label). Throws ConfigError "model: expected one of <presets>, got "x"".
+ModelShape model_shape(const contract::ModelChoice& model);
+
+// What every shape must satisfy to be built: n_kv_heads divides n_heads, n_heads divides
+// d_model, the head dimension is even (RoPE rotates pairs), at most kMaxModelParameters outside
+// the embeddings. Throws ConfigError naming the key ("model.n_kv_heads: …"). The GEMM widths'
+// blocks and rotations are check_run_fits's (they depend on the numerics).
+void check_model_shape(const ModelShape& shape);
+
+// model_shape, refusing a preset for shape checks only, then check_model_shape: the model that
+// mxablate-train builds and that the planner plans.
+ModelShape runnable_model_shape(const contract::RunConfig& config);
+
 // Throws contract::ConfigError("key.path: why"), the key being the setting that decides it:
 // "precision.<gemm>: …" when a format's block does not divide a reduction length,
 // "quant.weight_blocks: …" for 2-D tiles, "quant.hadamard.size: …" for rotations,
 // "quant.dge: …", "overrides[i].layers: …".
 // vocab_size 0: not known yet (the planner); the LM head's shapes are then not checked.
+// check_model_shape comes first; with a vocabulary the whole count must stay within
+// kMaxModelParameters too.
 void check_run_fits(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
 
 // Tokens per micro-batch: the rows of every activation operand.
