@@ -176,3 +176,27 @@ TEST_CASE("The paper's figure only beside an arm that is exactly one of the pape
   // F with Dgrad/Wgrad in BF16 is not the paper's F (its others ran in FP8).
   CHECK_FALSE(paper_figure(with(kMX, kBF16, kBF16), fp8).has_value());
 }
+
+TEST_CASE("A model difference is one setting, shown by the model's label") {
+  RunConfig reference;
+  reference.model = "llama-20m";
+  RunConfig run = reference;
+  run.model = ModelChoice::shaped({512, 8, 8, 4, 1408});
+  run.quant.scale_rule = ScaleRule::kMse;
+  const auto differences = settings_difference(run, reference);
+  REQUIRE(differences.size() == 2);
+  CHECK(differences[0].key == "model");  // in key order: model before quant
+  CHECK(differences[0].value == "d512-L8-h8/4-f1408");
+  CHECK(differences[0].raw["n_layers"] == 8);
+  CHECK(describe_differences(differences, false) == "model d512-L8-h8/4-f1408 + scale_rule mse");
+  // A preset against another preset: by name; the same model: no difference.
+  run = reference;
+  run.model = "llama-5m";
+  CHECK(describe_differences(settings_difference(run, reference), false) == "model llama-5m");
+  CHECK(settings_difference(reference, reference).empty());
+  // The same shape written with and without its default rope_theta is the same model.
+  RunConfig a, b;
+  a.model = ModelChoice::shaped({64, 2, 4, 2, 192});
+  b.model = ModelChoice::shaped({64, 2, 4, 2, 192, 10000.0, 1e-5});
+  CHECK(settings_difference(a, b).empty());
+}

@@ -232,3 +232,97 @@ TEST_CASE("config files: numbers JSON cannot hold and invalid UTF-8 are bad conf
   CHECK(bad_utf8.find('\n') == std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+// ---- model: a preset's name or a shape given key by key (docs/design.md §4).
+
+TEST_CASE("a preset model is written as its name, as before custom shapes (run ids unchanged)") {
+  RunConfig c;
+  c.model = "llama-20m";
+  const json j = to_json(c);
+  REQUIRE(j["model"].is_string());
+  CHECK(j["model"] == "llama-20m");
+  CHECK(to_json_full(c)["model"] == "llama-20m");
+  const RunConfig back = run_config_from_json(j);
+  CHECK(back.model.is_preset());
+  CHECK(back.model == ModelChoice::named("llama-20m"));
+  CHECK(model_label(back.model) == "llama-20m");
+  // The default is the smoke preset, by name.
+  CHECK(to_json(RunConfig{})["model"] == "smoke");
+}
+
+TEST_CASE("a custom model shape round-trips, writing rope_theta and norm_eps only when set") {
+  RunConfig c;
+  c.model = ModelChoice::shaped({512, 6, 8, 4, 1408});
+  json j = to_json(c);
+  CHECK(j["model"] == json{{"d_model", 512}, {"n_layers", 6}, {"n_heads", 8}, {"n_kv_heads", 4},
+                           {"ffn_hidden", 1408}});
+  RunConfig back = run_config_from_json(j);
+  REQUIRE(back.model.custom);
+  CHECK(back.model == c.model);
+  CHECK(to_json(back) == j);
+  CHECK(model_label(back.model) == "d512-L6-h8/4-f1408");
+  // The full form (for comparisons) holds every key.
+  CHECK(to_json_full(c)["model"]["rope_theta"] == 10000.0);
+  CHECK(to_json_full(c)["model"]["norm_eps"] == 1e-5);
+
+  c.model.custom->rope_theta = 500000;
+  c.model.custom->norm_eps = 1e-6;
+  j = to_json(c);
+  CHECK(j["model"]["rope_theta"] == 500000.0);
+  CHECK(j["model"]["norm_eps"] == 1e-6);
+  back = run_config_from_json(j);
+  CHECK(back.model == c.model);
+  CHECK(model_label(back.model) == "d512-L6-h8/4-f1408-rt500000-eps1e-06");
+  // Through the file, as the trainer reads it.
+  const auto path = std::filesystem::temp_directory_path() / "mxablate-model-shape-config.json";
+  write_run_config(path.string(), c);
+  CHECK(read_run_config(path.string()).model == c.model);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a malformed model is refused at its key") {
+  const auto with_model = [](const json& model) {
+    json j = valid();
+    j["model"] = model;
+    return error_of(j);
+  };
+  const json shape{{"d_model", 64}, {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 2},
+                   {"ffn_hidden", 192}};
+  CHECK(with_model(shape) == "no error");
+  CHECK(with_model(json::array({1})) ==
+        "model: expected a preset's name or a mapping of d_model, n_layers, n_heads, n_kv_heads "
+        "and ffn_hidden (rope_theta and norm_eps optional), got [1]");
+  json m = shape;
+  m.erase("n_kv_heads");
+  CHECK(with_model(m) == "model.n_kv_heads: required (a custom model gives d_model, n_layers, "
+                         "n_heads, n_kv_heads and ffn_hidden)");
+  m = shape;
+  m["d_modle"] = 64;
+  CHECK(with_model(m) == "model.d_modle: unknown key");
+  m = shape;
+  m["d_model"] = 64.5;
+  CHECK(with_model(m) == "model.d_model: expected an integer, got 64.5");
+  m = shape;
+  m["n_layers"] = "two";
+  CHECK(with_model(m) == "model.n_layers: expected an integer, got \"two\"");
+  m = shape;
+  m["n_heads"] = 0;
+  CHECK(with_model(m) == "model.n_heads: must be in [1, 1048576], got 0");
+  m = shape;
+  m["ffn_hidden"] = -192;
+  CHECK(with_model(m) == "model.ffn_hidden: must be in [1, 1048576], got -192");
+  // Hostile sizes: widths and depths whose products would overflow a parameter count.
+  m = shape;
+  m["d_model"] = int64_t{1} << 40;
+  CHECK(with_model(m) == "model.d_model: must be in [1, 1048576], got 1099511627776");
+  m = shape;
+  m["n_layers"] = 1000000;
+  CHECK(with_model(m) == "model.n_layers: must be in [1, 4096], got 1000000");
+  m = shape;
+  m["rope_theta"] = 0.0;
+  CHECK(with_model(m) == "model.rope_theta: must be in (0, 1e12], got 0.0");
+  m = shape;
+  m["norm_eps"] = 1.0;
+  CHECK(with_model(m) == "model.norm_eps: must be in (0, 1), got 1.0");
+  CHECK(with_model("llama-\xff") == "model: not valid UTF-8, got \"llama-\xef\xbf\xbd\"");
+}

@@ -115,3 +115,58 @@ TEST_CASE("a real CPU sweep: a trainer SIGKILLed mid-run resumes and ends exactl
       "FROM runs ORDER BY run_id";
   CHECK(crashed.rows(finals) == reference.rows(finals));
 }
+
+TEST_CASE("a custom model shape trains through `mxablate run`; the smoke shape written out trains "
+          "exactly like the smoke preset",
+          "[real-trainer]") {
+  const std::string text = R"(name: shapes-cpu
+base:
+  data: {dataset: )" + mxablate::test::test_dataset() + R"(, seq_len: 64}
+  train: {global_batch_tokens: 512, max_tokens: 4096, lr: 3e-3}
+  eval: {every_tokens: 2048, tokens: 1024}
+  checkpoint: {every_steps: 0}
+  threads: 1
+arms:
+  bf16: {}
+grid:
+  model:
+    - smoke
+    - {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 192}
+    - {d_model: 96, n_layers: 1, n_heads: 2, n_kv_heads: 1, ffn_hidden: 256, rope_theta: 500000}
+)";
+  RealSweep sweep(text);
+  const ProcessResult plan =
+      run_process({kMxablate.string(), "plan", (sweep.dir.path() / "real.yaml").string()},
+                  sweep.dir.path());
+  INFO(plan.err);
+  REQUIRE(plan.code() == 0);
+  CHECK(contains(plan.out, "d64-L2-h4/2-f192"));
+  CHECK(contains(plan.out, "d96-L1-h2/1-f256-rt500000"));
+  const ProcessResult r = run_process(sweep.args(), sweep.dir.path());
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  CHECK(sweep.one("SELECT COUNT(*) FROM runs WHERE status = 'budget_exhausted'") == "3");
+  // The trainer names each model by its label and counts its parameters.
+  const auto started = sweep.rows(
+      "SELECT json_extract(detail, '$.model'), json_extract(detail, '$.params'), "
+      "json_extract(detail, '$.vocab_size') FROM events WHERE kind = 'run_start' ORDER BY "
+      "json_extract(detail, '$.model')");
+  REQUIRE(started.size() == 3);
+  CHECK(started[0][0] == "d64-L2-h4/2-f192");
+  CHECK(started[1][0] == "d96-L1-h2/1-f256-rt500000");
+  CHECK(started[2][0] == "smoke");
+  CHECK(started[0][1] == started[2][1]);  // the same shape, the same parameters
+  const int64_t vocab = std::stoll(started[1][2]);
+  // d96, one block: q, o 96x96; k, v 96x48; gate, up, down 96x256; two norms; final norm; embeddings.
+  const int64_t expected = 2 * 96 * 96 + 2 * 96 * 48 + 3 * 96 * 256 + 2 * 96 + 96 + 2 * vocab * 96;
+  CHECK(std::stoll(started[1][1]) == expected);
+  // Same shape, same seed: the same evaluations to the last bit, whatever the model is called.
+  const auto curve = [&](const std::string& label) {
+    return sweep.rows(
+        "SELECT e.step, printf('%.17g', e.val_loss) FROM evals e WHERE e.run_id = (SELECT run_id "
+        "FROM events WHERE kind = 'run_start' AND json_extract(detail, '$.model') = '" + label +
+        "') ORDER BY e.step");
+  };
+  CHECK(curve("smoke").size() == 3);
+  CHECK(curve("d64-L2-h4/2-f192") == curve("smoke"));
+}

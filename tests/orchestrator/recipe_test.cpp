@@ -216,3 +216,78 @@ grid:
     CHECK(run.interventions == (run.arm == "x" ? "scale_rule ceil + train.weight_decay 0.05" : "-"));
   }
 }
+
+// ---- model: a preset's name or a shape (docs/design.md §4), as a grid axis like any other.
+
+TEST_CASE("a custom model shape plans, and a grid over model mixes names and mappings") {
+  const char* text = R"(name: shapes
+base:
+  model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 192}
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, max_tokens: 1e5}
+arms:
+  bf16: {}
+  fp4: {precision: {fprop: mxfp4, dgrad: mxfp4, wgrad: mxfp4}}
+grid:
+  model:
+    - smoke
+    - {d_model: 128, n_layers: 3, n_heads: 4, n_kv_heads: 4, ffn_hidden: 384}
+    - {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 192, rope_theta: 500000}
+)";
+  const Plan plan = expand_recipe(parse_recipe(text, "shapes.yaml"));
+  REQUIRE(plan.runs.size() == 6);
+  const RunSpec& preset = plan.runs[0];
+  CHECK(preset.config.model == mxablate::contract::ModelChoice::named("smoke"));
+  CHECK(preset.config_json["model"] == "smoke");  // the grid's name replaces the base's mapping
+  const RunSpec& wide = plan.runs[1];
+  REQUIRE(wide.config.model.custom);
+  CHECK(wide.config.model.custom->d_model == 128);
+  CHECK(wide.config.model.custom->n_layers == 3);
+  CHECK(axis_text(wide, wide.axes[0]) == "d128-L3-h4/4-f384");
+  CHECK(run_label(wide) == "bf16 model=d128-L3-h4/4-f384");
+  CHECK(axis_text(preset, preset.axes[0]) == "smoke");
+  const RunSpec& rope = plan.runs[2];
+  CHECK(rope.config_json["model"]["rope_theta"] == 500000.0);
+  CHECK(mxablate::contract::model_label(rope.config.model) == "d64-L2-h4/2-f192-rt500000");
+  // Every run differs, so every id differs; the fp4 arm's runs differ from bf16's in precision.
+  for (size_t i = 0; i < plan.runs.size(); ++i)
+    for (size_t j = i + 1; j < plan.runs.size(); ++j) CHECK(plan.runs[i].run_id != plan.runs[j].run_id);
+  CHECK(plan.runs[4].interventions == "-");  // fp4 vs bf16 at the same model: precisions only
+}
+
+TEST_CASE("a model mapping in an arm merges key by key over the base's shape") {
+  const char* text = R"(name: deeper
+base:
+  model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 192}
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, max_tokens: 1e5}
+arms:
+  shallow: {}
+  deep: {model: {n_layers: 4}}
+  preset: {model: llama-5m}
+)";
+  const Plan plan = expand_recipe(parse_recipe(text, "deeper.yaml"));
+  REQUIRE(plan.runs.size() == 3);
+  CHECK(plan.runs[1].config.model.custom->n_layers == 4);
+  CHECK(plan.runs[1].config.model.custom->d_model == 64);
+  CHECK(plan.runs[1].interventions == "model d64-L4-h4/2-f192");
+  CHECK(plan.runs[2].interventions == "model llama-5m");
+}
+
+TEST_CASE("a preset's run id does not depend on custom shapes existing") {
+  // The compact JSON writes a preset as the bare name it always was.
+  const char* text = R"(name: ids
+base:
+  model: llama-20m
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, max_tokens: 1e6}
+arms:
+  a: {}
+)";
+  const Plan plan = expand_recipe(parse_recipe(text, "ids.yaml"));
+  REQUIRE(plan.runs.size() == 1);
+  CHECK(plan.runs[0].config_json["model"] == "llama-20m");
+  nlohmann::json without_id = plan.runs[0].config_json;
+  without_id.erase("run_id");
+  CHECK(without_id.dump().find("\"model\":\"llama-20m\"") != std::string::npos);
+}

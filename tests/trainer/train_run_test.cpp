@@ -316,7 +316,7 @@ TEST_CASE("Bad configs and misuse exit with status 2 and one clear line", "[trai
   };
   contract::RunConfig c = smoke_config();
   c.model = "llama-7b";
-  expect_bad(c, "model: unknown preset \"llama-7b\"");
+  expect_bad(c, "model: expected one of smoke, llama-5m");
   c = smoke_config();
   c.model = "llama-8b";
   expect_bad(c, "shape checks only");
