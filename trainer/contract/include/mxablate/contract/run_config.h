@@ -135,7 +135,10 @@ struct ModelChoice {
     return m;
   }
   bool is_preset() const { return !custom; }
-  bool operator==(const ModelChoice&) const = default;
+  // A shape is its numbers (whatever `preset` was left holding); a preset is its name.
+  bool operator==(const ModelChoice& o) const {
+    return custom ? o.custom == custom : !o.custom && o.preset == preset;
+  }
 };
 
 // The one display label of a model in plans, tables and reports: a preset's name, or
