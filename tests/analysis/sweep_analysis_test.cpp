@@ -315,3 +315,31 @@ TEST_CASE("a stored config or target of the wrong type is an error naming run, s
                       path + ": sweep golden: its stored target is not a JSON object");
   });
 }
+
+TEST_CASE("a model axis groups runs by the model's label, preset or custom shape") {
+  test::TempDir dir("mxablate_sweep_analysis_models");
+  const std::string path = dir / "models.db";
+  {
+    results::ResultsStore store(path);
+    results::SweepRecord sweep{"models", "models.yaml", "name: models", "runs", json::object(),
+                               std::nullopt};
+    sweep.target = {{"val_loss", 6.0}};
+    const int64_t sweep_id = store.register_sweep(sweep);
+    std::vector<results::PlannedRun> plan;
+    contract::RunConfig preset;
+    preset.arm = "bf16";
+    preset.model = "llama-20m";
+    contract::RunConfig shaped = preset;
+    shaped.model = contract::ModelChoice::shaped({64, 2, 4, 2, 192, 500000});
+    for (const auto& [id, c] : {std::pair{"preset", preset}, std::pair{"shaped", shaped}}) {
+      const json config = contract::to_json(c);
+      plan.push_back({id, "bf16", 0, config.dump(), std::string("runs/") + id, 1e6,
+                      {{"model", config["model"].dump()}}});
+    }
+    store.register_plan(sweep_id, plan);
+  }
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  const analysis::SweepData sweep = analysis::load_sweep(db, "models");
+  CHECK(sweep.groups == std::vector<std::string>{"bf16 [model=llama-20m]",
+                                                 "bf16 [model=d64-L2-h4/2-f192-rt500000]"});
+}

@@ -39,13 +39,17 @@ TEST_CASE("plan lists every run with its axes and the totals") {
   REQUIRE(r.code() == 0);
   CHECK(r.err.empty());
   const auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 8);  // title, header, 4 runs, what interventions means, totals
+  // title, header, 4 runs, what params and interventions mean, totals
+  REQUIRE(lines.size() == 9);
   CHECK(lines[0] == "sweep cli (" + f.recipe.string() + ")");
-  CHECK(lines[1].rfind("  #  run_id            arm  seed  model  fprop  dgrad  wgrad  interventions  tokens", 0) == 0);
+  CHECK(lines[1].rfind("  #  run_id            arm  seed  model  params  fprop  dgrad  wgrad  interventions  tokens", 0) == 0);
   CHECK(contains(lines[5], " B "));
   CHECK(contains(lines[5], "mxfp4"));
-  CHECK(lines[6] == "interventions: the settings that differ from arm A's run at the same grid point");
-  CHECK(lines[7] == "4 runs (2 arms × 2 grid combinations), 49.2k tokens");
+  CHECK(contains(lines[5], " smoke  623k "));  // 622,912 parameters at the dataset's 4096 tokens
+  CHECK(lines[6] == "params: the model's parameters with the embeddings of its dataset's "
+                    "4096-token vocabulary");
+  CHECK(lines[7] == "interventions: the settings that differ from arm A's run at the same grid point");
+  CHECK(lines[8] == "4 runs (2 arms × 2 grid combinations), 49.2k tokens");
   const ProcessResult j = f.mx({"plan", f.recipe.string(), "--json"});
   const auto runs = nlohmann::json::parse(j.out);
   REQUIRE(runs.size() == 4);
@@ -53,6 +57,39 @@ TEST_CASE("plan lists every run with its axes and the totals") {
   CHECK(runs[3]["axes"]["seed"] == 2);
   CHECK(runs[3]["config"]["precision"]["wgrad"] == "mxfp4");
   CHECK(runs[3]["config"]["run_id"] == runs[3]["run_id"]);
+  CHECK(runs[3]["model"] == nlohmann::json{{"label", "smoke"},
+                                           {"non_embedding_parameters", 98624},
+                                           {"vocab_size", 4096},
+                                           {"parameters", 622912}});
+}
+
+TEST_CASE("plan names custom shapes by their label and counts each model's parameters") {
+  std::string recipe = fake_recipe("cli", 12, 4, 5, "[1]");
+  recipe.replace(recipe.find("  model: smoke"), std::string("  model: smoke").size(),
+                 "  model: {d_model: 128, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 384}");
+  recipe += "  model: [llama-350m, {d_model: 128, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
+            "ffn_hidden: 384}]\n";
+  CliFixture f(recipe);
+  const ProcessResult r = f.mx({"plan", f.recipe.string()});
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  const auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 9);
+  CHECK(lines[1].rfind("  #  run_id            arm  seed  model              model              "
+                       "params  fprop",
+                       0) == 0);
+  // llama-350m at 4096 tokens: 316,720,128; d128-L2: 2·(2·128² + 2·128·64 + 3·128·384 + 256)
+  // + 128 + 2·4096·128 = 1,442,432.
+  CHECK(contains(lines[2], " llama-350m         llama-350m         317M "));
+  CHECK(contains(lines[3], " d128-L2-h4/2-f384  d128-L2-h4/2-f384  1.44M "));
+  const ProcessResult j = f.mx({"plan", f.recipe.string(), "--json"});
+  const auto runs = nlohmann::json::parse(j.out);
+  REQUIRE(runs.size() == 4);
+  CHECK(runs[0]["model"]["parameters"] == 316720128);
+  CHECK(runs[1]["model"]["label"] == "d128-L2-h4/2-f384");
+  CHECK(runs[1]["model"]["parameters"] == 1442432);
+  CHECK(runs[1]["axes"]["model"]["d_model"] == 128);
+  CHECK(runs[0]["config"]["model"] == "llama-350m");
 }
 
 TEST_CASE("plan --layers prints every layer's resolved precisions per arm and phase") {

@@ -694,11 +694,12 @@ std::string model_label(const ModelChoice& m) {
   std::string label = "d" + std::to_string(d.d_model) + "-L" + std::to_string(d.n_layers) + "-h" +
                       std::to_string(d.n_heads) + "/" + std::to_string(d.n_kv_heads) + "-f" +
                       std::to_string(d.ffn_hidden);
-  // %g: 500000 and 1e-06 as a reader writes them; the label is for people, the config is exact.
+  // The shortest text that reads back as the same double (as JSON writes it, without a bare
+  // ".0"): two shapes never share a label, so tables never merge their runs.
   const auto number = [](double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", x);
-    return std::string(text);
+    std::string text = json(x).dump();
+    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+    return text;
   };
   if (d.rope_theta != kDefaultRopeTheta) label += "-rt" + number(d.rope_theta);
   if (d.norm_eps != kDefaultNormEps) label += "-eps" + number(d.norm_eps);
