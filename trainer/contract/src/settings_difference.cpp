@@ -10,7 +10,7 @@ using nlohmann::json;
 bool left_out(const std::string& key) {
   static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",
                                               "target",     "train.seed",      "train.data_seed",
-                                              "device",     "threads",         "mllog"};
+                                              "device",     "threads",         "mllog", "parallel"};
   return kLeftOut.count(key) > 0;
 }
 

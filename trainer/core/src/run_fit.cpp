@@ -21,15 +21,11 @@ LayerSettings at_stage(LayerSettings s, Stage stage) {
 
 }  // namespace
 
-int64_t micro_batch_tokens(const RunConfig& c) {
-  return c.train.micro_batch_tokens > 0 ? c.train.micro_batch_tokens : c.train.global_batch_tokens;
-}
-
 void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
   const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
   if (const std::string problem = check_override_patterns(c, layers); !problem.empty())
     throw ConfigError(problem);
-  const int64_t tokens = micro_batch_tokens(c);
+  const int64_t tokens = contract::micro_batch_tokens(c);
   if (c.quant.dge && !contract::is_fp4(c.precision.fprop))
     throw ConfigError("quant.dge: needs precision.fprop mxfp4 or nvfp4 (it differentiates W's "
                       "4-bit quantizer), got " + std::string(contract::to_string(c.precision.fprop)));

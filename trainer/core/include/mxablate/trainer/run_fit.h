@@ -20,7 +20,4 @@ namespace mxablate::trainer {
 // vocab_size 0: not known yet (the planner); the LM head's shapes are then not checked.
 void check_run_fits(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
 
-// Tokens per micro-batch: the rows of every activation operand.
-int64_t micro_batch_tokens(const contract::RunConfig& config);
-
 }  // namespace mxablate::trainer
