@@ -16,11 +16,12 @@ mkdir -p "$LOG_DIR"
 MODE=${1:-}
 case "$MODE" in ""|--tests|--no-build) ;; *) echo "setup: unknown option '$MODE' (--tests, --no-build)" >&2; exit 2 ;; esac
 
-# Libraries, gnuplot for the report's figures, and the default
+# Libraries (libgloo-dev: the headers of the Gloo backend LibTorch carries, for data-parallel runs
+# on the CPU), gnuplot for the report's figures, and the default
 # corpus's text (scripts/build-corpus.sh: KJV Bible, Jane Austen; npm adds the Brown corpus).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
-  libtorch-dev libopenblas0
+  libtorch-dev libopenblas0 libgloo-dev
   libyaml-cpp-dev libsqlite3-dev libsqlitecpp-dev sqlite3 libfmt-dev libspdlog-dev
   libboost-dev libboost-filesystem-dev libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece gnuplot-nox

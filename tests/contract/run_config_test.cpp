@@ -44,7 +44,10 @@ TEST_CASE("a run config survives a JSON round trip unchanged") {
   c.overrides = {o};
   c.target.val_loss = 3.3;
   c.device = Device::kCUDA;
+  c.train.micro_batch_tokens = 16384;
+  c.parallel.data = 4;
   const RunConfig back = run_config_from_json(to_json(c));
+  CHECK(back.parallel.data == 4);
   CHECK(to_json(back) == to_json(c));
   CHECK(back.quant.hadamard.gemms == GemmSet{GemmKind::kDgrad, GemmKind::kWgrad});
   CHECK(back.quant.dge == DgeConfig{4, 2.5});
@@ -325,4 +328,27 @@ TEST_CASE("a malformed model is refused at its key") {
   m["norm_eps"] = 1.0;
   CHECK(with_model(m) == "model.norm_eps: must be in (0, 1), got 1.0");
   CHECK(with_model("llama-\xff") == "model: not valid UTF-8, got \"llama-\xef\xbf\xbd\"");
+}
+
+TEST_CASE("parallel.data: written only off its default (run ids stay), and must split the step's micro-batches") {
+  CHECK_FALSE(to_json(RunConfig{}).contains("parallel"));
+  CHECK(to_json_full(RunConfig{})["parallel"]["data"] == 1);
+
+  json j = valid();
+  j["data"]["seq_len"] = 64;
+  j["train"]["global_batch_tokens"] = 512;
+  j["parallel"] = {{"data", 2}};
+  // One micro-batch per step (micro_batch_tokens 0) cannot be shared by two ranks.
+  CHECK(error_of(j).find("parallel.data: must divide the step's 1 micro-batches") == 0);
+  j["train"]["micro_batch_tokens"] = 128;  // 4 micro-batches: 2 per rank
+  CHECK(error_of(j) == "no error");
+  CHECK(micro_batches_per_step(run_config_from_json(j)) == 4);
+  j["parallel"]["data"] = 3;
+  CHECK(error_of(j).find("parallel.data: must divide the step's 4 micro-batches") == 0);
+  for (const json& bad : {json(0), json(-1), json(5000), json("two"), json(1.5)}) {
+    j["parallel"]["data"] = bad;
+    CHECK(error_of(j).rfind("parallel.data", 0) == 0);
+  }
+  j["parallel"] = {{"data", 2}, {"tensor", 2}};
+  CHECK(error_of(j).rfind("parallel.tensor", 0) == 0);
 }

@@ -579,6 +579,8 @@ json config_json(const RunConfig& c, JsonKeys keys) {
       {"threads", c.threads},
       {"mllog", c.mllog},
   };
+  if (all_keys || c.parallel.data != ParallelConfig{}.data)
+    out["parallel"] = {{"data", c.parallel.data}};
   if (all_keys || !c.precision_schedule.empty()) {
     json phases = json::array();
     for (const PrecisionPhase& p : c.precision_schedule)
@@ -614,12 +616,23 @@ void validate(const RunConfig& c) {
   require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
           "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
           t.global_batch_tokens);
+  constexpr int kMaxRanks = 4096;
+  require(c.parallel.data >= 1 && c.parallel.data <= kMaxRanks, "parallel.data",
+          "must be in [1, 4096] (the ranks of one run)", c.parallel.data);
   require(t.micro_batch_tokens >= 0 && (t.micro_batch_tokens == 0 ||
                                         (t.micro_batch_tokens % c.data.seq_len == 0 &&
                                          t.global_batch_tokens % t.micro_batch_tokens == 0)),
           "train.micro_batch_tokens",
           "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
           t.micro_batch_tokens);
+  // The micro-batch is set explicitly for several ranks: it decides where the quantizers' blocks and
+  // random streams begin (docs/design.md §5), so the same run on one rank is the same config.
+  if (c.parallel.data > 1)
+    require(micro_batches_per_step(c) % c.parallel.data == 0, "parallel.data",
+            "must divide the step's " + std::to_string(micro_batches_per_step(c)) +
+                " micro-batches (train.global_batch_tokens / train.micro_batch_tokens; set "
+                "train.micro_batch_tokens to split a step among the ranks)",
+            c.parallel.data);
   require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
   require(t.lr > 0, "train.lr", "must be > 0", t.lr);
   require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
@@ -803,12 +816,25 @@ static RunConfig parse_run_config(const json& j) {
     r.get("quant_every_steps", c.telemetry.quant_every_steps);
     r.finish();
   }
+  if (const json* p = root.child("parallel")) {
+    ObjectReader r(*p, "parallel");
+    r.get("data", c.parallel.data);
+    r.finish();
+  }
   root.get("device", c.device);
   root.get("threads", c.threads);
   root.get("mllog", c.mllog);
   root.finish();
   validate(c);
   return c;
+}
+
+int64_t micro_batch_tokens(const RunConfig& c) {
+  return c.train.micro_batch_tokens > 0 ? c.train.micro_batch_tokens : c.train.global_batch_tokens;
+}
+
+int64_t micro_batches_per_step(const RunConfig& c) {
+  return c.train.global_batch_tokens / micro_batch_tokens(c);
 }
 
 RunConfig run_config_from_json(const json& j) {

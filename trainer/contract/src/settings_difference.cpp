@@ -12,7 +12,7 @@ bool left_out(const std::string& key) {
   // The model is compared as its type, below (a preset and a shape are different JSON types).
   static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",  "model",
                                               "target",     "train.seed",      "train.data_seed",
-                                              "device",     "threads",         "mllog"};
+                                              "device",     "threads",         "mllog", "parallel"};
   return kLeftOut.count(key) > 0;
 }
 

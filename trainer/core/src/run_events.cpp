@@ -19,14 +19,14 @@ json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 int64_t RunEvents::run_start(Progress p, json details) {
   json f = base(p);
   for (auto& item : details.items()) f[item.key()] = item.value();
-  return writer_.append(kind::kRunStart, std::move(f), true);
+  return append(kind::kRunStart, std::move(f), true);
 }
 
 int64_t RunEvents::resume(Progress p, int64_t discard_after_seq, const std::string& checkpoint) {
   json f = base(p);
   f["discard_after_seq"] = discard_after_seq;
   f["checkpoint"] = checkpoint;
-  return writer_.append(kind::kResume, std::move(f), true);
+  return append(kind::kResume, std::move(f), true);
 }
 
 int64_t RunEvents::train(Progress p, double loss, double lr, double grad_norm, double tokens_per_s) {
@@ -35,13 +35,13 @@ int64_t RunEvents::train(Progress p, double loss, double lr, double grad_norm, d
   f["lr"] = lr;
   f["grad_norm"] = number(grad_norm);
   f["tokens_per_s"] = tokens_per_s;
-  return writer_.append(kind::kTrain, std::move(f));
+  return append(kind::kTrain, std::move(f));
 }
 
 int64_t RunEvents::eval(Progress p, double val_loss) {
   json f = base(p);
   f["val_loss"] = number(val_loss);
-  return writer_.append(kind::kEval, std::move(f), true);
+  return append(kind::kEval, std::move(f), true);
 }
 
 int64_t RunEvents::quant_stats(Progress p, int layer, const std::string& layer_name, const char* gemm,
@@ -59,7 +59,7 @@ int64_t RunEvents::quant_stats(Progress p, int layer, const std::string& layer_n
   f["elements"] = t.elements;
   f["nonfinite_blocks"] = t.nonfinite_blocks;
   if (occ_fraction) f["occ_fraction"] = number(*occ_fraction);
-  return writer_.append(kind::kQuantStats, std::move(f));
+  return append(kind::kQuantStats, std::move(f));
 }
 
 int64_t RunEvents::divergence(Progress p, const DivergenceFinding& d) {
@@ -68,13 +68,13 @@ int64_t RunEvents::divergence(Progress p, const DivergenceFinding& d) {
   f["value"] = number(d.value);
   f["reference"] = number(d.reference);
   f["severity"] = d.fatal ? "fatal" : "warning";
-  return writer_.append(kind::kDivergence, std::move(f), true);
+  return append(kind::kDivergence, std::move(f), true);
 }
 
 int64_t RunEvents::checkpoint(Progress p, const std::string& path) {
   json f = base(p);
   f["path"] = path;
-  return writer_.append(kind::kCheckpoint, std::move(f), true);
+  return append(kind::kCheckpoint, std::move(f), true);
 }
 
 int64_t RunEvents::checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,
@@ -83,14 +83,14 @@ int64_t RunEvents::checkpoint_rejected(Progress p, const std::string& path, cons
   f["path"] = path;
   f["reason"] = reason;
   f["moved_to"] = moved_to;
-  return writer_.append(kind::kCheckpointRejected, std::move(f), true);
+  return append(kind::kCheckpointRejected, std::move(f), true);
 }
 
 int64_t RunEvents::target_reached(Progress p, double val_loss, double target) {
   json f = base(p);
   f["val_loss"] = number(val_loss);
   f["target"] = target;
-  return writer_.append(kind::kTargetReached, std::move(f), true);
+  return append(kind::kTargetReached, std::move(f), true);
 }
 
 int64_t RunEvents::precision_switch(Progress p, size_t phase,
@@ -100,7 +100,7 @@ int64_t RunEvents::precision_switch(Progress p, size_t phase,
   f["fprop"] = std::string(contract::to_string(precision.fprop));
   f["dgrad"] = std::string(contract::to_string(precision.dgrad));
   f["wgrad"] = std::string(contract::to_string(precision.wgrad));
-  return writer_.append(kind::kPrecisionSwitch, std::move(f), true);
+  return append(kind::kPrecisionSwitch, std::move(f), true);
 }
 
 int64_t RunEvents::run_end(Progress p, const End& e) {
@@ -111,7 +111,7 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
   f["peak_rss_bytes"] = e.peak_rss_bytes;
   f["peak_gpu_bytes"] = e.peak_gpu_bytes;
   if (!e.reason.empty()) f["reason"] = e.reason;
-  return writer_.append(kind::kRunEnd, std::move(f), true);
+  return append(kind::kRunEnd, std::move(f), true);
 }
 
 std::optional<int64_t> LogSummary::checkpoint_seq(const std::string& path, int64_t step) const {

@@ -70,10 +70,6 @@ ModelShape runnable_model_shape(const RunConfig& c) {
   return shape;
 }
 
-int64_t micro_batch_tokens(const RunConfig& c) {
-  return c.train.micro_batch_tokens > 0 ? c.train.micro_batch_tokens : c.train.global_batch_tokens;
-}
-
 void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
   check_model_shape(shape);
   // In double: a hostile manifest's vocabulary times d_model may not fit int64.
@@ -87,7 +83,7 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
   const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
   if (const std::string problem = check_override_patterns(c, layers); !problem.empty())
     throw ConfigError(problem);
-  const int64_t tokens = micro_batch_tokens(c);
+  const int64_t tokens = contract::micro_batch_tokens(c);
   if (c.quant.dge && !contract::is_fp4(c.precision.fprop))
     throw ConfigError("quant.dge: needs precision.fprop mxfp4 or nvfp4 (it differentiates W's "
                       "4-bit quantizer), got " + std::string(contract::to_string(c.precision.fprop)));

@@ -10,9 +10,8 @@ TrainingPlan make_training_plan(const contract::RunConfig& c) {
   TrainingPlan p;
   p.seq_len = c.data.seq_len;
   p.tokens_per_step = c.train.global_batch_tokens;
-  p.micro_batch_tokens =
-      c.train.micro_batch_tokens > 0 ? c.train.micro_batch_tokens : c.train.global_batch_tokens;
-  p.micro_batches_per_step = p.tokens_per_step / p.micro_batch_tokens;
+  p.micro_batch_tokens = contract::micro_batch_tokens(c);
+  p.micro_batches_per_step = contract::micro_batches_per_step(c);
   p.sequences_per_micro_batch = p.micro_batch_tokens / p.seq_len;
   p.total_steps = static_cast<int64_t>(std::ceil(c.train.max_tokens / static_cast<double>(p.tokens_per_step)));
   p.warmup_steps =

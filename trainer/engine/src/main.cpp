@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     ::execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
   }
   TrainOptions options;
+  options.arguments.assign(argv + 1, argv + argc);
   CLI::App app{"mxablate-train: train one model as RUN_DIR/config.json says, logging to RUN_DIR/events.jsonl"};
   app.set_version_flag("--version", "mxablate-train 0.1.0");
   app.add_option("--run-dir", options.run_dir, "Run directory (config.json in, events.jsonl and checkpoints out)")
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
   app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
   app.add_option("--debug-crash-at-step", options.crash_at_step)->group("");
+  app.add_option("--debug-crash-rank", options.crash_rank)->group("");
   app.add_option("--debug-always-verify-data-bytes", options.always_verify_data_bytes)->group("");
   try {
     app.parse(argc, argv);

@@ -79,6 +79,14 @@ inline std::string device_description(const at::Device& device) {
   return device.str();
 }
 
+// Makes `device` this thread's current CUDA device (a rank's GPU, for NCCL and the allocator).
+inline void set_current_device(const at::Device& device) {
+#if MXABLATE_TRAINER_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
+  (void)device;
+}
+
 inline void synchronize(const at::Device& device) {
 #if MXABLATE_TRAINER_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();

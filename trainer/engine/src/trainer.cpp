@@ -27,10 +27,13 @@
 #include "mxablate/trainer/optimizer.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/run_events.h"
+#include "mxablate/trainer/ranks.h"
 #include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/stop_signals.h"
 #include "mxablate/trainer/training_plan.h"
+#include "data_parallel.h"
 #include "error_line.h"
+#include "gradient_sync.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -45,12 +48,18 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-at::Device resolve_device(const RunConfig& c) {
+// A rank of a data-parallel run takes the GPU of its local rank among the visible ones.
+at::Device resolve_device(const RunConfig& c, int local_rank) {
   if (c.device == contract::Device::kCPU) return at::kCPU;
   if (!torch::cuda::is_available())
     throw ConfigError("device: \"cuda\" requested but LibTorch " + std::string(compat::torch_version()) +
                       " sees no CUDA device");
-  return at::Device(at::kCUDA, 0);
+  const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
+  if (local_rank >= visible)
+    throw ConfigError("parallel.data: rank " + std::to_string(local_rank) + " needs GPU " +
+                      std::to_string(local_rank) + " but " + std::to_string(visible) +
+                      " are visible (CUDA_VISIBLE_DEVICES); each rank takes its own GPU");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
 kernels::GemmPath resolve_gemm_path(const RunConfig& c, const at::Device& device) {
@@ -68,6 +77,7 @@ kernels::GemmPath resolve_gemm_path(const RunConfig& c, const at::Device& device
 // configuration problem (exit 2) and nothing has been trained.
 struct RunSetup {
   RunConfig config;
+  RankInfo rank;  // rank 0 of 1 unless the run is data-parallel
   at::Device device = at::kCPU;
   ModelShape shape;
   TrainingPlan plan;
@@ -90,15 +100,17 @@ void verify_data(const data::TokenDataset& dataset, const TrainOptions& options)
   if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
 }
 
-RunSetup build_setup(const RunConfig& config, const TrainOptions& options) {
+RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const RankInfo& rank) {
   RunSetup s;
   s.config = config;
+  s.rank = rank;
   if (config.threads > 0) {
     at::set_num_threads(config.threads);
     kernels::set_cpu_threads(config.threads);
     compat::set_blas_threads(config.threads);
   }
-  s.device = resolve_device(config);
+  s.device = resolve_device(config, rank.local_rank);
+  if (s.device.is_cuda()) compat::set_current_device(s.device);
 
   s.shape = runnable_model_shape(config);
   s.plan = make_training_plan(config);
@@ -144,21 +156,43 @@ class TrainingRun {
  public:
   TrainingRun(RunSetup& setup, const TrainOptions& options)
       : s_(setup), options_(options), detector_(setup.config.divergence, setup.plan.warmup_steps),
-        mllog_(setup.config.mllog, std::cout),
-        events_path_((fs::path(options.run_dir) / "events.jsonl").string()) {}
+        mllog_(setup.config.mllog && setup.rank.rank == 0, std::cout),
+        events_path_((fs::path(options.run_dir) / "events.jsonl").string()) {
+    if (s_.rank.world > 1) dp_ = std::make_unique<DataParallel>(s_.rank, s_.device);
+  }
 
   int run() {
-    const LogSummary history = summarize_log(events_path_);
-    if (!options_.resume && (history.run_starts > 0 || !history.checkpoints.empty()))
-      throw ConfigError(events_path_ + " already holds a run; pass --resume to continue it");
-    if (options_.resume && history.run_end && is_final(*history.run_end))
-      return finished_code(*history.run_end);
-
-    events_ = std::make_unique<RunEvents>(events_path_);
-    bool resumed_from_checkpoint = false;
-    if (options_.resume) resumed_from_checkpoint = restore(history);
-    write_run_start(history.run_starts + 1, resumed_from_checkpoint);
     install_stop_signal_handlers();
+    bool resumed_from_checkpoint = false;
+    if (root()) {
+      const LogSummary history = summarize_log(events_path_);
+      if (!options_.resume && (history.run_starts > 0 || !history.checkpoints.empty()))
+        throw ConfigError(events_path_ + " already holds a run; pass --resume to continue it");
+      if (options_.resume && history.run_end && is_final(*history.run_end)) {
+        const int code = finished_code(*history.run_end);
+        if (dp_) dp_->publish(kStartKey, "finished " + std::to_string(code));
+        return code;
+      }
+      events_ = std::make_unique<RunEvents>(events_path_);
+      if (options_.resume) resumed_from_checkpoint = restore(history);
+      write_run_start(history.run_starts + 1, resumed_from_checkpoint);
+      if (dp_) dp_->publish(kStartKey, resumed_from_checkpoint ? "checkpoint " + restored_from_ : "fresh");
+    } else {
+      // Rank 0 alone reads and writes the run directory; the others start where it decided.
+      events_ = std::make_unique<RunEvents>();
+      const std::string start = dp_->receive(kStartKey);
+      if (start.rfind("finished ", 0) == 0) return std::stoi(start.substr(9));
+      if (start.rfind("checkpoint ", 0) == 0) {
+        state_ = load_checkpoint(start.substr(11), *s_.model, *s_.optimizer, expectation());
+        detector_.restore(state_.divergence);
+        resumed_from_checkpoint = true;
+      }
+    }
+    // Gradients become views into the buckets only now: a checkpoint restores the parameters.
+    if (dp_) {
+      std::vector<at::Tensor> parameters = s_.model->parameters();
+      sync_ = std::make_unique<GradientSync>(parameters, *dp_);
+    }
 
     // A resumed run continues in the precision phase it had reached; the switch was announced
     // when it happened.
@@ -207,13 +241,18 @@ class TrainingRun {
   // either way a resume event tells readers which earlier events belong to a lost timeline.
   // Each checkpoint that fails verification is set aside and recorded (checkpoint_rejected):
   // a damaged newest checkpoint costs the steps since the one before it, never the run.
-  bool restore(const LogSummary& history) {
+  CheckpointExpectation expectation() const {
     CheckpointExpectation expect;
     expect.run_id = s_.config.run_id;
     expect.trajectory_config = trajectory_config(contract::to_json(s_.config));
     expect.total_steps = s_.plan.total_steps;
     expect.tokens_per_step = s_.plan.tokens_per_step;
     expect.samples_per_step = s_.plan.micro_batches_per_step * s_.plan.sequences_per_micro_batch;
+    return expect;
+  }
+
+  bool restore(const LogSummary& history) {
+    const CheckpointExpectation expect = expectation();
     std::vector<std::pair<std::string, std::string>> rejected;
     std::optional<std::string> used;
     for (const std::string& path : checkpoints_newest_first(options_.run_dir)) {
@@ -231,6 +270,7 @@ class TrainingRun {
       }
     }
     if (used) {
+      restored_from_ = *used;
       detector_.restore(state_.divergence);
       const int64_t discard_after = history.checkpoint_seq(*used, state_.step).value_or(state_.events_seq);
       events_->resume(progress(), discard_after, *used);
@@ -270,6 +310,7 @@ class TrainingRun {
         {"data_epochs", epochs},
         {"total_steps", s_.plan.total_steps},
         {"threads", at::get_num_threads()},
+        {"ranks", s_.rank.world},
         {"run_id", s_.config.run_id},
         {"arm", s_.config.arm},
     };
@@ -289,17 +330,36 @@ class TrainingRun {
     }
   }
 
+  // The mean loss over the validation set; a data-parallel run's ranks each take every
+  // world-th batch and sum.
   double evaluate() {
     torch::NoGradGuard no_grad;
     s_.model->session().collect_telemetry = false;
     double sum = 0;
     int64_t sequences = 0;
-    for (const TokenBatch& b : s_.validation) {
+    for (size_t i = static_cast<size_t>(s_.rank.rank); i < s_.validation.size();
+         i += static_cast<size_t>(s_.rank.world)) {
+      const TokenBatch& b = s_.validation[i];
       const int64_t n = b.inputs.size(0);
       sum += s_.model->loss(b.inputs, b.targets).item<double>() * static_cast<double>(n);
       sequences += n;
     }
+    if (dp_) {
+      const std::vector<double> local{sum, static_cast<double>(sequences)};
+      const std::vector<double> total = sum_over_ranks(local);
+      sum = total[0];
+      sequences = static_cast<int64_t>(total[1]);
+    }
     return sum / static_cast<double>(sequences);
+  }
+
+  // Element-wise sums of small host values over the ranks (one collective).
+  std::vector<double> sum_over_ranks(const std::vector<double>& values) {
+    at::Tensor t = at::tensor(at::ArrayRef<double>(values), at::TensorOptions().dtype(at::kDouble))
+                       .to(s_.device);
+    dp_->sum(t);
+    t = t.cpu();
+    return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
   }
 
   // Evaluates, logs, checks the target and validation regressions. Returns an exit code when
@@ -310,7 +370,8 @@ class TrainingRun {
     mllog_.point("eval_accuracy", val_loss,
                  {{"samples_count", state_.samples},
                   {"epoch_num", static_cast<double>(state_.tokens) / static_cast<double>(s_.dataset->train.size())}});
-    std::cerr << "mxablate-train: step " << state_.step << "/" << s_.plan.total_steps << " tokens "
+    if (root())
+      std::cerr << "mxablate-train: step " << state_.step << "/" << s_.plan.total_steps << " tokens "
               << state_.tokens << " val_loss " << val_loss << "\n";
     for (const auto& f : detector_.observe_eval(val_loss)) {
       events_->divergence(progress(), f);
@@ -351,15 +412,32 @@ class TrainingRun {
     const int64_t quant_every = s_.config.telemetry.quant_every_steps;
     session.collect_telemetry = quant_every > 0 && state_.step % quant_every == 0;
 
-    s_.optimizer->zero_grad();
+    // Rank r of a data-parallel run takes the r-th slice of the step's micro-batches, at their
+    // places in the global batch (docs/design.md §5); telemetry comes from micro-batch 0.
+    if (sync_) sync_->zero();
+    else s_.optimizer->zero_grad();
+    if (!root()) session.collect_telemetry = false;
     double loss_sum = 0;
     const int64_t micro = s_.plan.sequences_per_micro_batch;
-    for (int64_t m = 0; m < s_.plan.micro_batches_per_step; ++m) {
+    const int64_t per_rank = s_.plan.micro_batches_per_step / s_.rank.world;
+    const int64_t first = per_rank * s_.rank.rank;
+    for (int64_t m = first; m < first + per_rank; ++m) {
       const TokenBatch batch = s_.batches->get(state_.samples + m * micro, micro, s_.device);
       const at::Tensor loss = model.loss(batch.inputs, batch.targets);
+      if (sync_ && m == first + per_rank - 1) sync_->arm();
       (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
       loss_sum += loss.item<double>();
       session.collect_telemetry = false;  // one micro-batch per sampled step is enough
+    }
+    // The ranks agree on the loss and on whether to stop after this step (a signal may reach
+    // them at different steps); every later decision is then the same on every rank.
+    bool stop_agreed = false;
+    if (dp_) {
+      sync_->finish();
+      const std::vector<double> total =
+          sum_over_ranks({loss_sum, stop_signal_received() != 0 ? 1.0 : 0.0});
+      loss_sum = total[0];
+      stop_agreed = total[1] > 0;
     }
     const double loss = loss_sum / static_cast<double>(s_.plan.micro_batches_per_step);
     const double clip = s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip
@@ -404,16 +482,21 @@ class TrainingRun {
     }
 
     if (state_.step == options_.signal_at_step) std::raise(SIGTERM);
-    if (state_.step == options_.crash_at_step) std::_Exit(137);
-    if (const int sig = stop_signal_received()) {
+    if (state_.step == options_.crash_at_step &&
+        (options_.crash_rank < 0 || options_.crash_rank == s_.rank.rank))
+      std::_Exit(137);
+    const int sig = dp_ ? (stop_agreed ? SIGTERM : 0) : stop_signal_received();
+    if (sig != 0) {
       if (!checkpointed) checkpoint();
+      const int local = stop_signal_received();
       return finish(contract::run_status::kInterrupted, exit_code::kInterrupted,
-                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+                    (local != 0 ? local : sig) == SIGINT ? "SIGINT" : "SIGTERM");
     }
     return std::nullopt;
   }
 
   void checkpoint() {
+    if (!root()) return;  // every rank holds the same state; rank 0 keeps it
     state_.divergence = detector_.state();
     state_.events_seq = events_->last_seq();
     const std::string path = save_checkpoint(options_.run_dir, *s_.model, *s_.optimizer, state_,
@@ -435,14 +518,21 @@ class TrainingRun {
     events_->run_end(progress(), end);
     const bool success = code == exit_code::kSuccess;
     mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
+    if (!root()) return code;
     std::cerr << "mxablate-train: " << status << " at step " << state_.step << ", " << state_.tokens
               << " tokens, " << end.tokens_per_s << " tokens/s"
               << (reason.empty() ? "" : " (" + reason + ")") << "\n";
     return code;
   }
 
+  bool root() const { return s_.rank.rank == 0; }
+  static constexpr const char* kStartKey = "mxablate/start";
+
   RunSetup& s_;
   const TrainOptions& options_;
+  std::unique_ptr<DataParallel> dp_;    // a data-parallel run's process group
+  std::unique_ptr<GradientSync> sync_;  // and its gradient buckets
+  std::string restored_from_;           // the checkpoint rank 0 resumed from
   DivergenceDetector detector_;
   MlLogger mllog_;
   std::string events_path_;
@@ -475,7 +565,15 @@ int run_trainer(const TrainOptions& options) {
     const std::string config_path = options.config_path.empty()
                                         ? (fs::path(options.run_dir) / "config.json").string()
                                         : options.config_path;
-    setup = std::make_unique<RunSetup>(build_setup(contract::read_run_config(config_path), options));
+    const RunConfig config = contract::read_run_config(config_path);
+    const std::optional<RankInfo> rank = rank_from_environment();
+    const int ranks = config.parallel.data;
+    if (!rank && ranks > 1) return launch_ranks(ranks, options.arguments);
+    if (rank && rank->world != ranks)
+      throw ConfigError("parallel.data: " + std::to_string(ranks) + " but this process is rank " +
+                        std::to_string(rank->rank) + " of " + std::to_string(rank->world) +
+                        " (WORLD_SIZE or SLURM_NTASKS)");
+    setup = std::make_unique<RunSetup>(build_setup(config, options, rank.value_or(RankInfo{})));
     run = std::make_unique<TrainingRun>(*setup, options);
     return run->run();
   } catch (const ConfigError& e) {

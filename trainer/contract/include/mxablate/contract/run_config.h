@@ -149,6 +149,14 @@ std::string model_label(const ModelChoice& m);
 // either where the key tree shows a mapping.
 bool takes_name_or_mapping(std::string_view config_path);
 
+// How one run is spread over processes (docs/design.md §5): `data` ranks, each taking its slice
+// of every step's micro-batches; gradients are summed over ranks. An execution setting like
+// device or threads: the same run on N ranks quantizes exactly as on one rank with N
+// micro-batches, so it never describes an arm.
+struct ParallelConfig {
+  int data = 1;
+};
+
 struct RunConfig {
   // Identity (set by the orchestrator).
   std::string run_id;
@@ -169,7 +177,8 @@ struct RunConfig {
   TelemetryConfig telemetry;
   // Where to run.
   Device device = Device::kCPU;
-  int threads = 0;             // CPU threads for this run; 0: library default
+  int threads = 0;             // CPU threads for this run; 0: library default (per rank)
+  ParallelConfig parallel;
   bool mllog = false;          // print MLPerf-style :::MLLOG lines on stdout
 };
 
@@ -180,6 +189,12 @@ LayerSettings block_settings(const RunConfig& c);
 void set_block_settings(RunConfig& c, const LayerSettings& s);
 // The settings the schedule's phase `phase` gives a block linear (0: before the first switch).
 LayerSettings block_settings_in_phase(const RunConfig& c, size_t phase);
+
+// Tokens of one forward/backward: train.micro_batch_tokens, or with 0 the whole step
+// (train.global_batch_tokens). The rows of every activation operand.
+int64_t micro_batch_tokens(const RunConfig& c);
+// Micro-batches of one optimizer step over all ranks; each rank takes micro_batches / parallel.data.
+int64_t micro_batches_per_step(const RunConfig& c);
 
 // Strict conversion. from_json throws ConfigError naming the offending key path. to_json writes
 // keys added after the first release (weight_blocks, sr_prescale, dge, occ, precision_schedule,

@@ -24,9 +24,12 @@ struct Progress {
 
 class RunEvents {
  public:
-  explicit RunEvents(const std::string& events_path) : writer_(events_path) {}
+  explicit RunEvents(const std::string& events_path) : writer_(std::in_place, events_path) {}
+  // Writes nothing: the events of a data-parallel run's ranks other than rank 0, which alone
+  // keeps the log (docs/design.md §5); every call returns seq 0.
+  RunEvents() = default;
 
-  int64_t last_seq() const { return writer_.last_seq(); }
+  int64_t last_seq() const { return writer_ ? writer_->last_seq() : 0; }
 
   // `details` carries run_start's fields besides step/tokens (attempt, device, params, versions…).
   int64_t run_start(Progress p, nlohmann::json details);
@@ -55,7 +58,10 @@ class RunEvents {
   int64_t run_end(Progress p, const End& end);
 
  private:
-  contract::EventWriter writer_;
+  int64_t append(const std::string& kind, nlohmann::json fields, bool durable = false) {
+    return writer_ ? writer_->append(kind, std::move(fields), durable) : 0;
+  }
+  std::optional<contract::EventWriter> writer_;
 };
 
 // The events of the surviving timeline (resume discards applied), for resume decisions.

@@ -41,7 +41,4 @@ ModelShape runnable_model_shape(const contract::RunConfig& config);
 // kMaxModelParameters too.
 void check_run_fits(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
 
-// Tokens per micro-batch: the rows of every activation operand.
-int64_t micro_batch_tokens(const contract::RunConfig& config);
-
 }  // namespace mxablate::trainer

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mxablate::trainer {
 
@@ -19,6 +20,7 @@ inline constexpr int kInterrupted = 4;  // SIGTERM/SIGINT: checkpointed, run_end
 }  // namespace exit_code
 
 struct TrainOptions {
+  std::vector<std::string> arguments;  // the command line (without the program): what ranks rerun
   std::string run_dir;
   std::string config_path;  // empty: RUN_DIR/config.json
   bool resume = false;      // continue from the newest intact checkpoint (or restart the lost timeline)
@@ -28,6 +30,7 @@ struct TrainOptions {
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
   int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
+  int crash_rank = -1;                    // only this rank of a data-parallel run crashes (-1: all)
   // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 

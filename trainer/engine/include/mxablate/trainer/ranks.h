@@ -1,0 +1,36 @@
+// The processes of one data-parallel run (docs/design.md §5). `mxablate-train` started for a
+// config with parallel.data N > 1 and no rank in its environment is the run's launcher: it owns
+// the c10d TCPStore the ranks meet through (a free localhost port), starts N copies of itself as
+// ranks 0..N-1 (rank i on the i-th visible GPU, or on the CPU with Gloo), forwards SIGTERM and
+// SIGINT to them, and when one rank dies stops the others: the run is one unit for the
+// orchestrator's retries, resumed from its checkpoint like any other run.
+//
+// A process is a rank when its environment says so, as torchrun sets it (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or, under `srun` with several tasks, Slurm
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with MASTER_ADDR and MASTER_PORT given).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mxablate::trainer {
+
+struct RankInfo {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;  // the GPU index among the visible ones
+  std::string store_host;
+  int store_port = 0;
+};
+
+// The rank this process is, if its environment names one; throws contract::ConfigError naming
+// the variable when one is malformed.
+std::optional<RankInfo> rank_from_environment();
+
+// Runs `world` ranks of this program with `arguments` (argv without argv[0]) and returns the
+// run's exit code: the ranks' common code, or the first failure's (128 + signal for a rank
+// killed by a signal).
+int launch_ranks(int world, const std::vector<std::string>& arguments);
+
+}  // namespace mxablate::trainer

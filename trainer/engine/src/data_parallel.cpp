@@ -1,0 +1,81 @@
+#include "data_parallel.h"
+
+#include <chrono>
+
+#include "c10d_compat.h"
+#include "mxablate/contract/run_config.h"
+
+namespace mxablate::trainer {
+namespace {
+
+using contract::ConfigError;
+
+// Ranks start within seconds of each other; a rank that has not joined after this long is not
+// coming (its launcher stops the run when it dies).
+constexpr std::chrono::minutes kJoinTimeout{5};
+// A collective waits this long for a slow peer (evaluation on rank 0 only, a checkpoint write).
+constexpr std::chrono::minutes kCollectiveTimeout{30};
+
+}  // namespace
+
+struct DataParallel::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
+};
+
+DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
+    : rank_(rank), impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(rank.store_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = kJoinTimeout;
+  impl_->store = c10::make_intrusive<c10d::TCPStore>(rank.store_host, options);
+  if (device.is_cuda()) {
+#if MXABLATE_WITH_NCCL
+    auto nccl = c10d::ProcessGroupNCCL::Options::create();
+    nccl->timeout = kCollectiveTimeout;
+    impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
+#else
+    throw ConfigError("parallel.data: " + std::to_string(rank.world) +
+                      " ranks on CUDA need NCCL, which this build of mxablate-train lacks (nccl.h "
+                      "was not found when it was configured)");
+#endif
+  } else {
+#if MXABLATE_WITH_GLOO
+    auto gloo = c10d::ProcessGroupGloo::Options::create(kCollectiveTimeout);
+    gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank.rank, rank.world, gloo);
+#else
+    throw ConfigError("parallel.data: " + std::to_string(rank.world) +
+                      " ranks on the CPU need Gloo, which this build of mxablate-train lacks (Gloo's "
+                      "headers were not found when it was configured)");
+#endif
+  }
+}
+
+DataParallel::~DataParallel() = default;
+
+c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  return impl_->backend->allreduce(tensors, options);
+}
+
+void DataParallel::sum(at::Tensor& tensor) { wait(sum_async(tensor)); }
+
+void DataParallel::wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work->wait()) throw std::runtime_error("a collective over the ranks was aborted");
+}
+
+void DataParallel::publish(const std::string& key, const std::string& value) {
+  impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string DataParallel::receive(const std::string& key) {
+  const std::vector<uint8_t> v = impl_->store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,47 @@
+// One rank's view of a data-parallel run (docs/design.md §5): the c10d store it met the others
+// through and the process group that sums tensors over the ranks — NCCL on CUDA, Gloo on the CPU.
+// Collectives are issued in the same order on every rank (c10d requires it), which the training
+// loop guarantees by running the same steps with the same decisions everywhere.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mxablate/trainer/ranks.h"
+
+namespace mxablate::trainer {
+
+class DataParallel {
+ public:
+  // Connects to the store at rank.store_host:store_port and joins the process group of
+  // rank.world ranks on `device`. Throws contract::ConfigError when this build lacks the
+  // backend the device needs.
+  DataParallel(const RankInfo& rank, const at::Device& device);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return rank_.rank; }
+  int world() const { return rank_.world; }
+
+  // Sums `tensor` (dense, contiguous, on the run's device) over the ranks in place. async: the
+  // returned work must be waited on (wait()) before the tensor is read or written.
+  c10::intrusive_ptr<c10d::Work> sum_async(at::Tensor& tensor);
+  void sum(at::Tensor& tensor);
+  static void wait(const c10::intrusive_ptr<c10d::Work>& work);
+
+  // Rank 0 publishes a value; the others wait for it (the store's timeout applies).
+  void publish(const std::string& key, const std::string& value);
+  std::string receive(const std::string& key);
+
+ private:
+  struct Impl;
+  RankInfo rank_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mxablate::trainer
