@@ -116,7 +116,7 @@ TEST_CASE("a real CPU sweep: a trainer SIGKILLed mid-run resumes and ends exactl
   CHECK(crashed.rows(finals) == reference.rows(finals));
 }
 
-TEST_CASE("a custom model shape trains through `mxablate run`; the smoke shape written out trains "
+TEST_CASE("a custom model shape trains through `mxablate run`, and the smoke shape written out trains "
           "exactly like the smoke preset",
           "[real-trainer]") {
   const std::string text = R"(name: shapes-cpu
