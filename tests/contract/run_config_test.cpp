@@ -192,7 +192,9 @@ TEST_CASE("every number out of range for its key is refused, naming key and valu
   CHECK(with("train", "lr", true) == "train.lr: expected a number, got true");
   CHECK(with("", "threads", "4") == "threads: expected an integer, got \"4\"");
   CHECK(with("", "mllog", 1) == "mllog: expected true or false, got 1");
-  CHECK(with("", "model", json::array()) == "model: expected a string, got []");
+  CHECK(with("", "model", json::array()) ==
+        "model: expected a preset's name or a mapping of d_model, n_layers, n_heads, n_kv_heads "
+        "and ffn_hidden (rope_theta and norm_eps optional), got []");
 }
 
 TEST_CASE("strings must be valid UTF-8 without NULs, messages stay printable") {
