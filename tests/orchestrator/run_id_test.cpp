@@ -47,6 +47,9 @@ TEST_CASE("run ids are 16 hex digits, fixed for a given config") {
   CHECK(compute_run_id(nlohmann::json{{"a", 1}, {"run_id", "x"}}) ==
         compute_run_id(nlohmann::json{{"a", 1}}));
   CHECK(compute_run_id(nlohmann::json{{"a", 1}}) == "1d6a74a586495a4e");  // = uuid5(ns, "mxablate-run-v1:{\"a\":1}"), checked with Python
+  // A preset's config is written as it always was (`"model":"smoke"`): custom model shapes
+  // (docs/design.md §4) left every preset run's id as it was.
+  CHECK(ids.at("base/1") == "da5b4b2433875f65");
 }
 
 TEST_CASE("key order, flow vs block style, number spelling and inheritance do not change ids") {
