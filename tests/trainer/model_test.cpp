@@ -6,6 +6,7 @@
 
 #include "catch.h"
 #include "mxablate/trainer/model.h"
+#include "mxablate/trainer/run_fit.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
@@ -46,6 +47,12 @@ TEST_CASE("Every preset's module has the parameters the preset arithmetic says",
   o.device = at::Device(at::kMeta);
   CHECK(LlamaModel(o)->parameter_count() == 8030261248LL);
   CHECK(parameter_count(*find_model_preset("smoke"), 4096) < 1000000);
+  // A custom shape (docs/design.md §4) the same way: an odd head count, one KV head.
+  o.shape = model_shape(contract::ModelChoice::shaped({96, 3, 2, 1, 256, 500000, 1e-6}));
+  o.vocab_size = 300;
+  LlamaModel custom(o);
+  CHECK(custom->parameter_count() == parameter_count(o.shape, 300));
+  CHECK(custom->linears().size() == 3 * 7 + 1);
 }
 
 TEST_CASE("The smoke model's forward pass has the right shape and is causal", "[trainer][model]") {
