@@ -486,10 +486,9 @@ class TrainingRun {
       checkpointed = true;
     }
 
-    if (state_.step == options_.signal_at_step) std::raise(SIGTERM);
-    if (state_.step == options_.crash_at_step &&
-        (options_.crash_rank < 0 || options_.crash_rank == s_.rank.rank))
-      std::_Exit(137);
+    const bool faults_here = options_.fault_rank < 0 || options_.fault_rank == s_.rank.rank;
+    if (faults_here && state_.step == options_.signal_at_step) std::raise(SIGTERM);
+    if (faults_here && state_.step == options_.crash_at_step) std::_Exit(137);
     const int sig = dp_ ? (stop_agreed ? SIGTERM : 0) : stop_signal_received();
     if (sig != 0) {
       if (!checkpointed) checkpoint();
