@@ -1,9 +1,14 @@
 // Data-parallel runs of mxablate-train on the CPU (Gloo), end to end: the launcher, the ranks,
 // the gradient buckets, and what a rank dying or a signal does to the run.
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch.h"
@@ -57,6 +62,20 @@ bool lacks_gloo(const TrainResult& r) {
   return r.exit_code == 2 && r.output.find("need Gloo") != std::string::npos;
 }
 constexpr const char* kNoGloo = "this mxablate-train was built without Gloo's headers (libgloo-dev)";
+
+// A TCP port nothing listens on right now (the kernel's pick for port 0).
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
 
@@ -193,4 +212,32 @@ TEST_CASE("A rank's environment is checked against parallel.data, one line namin
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("environment RANK: expected an integer in [0, 1]") != std::string::npos);
   }
+}
+
+TEST_CASE("Ranks started by another tool (srun, torchrun) meet through rank 0's store", "[train][parallel]") {
+  const contract::RunConfig c = dp_config(2, 256);
+  const std::string reference = fresh_run_dir("dp_by_launcher");
+  const TrainResult first = run_train(reference, &c);
+  if (lacks_gloo(first)) MXABLATE_SKIP(kNoGloo);
+  REQUIRE(first.exit_code == 0);
+
+  const std::string dir = fresh_run_dir("dp_by_hand");
+  contract::write_run_config(dir + "/config.json", c);
+  const int port = free_local_port();
+  std::vector<int> codes(2, -1);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      // As srun sets them for two tasks, with the address exported by the job script.
+      const std::string cmd = "env -u RANK -u WORLD_SIZE SLURM_NTASKS=2 SLURM_PROCID=" + std::to_string(r) +
+                              " SLURM_LOCALID=" + std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                              std::to_string(port) + " '" + MXABLATE_TRAIN_EXE + "' --run-dir '" + dir +
+                              "' > '" + dir + "/rank" + std::to_string(r) + ".txt' 2>&1";
+      const int status = std::system(cmd.c_str());
+      codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    });
+  for (auto& t : ranks) t.join();
+  CHECK(codes == std::vector<int>{0, 0});
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+  CHECK(effective_events(dir).front()["ranks"] == 2);
 }

@@ -27,7 +27,7 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
     : rank_(rank), impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(rank.store_port);
-  options.isServer = false;
+  options.isServer = rank.hosts_store;
   options.waitWorkers = false;
   options.timeout = kJoinTimeout;
   impl_->store = c10::make_intrusive<c10d::TCPStore>(rank.store_host, options);

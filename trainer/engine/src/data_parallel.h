@@ -1,4 +1,4 @@
-// One rank's view of a data-parallel run (docs/design.md §5): the c10d store it met the others
+// One rank's view of a data-parallel run (docs/design.md §4, "Data-parallel runs"): the c10d store it met the others
 // through and the process group that sums tensors over the ranks — NCCL on CUDA, Gloo on the CPU.
 // Collectives are issued in the same order on every rank (c10d requires it), which the training
 // loop guarantees by running the same steps with the same decisions everywhere.

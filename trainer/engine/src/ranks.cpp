@@ -46,7 +46,7 @@ int env_int(const char* name, int lowest, int highest) {
 // "NAME=value" strings for execve, built before fork (nothing after fork may allocate).
 std::vector<std::string> rank_environment(int rank, int world, int port) {
   const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                         "MASTER_PORT"};
+                                         "MASTER_PORT", "MXABLATE_STORE_HOSTED"};
   std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
@@ -60,6 +60,7 @@ std::vector<std::string> rank_environment(int rank, int world, int port) {
   out.push_back("LOCAL_RANK=" + std::to_string(rank));
   out.push_back("MASTER_ADDR=127.0.0.1");
   out.push_back("MASTER_PORT=" + std::to_string(port));
+  out.push_back("MXABLATE_STORE_HOSTED=1");
   return out;
 }
 
@@ -95,6 +96,8 @@ std::optional<RankInfo> rank_from_environment() {
   if (!host) throw ConfigError("environment MASTER_ADDR: needed by a rank (the host of rank 0's store)");
   r.store_host = *host;
   r.store_port = env_int("MASTER_PORT", 1, 65535);
+  r.hosts_store = r.rank == 0 && !env("MXABLATE_STORE_HOSTED") &&
+                  env("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True";
   return r;
 }
 

@@ -418,7 +418,7 @@ class TrainingRun {
     session.collect_telemetry = quant_every > 0 && state_.step % quant_every == 0;
 
     // Rank r of a data-parallel run takes the r-th slice of the step's micro-batches, at their
-    // places in the global batch (docs/design.md §5); telemetry comes from micro-batch 0.
+    // places in the global batch (docs/design.md §4, "Data-parallel runs"); telemetry comes from micro-batch 0.
     if (sync_) sync_->zero();
     else s_.optimizer->zero_grad();
     if (!root()) session.collect_telemetry = false;

@@ -96,7 +96,7 @@ struct TelemetryConfig {
   int64_t quant_every_steps = 50;  // quantization telemetry (0: never)
 };
 
-// How one run is spread over processes (docs/design.md §5): `data` ranks, each taking its slice
+// How one run is spread over processes (docs/design.md §4, "Data-parallel runs"): `data` ranks, each taking its slice
 // of every step's micro-batches; gradients are summed over ranks. An execution setting like
 // device or threads: the same run on N ranks quantizes exactly as on one rank with N
 // micro-batches, so it never describes an arm.
