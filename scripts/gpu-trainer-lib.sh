@@ -80,6 +80,7 @@ run() {
 
 # summary DIR: median tokens/s of the train events after step 3, run_end's figure, peak GPU memory
 summary() {
+  [ -f "$1/events.jsonl" ] || { echo "    $(basename "$1"): no events"; return 0; }
   $PY - "$1" <<'PYEOF'
 import json, sys, statistics
 ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl") if l.endswith("\n")]

@@ -21,6 +21,9 @@ constexpr std::chrono::minutes kCollectiveTimeout{30};
 struct DataParallel::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
+#if MXABLATE_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
 };
 
 DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
@@ -35,7 +38,8 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
 #if MXABLATE_WITH_NCCL
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = kCollectiveTimeout;
-    impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
+    impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
+    impl_->backend = impl_->nccl;
 #else
     throw ConfigError("parallel.data: " + std::to_string(rank.world) +
                       " ranks on CUDA need NCCL, which this build of mxablate-train lacks (nccl.h "
@@ -55,6 +59,12 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
 }
 
 DataParallel::~DataParallel() = default;
+
+void DataParallel::close() {
+#if MXABLATE_WITH_NCCL && TORCH_VERSION_MAJOR >= 2
+  if (impl_->nccl) impl_->nccl->shutdown();
+#endif
+}
 
 c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};

@@ -34,6 +34,10 @@ class DataParallel {
   void sum(at::Tensor& tensor);
   static void wait(const c10::intrusive_ptr<c10d::Work>& work);
 
+  // Leaves the group after the run ended the same way on every rank (torch 2 warns when a NCCL
+  // group is destroyed without it). Not after a failure: a lost peer could make it wait.
+  void close();
+
   // Rank 0 publishes a value; the others wait for it (the store's timeout applies).
   void publish(const std::string& key, const std::string& value);
   std::string receive(const std::string& key);

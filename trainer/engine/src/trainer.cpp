@@ -219,6 +219,7 @@ class TrainingRun {
   // After an exception: record the failure if the log is open.
   void record_failure(const std::string& why, int code) {
     if (!events_) return;
+    failed_ = true;
     try {
       finish(contract::run_status::kFailed, code, why);
     } catch (...) {
@@ -522,6 +523,7 @@ class TrainingRun {
     events_->run_end(progress(), end);
     const bool success = code == exit_code::kSuccess;
     mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
+    if (dp_ && !failed_) dp_->close();  // every rank ends here together, unless one failed
     if (!root()) return code;
     std::cerr << "mxablate-train: " << status << " at step " << state_.step << ", " << state_.tokens
               << " tokens, " << end.tokens_per_s << " tokens/s"
@@ -537,6 +539,7 @@ class TrainingRun {
   std::unique_ptr<DataParallel> dp_;    // a data-parallel run's process group
   std::unique_ptr<GradientSync> sync_;  // and its gradient buckets
   std::string restored_from_;           // the checkpoint rank 0 resumed from
+  bool failed_ = false;                 // ending on an exception (peers may be gone)
   DivergenceDetector detector_;
   MlLogger mllog_;
   std::string events_path_;
