@@ -380,13 +380,16 @@ TEST_CASE("runs of several ranks: plan shows them, run refuses what its slots ca
   REQUIRE(plan.code() == 0);
   const auto lines = lines_of(plan.out);
   REQUIRE(lines.size() >= 8);
-  CHECK(contains(lines[1], "  interventions  ranks  tokens"));
   const auto words = [](const std::string& line) {
     std::istringstream in(line);
     std::vector<std::string> w;
     for (std::string x; in >> x;) w.push_back(x);
     return w;
   };
+  const auto header = words(lines[1]);
+  REQUIRE(header.size() > 3);
+  CHECK(std::vector<std::string>(header.end() - 3, header.end()) ==
+        std::vector<std::string>{"interventions", "ranks", "tokens"});
   const auto a1 = words(lines[2]), w1 = words(lines[6]);
   REQUIRE(a1.size() > 3);
   REQUIRE(w1.size() > 3);
