@@ -220,17 +220,16 @@ int LocalExecutor::max_ranks() const { return max_ranks_of(slots_); }
 
 Launched LocalExecutor::launch(const LaunchRequest& r) {
   if (children_.count(r.run_id)) throw LaunchError(r.run_id + " is already running");
+  const bool on_gpus =
+      std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.gpu.has_value(); });
   if (r.ranks > max_ranks())
-    throw LaunchError(fmt::format(
-        "parallel.data {} needs {} {}, but there are only {}", r.ranks, r.ranks,
-        std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.gpu.has_value(); })
-            ? "distinct GPUs"
-            : "slots",
-        max_ranks()));
+    throw LaunchError(fmt::format("parallel.data {} needs {} {}, but there are only {}", r.ranks,
+                                  r.ranks, on_gpus ? "distinct GPUs" : "slots", max_ranks()));
   std::vector<bool> busy = busy_;
   const std::vector<size_t> taken = pick_slots(busy, r.ranks);
   if (taken.empty())
-    throw LaunchError(r.ranks > 1 ? fmt::format("no {} free slots on distinct GPUs", r.ranks)
+    throw LaunchError(r.ranks > 1 ? fmt::format("no {} free slots{}", r.ranks,
+                                                on_gpus ? " on distinct GPUs" : "")
                                   : std::string("no free slot"));
   std::vector<Slot> parts;
   for (size_t i : taken) parts.push_back(slots_[i]);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "mxablate/contract/event_log.h"
@@ -272,9 +273,16 @@ struct SweepRunner::Impl {
     std::vector<int> batch_ranks;
     const auto now = Clock::now();
     bool head_seen = false;
+    // Rank counts that did not fit: the batch only grows, so they will not fit later in this
+    // pass either (keeps a pass over a long queue cheap).
+    std::set<int> refused;
     for (auto it = queue.begin(); it != queue.end();) {
       const std::string run_id = *it;
       const int ranks = ranks_of(run_id);
+      if (refused.count(ranks)) {
+        ++it;
+        continue;
+      }
       if (ranks > executor.max_ranks()) {
         // `mxablate run` refuses such a plan before anything runs (launch_checks.h); a run that
         // gets here anyway must not wait forever for slots that do not exist.
@@ -292,6 +300,7 @@ struct SweepRunner::Impl {
         continue;
       }
       batch_ranks.pop_back();
+      refused.insert(ranks);
       if (!head_seen) {
         head_seen = true;
         if (!waiting || waiting->first != run_id) {
