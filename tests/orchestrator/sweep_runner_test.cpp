@@ -490,7 +490,7 @@ TEST_CASE("a run waiting for more slots: later runs start ahead of it only withi
 TEST_CASE("once the backfill window has passed, no later run starts ahead of the waiting one") {
   // A1 A2 W1 W2 C1 C2 with 2 slots: A1 and A2 start, W1 waits for two slots. The window (1 ms)
   // passes at once, so when A1 ends first, its free slot stays free for W1 instead of going to C1.
-  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5@A/1"}, {"MXABLATE_FAKE_STARTUP_MS", "300@A/2"}});
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5@A/1"}, {"MXABLATE_FAKE_STARTUP_MS", "1000@A/2"}});
   SweepFixture f(ranks_recipe("[1, 2]"));
   f.slots = 2;
   f.options.backfill = std::chrono::milliseconds(1);
