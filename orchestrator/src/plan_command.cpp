@@ -1,5 +1,5 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
-// precisions, token budget) and the totals — without running anything. Every recipe error is
+// precisions, ranks where any run has several, token budget) and the totals — without running anything. Every recipe error is
 // reported here exactly as `run` would report it, and so is every launch check against the
 // datasets the runs name (launch_checks.h).
 #include <CLI/CLI.hpp>
@@ -58,8 +58,12 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
                              *recipe.target.from_arm, recipe.target.at_fraction);
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
-  for (const char* h : {"model", "fprop", "dgrad", "wgrad", "interventions", "tokens"})
-    headers.push_back(h);
+  for (const char* h : {"model", "fprop", "dgrad", "wgrad", "interventions"}) headers.push_back(h);
+  // The ranks of each run (parallel.data: the slots it takes at once), where any has several.
+  const bool ranks = std::any_of(plan.runs.begin(), plan.runs.end(),
+                                 [](const RunSpec& r) { return r.config.parallel.data > 1; });
+  if (ranks) headers.push_back("ranks");
+  headers.push_back("tokens");
   TextTable table(headers);
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     const RunSpec& r = plan.runs[i];
@@ -70,6 +74,7 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
     row.push_back(name(r.config.precision.dgrad));
     row.push_back(name(r.config.precision.wgrad));
     row.push_back(r.interventions);
+    if (ranks) row.push_back(std::to_string(r.config.parallel.data));
     row.push_back(format_count(r.config.train.max_tokens));
     table.add_row(row);
   }

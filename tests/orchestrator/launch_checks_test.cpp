@@ -215,3 +215,26 @@ TEST_CASE("a dataset made by data prepare: eval.tokens is checked against its va
                                  fits / 64, fits));
 }
 #endif
+
+TEST_CASE("a run of more ranks than the slots can give is refused at its parallel.data value") {
+  using namespace mxablate::orchestrator;
+  const std::string text = R"(name: ranks
+base:
+  model: smoke
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, micro_batch_tokens: 256, max_tokens: 8192}
+arms:
+  A: {}
+grid:
+  parallel.data: [1, 2, 4]
+)";
+  const Recipe recipe = parse_recipe(text, "ranks.yaml");
+  const Plan plan = expand_recipe(recipe);
+  RankLimit limit{2, "CPU slots", "--cpu 2", "raise --cpu, or lower parallel.data"};
+  // The grid's third value (line 9, column 25) makes the only run that cannot start.
+  CHECK_THROWS_WITH(check_ranks(recipe, plan, limit),
+                    "ranks.yaml:9:25: parallel.data: 4 ranks need 4 CPU slots, more than the 2 of "
+                    "--cpu 2; raise --cpu, or lower parallel.data (run: A parallel.data=4)");
+  limit.max_ranks = 4;
+  CHECK_NOTHROW(check_ranks(recipe, plan, limit));
+}
