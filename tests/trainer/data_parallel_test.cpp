@@ -141,11 +141,10 @@ TEST_CASE("A rank that dies takes the run down, and --resume continues from rank
   INFO(crashed.output);
   CHECK(crashed.exit_code == 137);  // rank 1's kill -9, as the run's
   CHECK(crashed.output.find("rank 1 ended with exit code 137; stopping the other ranks") != std::string::npos);
-  // Rank 0 lost its peer inside a collective and says so in its run_end.
-  const auto ended = events_of_kind(effective_events(dir), "run_end");
-  REQUIRE(ended.size() == 1);
-  CHECK(ended[0]["status"] == "failed");
-  CHECK(ended[0]["reason"].get<std::string>().find("lost the other ranks") != std::string::npos);
+  // Rank 0 lost its peer inside a collective: the run was interrupted, not failed, so no
+  // run_end (the orchestrator retries it as it retries a killed trainer).
+  CHECK(crashed.output.find("lost the other ranks (one of them ended or crashed)") != std::string::npos);
+  CHECK(events_of_kind(effective_events(dir), "run_end").empty());
 
   const TrainResult resumed = run_train(dir, nullptr, "--resume");
   INFO(resumed.output);

@@ -75,8 +75,8 @@ c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
 
 void DataParallel::sum(at::Tensor& tensor) { wait(sum_async(tensor)); }
 
-// A collective fails when a peer is gone; say so, not only what the transport saw (rank 0's
-// run_end then names the cause; its launcher names the rank that ended).
+// A collective fails when a peer is gone; say so, not only what the transport saw (the launcher
+// names the rank that ended).
 void DataParallel::wait(const c10::intrusive_ptr<c10d::Work>& work) {
   bool done = false;
   std::string why = "aborted";
@@ -86,7 +86,7 @@ void DataParallel::wait(const c10::intrusive_ptr<c10d::Work>& work) {
     why = e.what();
   }
   if (!done)
-    throw std::runtime_error("lost the other ranks (one of them ended or crashed): " +
+    throw RanksLost("lost the other ranks (one of them ended or crashed): " +
                              why.substr(0, why.find('\n')));
 }
 

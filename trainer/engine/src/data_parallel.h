@@ -8,12 +8,20 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mxablate/trainer/ranks.h"
 
 namespace mxablate::trainer {
+
+// A collective failed because another rank is gone. Not the run's failure but its interruption:
+// the rank ends without a run_end, like the rank that died, and the run is retried from its
+// checkpoint.
+struct RanksLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class DataParallel {
  public:

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -152,24 +153,33 @@ int launch_ranks(int world, const std::vector<std::string>& arguments) {
       for (size_t i = 0; i < pids.size(); ++i)
         if (running[i]) ::kill(pids[i], sig);
     }
-    int status = 0;
-    const pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (pids[i] != done || !running[i]) continue;
-        running[i] = false;
-        --left;
-        const int code = exit_code_of(status);
-        if (!failure && !kill_at) {
-          if (common && *common != code) codes_agree = false;
-          common = code;
-        }
-        // A rank that failed while its peers run: they would wait for it in their next
-        // collective; stop them (they are killed after a grace period).
-        if (code != 0 && !kill_at && left > 0) {
-          const bool stopping_together = forwarded != 0 && code == 4;  // interrupted: all will
-          if (!stopping_together) {
-            failure = code;
+    // Every rank that ended since the last look. When a rank dies its peers follow it within
+    // moments (a collective fails): the first failure is the one to report, and of those
+    // reaped together a rank killed by a signal is the cause, the others' errors its effect.
+    std::vector<std::pair<size_t, int>> ended;  // (rank, status)
+    for (int status = 0;;) {
+      const pid_t done = ::waitpid(-1, &status, WNOHANG);
+      if (done <= 0) break;
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (pids[i] == done && running[i]) ended.emplace_back(i, status);
+    }
+    std::stable_partition(ended.begin(), ended.end(),
+                          [](const auto& e) { return WIFSIGNALED(e.second); });
+    for (const auto& [i, status] : ended) {
+      running[i] = false;
+      --left;
+      const int code = exit_code_of(status);
+      if (!failure && !kill_at) {
+        if (common && *common != code) codes_agree = false;
+        common = code;
+      }
+      // A rank that failed while its peers run: they would wait for it in their next
+      // collective; stop them (they are killed after a grace period).
+      if (code != 0 && !failure && !kill_at) {
+        const bool stopping_together = forwarded != 0 && code == 4;  // interrupted: all will
+        if (!stopping_together) {
+          failure = code;
+          if (left > 0) {
             std::cerr << "mxablate-train: rank " << i << " ended with exit code " << code
                       << "; stopping the other ranks\n";
             for (size_t j = 0; j < pids.size(); ++j)
@@ -178,8 +188,8 @@ int launch_ranks(int world, const std::vector<std::string>& arguments) {
           }
         }
       }
-      continue;
     }
+    if (!ended.empty()) continue;
     if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
       for (size_t i = 0; i < pids.size(); ++i)
         if (running[i]) ::kill(pids[i], SIGKILL);

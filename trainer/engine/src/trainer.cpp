@@ -591,6 +591,10 @@ int run_trainer(const TrainOptions& options) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kBadConfig);
     return exit_code::kBadConfig;
+  } catch (const RanksLost& e) {
+    // Another rank died: this run is interrupted, not failed (no run_end; it is retried).
+    std::cerr << "mxablate-train: " << error_line(e) << "\n";
+    return exit_code::kInternal;
   } catch (const std::exception& e) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kInternal);
