@@ -111,12 +111,17 @@ std::vector<BlockTable> analyze_by_model(const SweepData& sweep, const std::stri
   std::vector<BlockTable> out;
   std::vector<ModelBlock> blocks = split_by_model(sweep);
   const bool several = blocks.size() > 1;
+  const auto has_baseline = [&](const SweepData& s) {
+    return std::any_of(s.runs.begin(), s.runs.end(), [&](const RunRecord& r) {
+      return r.arm == baseline || r.group == baseline;
+    });
+  };
+  if (several && !baseline.empty() && !has_baseline(sweep))
+    throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + baseline +
+                                "'");
   for (ModelBlock& b : blocks) {
     BlockTable t;
-    if (several && !baseline.empty() &&
-        std::none_of(b.sweep.runs.begin(), b.sweep.runs.end(), [&](const RunRecord& r) {
-          return r.arm == baseline || r.group == baseline;
-        }))
+    if (several && !baseline.empty() && !has_baseline(b.sweep))
       throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + baseline +
                                   "' at model " + b.model);
     t.target = resolve_target(b.sweep);
