@@ -26,7 +26,7 @@ std::optional<int64_t> common_count(const std::vector<const RunRecord*>& runs,
   if (votes.size() > 1) {
     std::string all;
     for (const auto& [count, n] : votes) all += fmt::format("{}{} ({} run{})", all.empty() ? "" : ", ", count, n, n == 1 ? "" : "s");
-    notes.push_back(fmt::format("runs of model {} recorded different parameter counts: {}; {} is "
+    notes.push_back(fmt::format("Runs of model {} recorded different parameter counts: {}; {} is "
                                 "used for all of them",
                                 model, all, best->first));
   }

@@ -145,7 +145,7 @@ TEST_CASE("a sweep over models is one block per model, by parameter count, each 
   // Three runs recorded 22020096, one 22020097: the majority is every run's count, and said.
   REQUIRE(blocks[1].block.notes.size() == 1);
   CHECK(blocks[1].block.notes[0] ==
-        "runs of model llama-20m recorded different parameter counts: 22020096 (3 runs), "
+        "Runs of model llama-20m recorded different parameter counts: 22020096 (3 runs), "
         "22020097 (1 run); 22020096 is used for all of them");
   CHECK(blocks[0].block.notes.empty());
 
