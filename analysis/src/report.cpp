@@ -16,6 +16,7 @@
 
 #include "mxablate/analysis/curves.h"
 #include "mxablate/analysis/escape.h"
+#include "mxablate/analysis/model_blocks.h"
 #include "report_plots.h"
 
 namespace mxablate::analysis {
@@ -64,6 +65,23 @@ std::string scale_notes(const ReportData& data, bool plots_skipped) {
   if (!f.omitted.empty() && !plots_skipped)
     out += "<h2>Extra tokens to target vs parameters</h2>\n<p class=\"note\" id=\"scale-omitted\">" +
            escape::html(f.omitted) + "</p>\n";
+  // A point of an arm with a run that never reached the target is only a lower bound, as the
+  // table's "≥" says; the figure draws it like the others, so the page names them.
+  std::vector<std::string> bounds;
+  for (const ScaleSeries& s : f.series)
+    for (const ScalePoint& p : s.points)
+      if (p.lower_bound)
+        bounds.push_back(fmt::format("{} at {} parameters: ≥ {:+.1f} %", s.arm,
+                                     std::isfinite(p.params) && p.params >= 1 && p.params < 1e18
+                                         ? params_text(static_cast<int64_t>(p.params))
+                                         : fmt::format("{:.3g}", p.params),
+                                     p.median_pct));
+  if (!bounds.empty() && !plots_skipped) {
+    out += "<p class=\"note\" id=\"scale-lower-bounds\">Lower bounds in the figure of extra "
+           "tokens against parameters (a run never reached the target):</p>\n<ul>\n";
+    for (const std::string& b : bounds) out += "<li>" + escape::html(b) + "</li>\n";
+    out += "</ul>\n";
+  }
   if (f.skipped.empty()) return out;
   out += "<p class=\"note\" id=\"scale-skipped\">Left out of the figure of extra tokens against "
          "parameters:</p>\n<ul>\n";

@@ -127,6 +127,8 @@ TEST_CASE("the report page renders every plot in headless Chromium without error
   REQUIRE(r.warning.empty());
   CHECK(r.plots == 6);  // loss, late stage, extra tokens vs parameters, telemetry for three GEMMs
   const std::string html = read(r.html_path);
+  // FDW+SR's point at 22 M is a lower bound: the page says so, as the table's "≥" does.
+  CHECK(html.find("<li>FDW+SR at 22 M parameters: ≥ +30.0 %</li>") != std::string::npos);
   CHECK(html.find("<td>FDW+SR</td>") != std::string::npos);
   CHECK(html.find("nonfinite_loss") != std::string::npos);
   CHECK(html.find("http") == std::string::npos);  // self-contained: nothing to fetch
