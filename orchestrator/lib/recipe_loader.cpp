@@ -316,10 +316,14 @@ class Loader {
                   fmt::format("grid: expected a mapping of axes to lists of values, got {}",
                               type_name(node)));
     std::set<std::string> paths;
+    std::set<std::string> names;
     for (auto it = node.begin(); it != node.end(); ++it) {
       const Location name_at = YamlConverter::location_of(it->first, key_at);
       if (!it->first.IsScalar()) throw error(name_at, "grid: axis names must be plain names");
       const std::string name = key_name(it->first, name_at, "grid");
+      // yaml-cpp keeps both of two equal keys; two linked axes of one name would read as one.
+      if (!names.insert(name).second)
+        throw error(name_at, fmt::format("grid.{}: duplicate axis", name));
       const YAML::Node values = it->second;  // a copy: it-> yields a temporary
       const std::string label = "grid." + name;
       const auto path = schema_.resolve(name);

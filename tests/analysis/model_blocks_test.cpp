@@ -297,3 +297,33 @@ TEST_CASE("`mxablate table` prints one block per model, smallest model first") {
   CHECK(mid < large);
   CHECK(out.output.rfind("Sweep scales: 3 models, one table each", 0) == 0);
 }
+
+// Model names come from stored configs, which anyone may have written: in headings and
+// captions they go through the format's escaping like every other name.
+TEST_CASE("a hostile model name stays text in every table format") {
+  test::TempDir dir("mxablate_model_blocks_hostile");
+  const std::string path = dir / "scales.db";
+  build_database(path);
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  analysis::SweepData sweep = analysis::load_sweep(db, "scales");
+  const std::string hostile = "m|<b>x</b>\n## $\\input{/etc/passwd}";
+  for (analysis::RunRecord& r : sweep.runs)
+    if (r.model == "llama-5m") r.model = hostile;
+  const auto blocks = analysis::analyze_by_model(sweep, "");
+  REQUIRE(blocks.size() == 3);
+  CHECK(blocks[0].block.model == hostile);
+  const std::string md = analysis::render_blocks(sweep.name, blocks,
+                                                 analysis::TableFormat::kMarkdown,
+                                                 analysis::TableMetric::kLoss);
+  CHECK(md.find("## model m\\|\\<b\\>x\\</b\\>\\\\x0a## $\\\\input{/etc/passwd} (5.24 M "
+                "parameters)\n") != std::string::npos);
+  CHECK(md.find("<b>") == std::string::npos);
+  CHECK(md.find("\n## $") == std::string::npos);
+  const std::string tex = analysis::render_blocks(sweep.name, blocks, analysis::TableFormat::kLatex,
+                                                  analysis::TableMetric::kLoss);
+  CHECK(tex.find("\\input") == std::string::npos);
+  CHECK(tex.find("\\textbackslash{}input\\{/etc/passwd\\}") != std::string::npos);
+  const std::string csv = analysis::render_blocks(sweep.name, blocks, analysis::TableFormat::kCsv,
+                                                  analysis::TableMetric::kLoss);
+  CHECK(csv.find(",m|<b>x</b>\\x0a## $\\input{/etc/passwd},5242880\n") != std::string::npos);
+}
