@@ -266,8 +266,13 @@ TEST_CASE("the paper recipes' evaluation fits the default corpus's validation sp
   // What the 20 M recipe used to ask for is refused at eval.tokens.
   std::string old = read_file(paper);
   old.replace(old.find("tokens: 98304"), std::string("tokens: 98304").size(), "tokens: 1e6");
-  CHECK_THROWS_WITH(plan_of(old, "old.yaml"),
-                    Catch::Contains("old.yaml:13:37: eval.tokens: 1e+06 tokens (1954 sequences "
-                                    "of 512) are more than the validation split"));
+  std::string error;
+  try {
+    plan_of(old, "old.yaml");
+  } catch (const RecipeError& e) {
+    error = e.what();
+  }
+  CHECK(error.rfind("old.yaml:13:37: eval.tokens: 1e+06 tokens (1954 sequences of 512) are more "
+                    "than the validation split", 0) == 0);
   ::unsetenv("MXABLATE_DEFAULT_DATASET");
 }

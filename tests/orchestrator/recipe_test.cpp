@@ -17,6 +17,15 @@ namespace {
 std::string name_of(mxablate::contract::GemmPrecision p) { return std::string(mxablate::contract::to_string(p)); }
 std::string name_of(mxablate::kernels::HadamardMode m) { return std::string(mxablate::kernels::to_string(m)); }
 Plan parse_and_expand(const std::string& text) { return expand_recipe(parse_recipe(text, "s.yaml")); }
+// The planner's error for `text`, or "" when it plans.
+std::string error_of(const std::string& text) {
+  try {
+    parse_and_expand(text);
+  } catch (const RecipeError& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST_CASE("the paper recipe loads with its arms in order, extends, grid and target") {
@@ -289,14 +298,14 @@ include:
 )"),
                     "s.yaml:7:5: include[0]: adds no run");
   // A linked value that cannot run is reported at that value.
-  CHECK_THROWS_WITH(parse_and_expand(R"(name: s
+  const std::string error = error_of(R"(name: s
 base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
 arms: {x: {}}
 grid:
   scale: [{model: smoke, train.max_tokens: -5}]
-)"),
-                    Catch::Contains("s.yaml:5:44: train.max_tokens:") &&
-                        Catch::Contains("set by grid axis 'train.max_tokens'"));
+)");
+  CHECK(error.rfind("s.yaml:5:44: train.max_tokens:", 0) == 0);
+  CHECK(contains(error, "set by grid axis 'train.max_tokens'"));
 }
 
 // The scale study's recipe: the paper's arms × three models × three seeds, each model with its
