@@ -245,7 +245,21 @@ ReportData report_data(const SweepData& sweep, const std::vector<BlockTable>& bl
   ResolvedTarget per_model;
   per_model.description = fmt::format("{} models, each with its own target and baseline",
                                       blocks.size());
-  ReportData d = report_data(sweep, all, per_model);
+  // Curves, divergences, telemetry and the OCC table name a row by its label within its model
+  // and the model ("FDW · llama-125m"), in block order: shorter than the full grid settings.
+  SweepData labelled;
+  labelled.name = sweep.name;
+  for (const BlockTable& b : blocks) {
+    const auto label = [&](const std::string& group) { return group + " · " + b.block.model; };
+    for (const std::string& g : b.block.sweep.groups) labelled.groups.push_back(label(g));
+    for (RunRecord r : b.block.sweep.runs) {
+      r.group = label(r.group);
+      for (DivergenceMark& m : r.divergences) m.arm = r.group;
+      for (TelemetryPoint& t : r.telemetry) t.arm = r.group;
+      labelled.runs.push_back(std::move(r));
+    }
+  }
+  ReportData d = report_data(labelled, all, per_model);
   for (const BlockTable& b : blocks) {
     std::string caption = b.target.description;
     for (const std::string& note : b.block.notes) caption += ". " + note;

@@ -223,6 +223,12 @@ TEST_CASE("the figure of extra tokens against parameters takes each block's medi
   CHECK(d.blocks[1].caption.find("recorded different parameter counts") != std::string::npos);
   CHECK_FALSE(d.target.has_value());
   CHECK(d.scale.series.size() == 1);
+  // Curves are named by arm and model, smallest model first.
+  CHECK(d.arms == std::vector<std::string>{"fp8 · llama-5m", "FDW · llama-5m", "fp8 · llama-20m",
+                                           "FDW · llama-20m", "fp8 · llama-125m",
+                                           "FDW · llama-125m"});
+  REQUIRE(d.runs.size() == 12);
+  CHECK(d.runs[0].arm == "fp8 · llama-5m");
 
   // A point without a figure (no cost: NaN from a corrupt database, or never computed) is left
   // out and named; a model without a count is named too.
