@@ -82,8 +82,7 @@ void print_plan(const Recipe& recipe, const Plan& plan) {
   std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
                            "grid point\n",
                            escape::terminal(plan.baseline_arm));
-  size_t combos = 1;
-  for (const auto& g : recipe.grid) combos *= g.values.size();
+  const auto combos = static_cast<size_t>(recipe.grid_points());
   std::cout << fmt::format("{} runs ({} arms × {} grid combination{}{}{}), {} tokens\n",
                            plan.runs.size(), recipe.arms.size(), combos, combos == 1 ? "" : "s",
                            recipe.exclude.empty() ? "" : ", minus excludes",

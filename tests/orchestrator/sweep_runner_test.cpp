@@ -444,7 +444,7 @@ struct LaunchTrace {
 
 }  // namespace
 
-TEST_CASE("runs of 1 and 2 ranks share the slots; a 2-rank run takes two and all finish") {
+TEST_CASE("runs of 1 and 2 ranks share the slots: a 2-rank run takes two and all finish") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}});
   SweepFixture f(ranks_recipe("[1, 2]"));
   f.slots = 2;

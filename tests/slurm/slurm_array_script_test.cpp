@@ -291,7 +291,7 @@ TEST_CASE("a run directory the node cannot see ends the task with exit code 66 a
   CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));
 }
 
-TEST_CASE("a run of N ranks is one task with N x the GPUs and CPUs; each rank gets its threads") {
+TEST_CASE("a run of N ranks is one task with N x the GPUs and CPUs, and each rank gets its threads") {
   ScratchDir dir("script-ranks");
   const fs::path trainer = write_fake_trainer(dir.path, "exit 0\n");
   ArrayScript s = two_task_script(dir.path, trainer);
