@@ -108,7 +108,7 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
   const bool ppl = metric == TableMetric::kPerplexity;
   out += fmt::format("arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,"
                      "ci_high_pct,lower_bound,{},seeds,reached,diverged,first_divergence_reason,"
-                     "not_reached,paper\n",
+                     "not_reached,paper,model,params\n",
                      ppl ? "final_val_perplexity,best_val_perplexity" : "final_val_loss");
   for (const auto& a : arms) {
     std::vector<std::string> cells = {
@@ -124,7 +124,8 @@ void render_csv(const std::vector<ArmSummary>& arms, TableMetric metric, std::st
     }
     for (const std::string& c :
          {std::to_string(a.seeds), std::to_string(a.converged), std::to_string(a.diverged),
-          a.first_divergence_reason, std::to_string(a.not_reached), a.paper.value_or("")})
+          a.first_divergence_reason, std::to_string(a.not_reached), a.paper.value_or(""),
+          a.model, a.params ? std::to_string(*a.params) : std::string()})
       cells.push_back(c);
     for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + escape::csv_field(cells[i]);
     out += "\n";

@@ -16,6 +16,7 @@
 
 #include "mxablate/analysis/curves.h"
 #include "mxablate/analysis/escape.h"
+#include "mxablate/analysis/model_blocks.h"
 #include "report_plots.h"
 
 namespace mxablate::analysis {
@@ -55,6 +56,37 @@ std::string occ_table(const ReportData& data) {
     out += fmt::format("<tr><td>{}</td><td>{:.4g} %</td><td>{}</td></tr>\n", escape::html(s.arm),
                        100 * s.mean_fraction, s.records);
   return out + "</table>\n";
+}
+
+// Why the figure of extra tokens against parameters is missing, or which of its points are.
+std::string scale_notes(const ReportData& data, bool plots_skipped) {
+  const ScaleFigure& f = data.scale;
+  std::string out;
+  if (!f.omitted.empty() && !plots_skipped)
+    out += "<h2>Extra tokens to target vs parameters</h2>\n<p class=\"note\" id=\"scale-omitted\">" +
+           escape::html(f.omitted) + "</p>\n";
+  // A point of an arm with a run that never reached the target is only a lower bound, as the
+  // table's "≥" says; the figure draws it like the others, so the page names them.
+  std::vector<std::string> bounds;
+  for (const ScaleSeries& s : f.series)
+    for (const ScalePoint& p : s.points)
+      if (p.lower_bound)
+        bounds.push_back(fmt::format("{} at {} parameters: ≥ {:+.1f} %", s.arm,
+                                     std::isfinite(p.params) && p.params >= 1 && p.params < 1e18
+                                         ? params_text(static_cast<int64_t>(p.params))
+                                         : fmt::format("{:.3g}", p.params),
+                                     p.median_pct));
+  if (!bounds.empty() && !plots_skipped) {
+    out += "<p class=\"note\" id=\"scale-lower-bounds\">Lower bounds in the figure of extra "
+           "tokens against parameters (a run never reached the target):</p>\n<ul>\n";
+    for (const std::string& b : bounds) out += "<li>" + escape::html(b) + "</li>\n";
+    out += "</ul>\n";
+  }
+  if (f.skipped.empty()) return out;
+  out += "<p class=\"note\" id=\"scale-skipped\">Left out of the figure of extra tokens against "
+         "parameters:</p>\n<ul>\n";
+  for (const std::string& s : f.skipped) out += "<li>" + escape::html(s) + "</li>\n";
+  return out + "</ul>\n";
 }
 
 const char* kStyle = R"(body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
@@ -127,8 +159,14 @@ ReportResult write_report(const ReportData& data, const std::string& out_dir,
           "</style>\n</head>\n<body>\n";
   html += "<h1>Sweep " + escape::html(data.sweep) + "</h1>\n<p>" +
           escape::html(data.caption + ". " + cost_method_note(data.table)) + "</p>\n";
-  html += "<h2>Extra tokens to target, per arm</h2>\n" +
-          render_table(data.table, TableFormat::kHtml, "");
+  if (data.blocks.empty()) {
+    html += "<h2>Extra tokens to target, per arm</h2>\n" +
+            render_table(data.table, TableFormat::kHtml, "");
+  } else {
+    for (const ReportBlock& b : data.blocks)
+      html += "<h2>Extra tokens to target: " + escape::html(b.heading) + "</h2>\n" +
+              render_table(b.table, TableFormat::kHtml, b.caption);
+  }
   // Where the figures would be, so that nobody reads the page as "there was nothing to plot".
   if (!result.warning.empty())
     html += "<h2>Figures</h2>\n<p class=\"warning\" id=\"plots-skipped\">" +
@@ -137,6 +175,7 @@ ReportResult write_report(const ReportData& data, const std::string& out_dir,
     html += "<h2>" + escape::html(heading) + "</h2>\n<img class=\"plot\" alt=\"" +
             escape::html(heading) + "\" src=\"data:image/svg+xml;base64," + base64(svg) + "\">\n";
   }
+  html += scale_notes(data, !result.warning.empty());
   html += occ_table(data);
   html += "<h2>Divergence events</h2>\n" + divergence_table(data);
   html += kCheckScript;

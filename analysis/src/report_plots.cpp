@@ -38,9 +38,10 @@ std::string number(double v) { return fmt::format("{:.9g}", v); }
 // header is the series' title, as text from the data, escaped for gnuplot's data-file reader.
 class DataFile {
  public:
-  DataFile(const fs::path& path, const std::string& title, const char* more_columns = "")
+  DataFile(const fs::path& path, const std::string& title, const char* more_columns = "",
+           const char* x_column = "tokens")
       : path_(path), out_(path, std::ios::trunc) {
-    out_ << "tokens\t" << escape::gnuplot_datafile_text(escape::clip(title, kLabelColumns))
+    out_ << x_column << "\t" << escape::gnuplot_datafile_text(escape::clip(title, kLabelColumns))
          << more_columns << "\n";
   }
   void row(std::initializer_list<double> values) {
@@ -62,7 +63,8 @@ class DataFile {
 };
 
 // The constant part of every script. `stem`, `title` and `ylabel` are literals of this file.
-std::string script_header(const char* stem, const char* title, const char* ylabel) {
+std::string script_header(const char* stem, const char* title, const char* ylabel,
+                          const char* xlabel = "tokens") {
   return fmt::format(
       "set encoding utf8\n"
       "set terminal svg size 900,520 fixed noenhanced font 'sans,12' background rgb 'white'\n"
@@ -70,10 +72,10 @@ std::string script_header(const char* stem, const char* title, const char* ylabe
       "set datafile separator tab\n"
       "set datafile columnheaders\n"
       "set title '{}'\n"
-      "set xlabel 'tokens'\nset ylabel '{}'\n"
+      "set xlabel '{}'\nset ylabel '{}'\n"
       "set grid lc rgb '#dddddd'\nset key outside right top\n"
       "set format x '%.1s%c'\n",
-      stem, title, ylabel);
+      stem, title, xlabel, ylabel);
 }
 
 std::string plot_command(const std::vector<std::string>& clauses) {
@@ -209,6 +211,37 @@ std::string telemetry_figure(const ReportData& data, Figure f, const fs::path& w
          plot_command(clauses);
 }
 
+// One line per arm through its models: x = the model's parameter count (log scale), y = the
+// arm's extra tokens to target against the baseline at that model, bars = the bootstrap 95 %
+// interval. Points were checked to be finite when the figure's data was made (model_blocks.cpp);
+// checked again here, since ReportData can be filled by anyone.
+std::string scale_figure_script(const ReportData& data, const fs::path& workdir) {
+  const char* stem = figure_stem(Figure::kExtraTokensVsParams);
+  std::vector<std::string> clauses;
+  int index = 0;
+  for (const ScaleSeries& series : data.scale.series) {
+    std::vector<const ScalePoint*> points;
+    for (const ScalePoint& p : series.points)
+      if (std::isfinite(p.params) && p.params > 0 && std::isfinite(p.median_pct) &&
+          std::isfinite(p.low_pct) && std::isfinite(p.high_pct))
+        points.push_back(&p);
+    if (points.empty()) continue;
+    const int color = ++index;
+    const std::string file = fmt::format("{}_{}.dat", stem, color);
+    DataFile out(workdir / file, series.arm, "\tlow\thigh", "params");
+    for (const ScalePoint* p : points) out.row({p->params, p->median_pct, p->low_pct, p->high_pct});
+    out.close();
+    clauses.push_back(fmt::format(
+        "'{}' using 1:2:3:4 with yerrorlines lw 2 pt 7 ps 0.8 lc {} title columnheader(2) "
+        "noenhanced",
+        file, color));
+  }
+  if (clauses.empty()) return "";
+  return script_header(stem, "Extra tokens to target vs parameters",
+                       "extra tokens vs the baseline at that model (%)", "parameters") +
+         "set logscale x 10\nset xzeroaxis lt 1 lc rgb '#888888'\n" + plot_command(clauses);
+}
+
 }  // namespace
 
 const char* figure_stem(Figure f) {
@@ -218,6 +251,7 @@ const char* figure_stem(Figure f) {
     case Figure::kTelemetryFprop: return "telemetry_fprop";
     case Figure::kTelemetryDgrad: return "telemetry_dgrad";
     case Figure::kTelemetryWgrad: return "telemetry_wgrad";
+    case Figure::kExtraTokensVsParams: return "extra_tokens_vs_params";
   }
   return "figure";
 }
@@ -229,6 +263,9 @@ const char* figure_heading(Figure f) {
     case Figure::kTelemetryFprop: return "Quantization telemetry: fprop";
     case Figure::kTelemetryDgrad: return "Quantization telemetry: dgrad";
     case Figure::kTelemetryWgrad: return "Quantization telemetry: wgrad";
+    case Figure::kExtraTokensVsParams:
+      return "Extra tokens to target vs parameters (median over seeds, bars: bootstrap 95 % "
+             "interval; 0 % = the baseline at each model)";
   }
   return "";
 }
@@ -237,6 +274,7 @@ std::string write_figure(const ReportData& data, Figure f, const fs::path& workd
   switch (f) {
     case Figure::kLoss: return loss_figure(data, workdir, false);
     case Figure::kLossZoom: return loss_figure(data, workdir, true);
+    case Figure::kExtraTokensVsParams: return scale_figure_script(data, workdir);
     default: return telemetry_figure(data, f, workdir);
   }
 }

@@ -16,8 +16,16 @@
 
 namespace mxablate::analysis::detail {
 
-enum class Figure { kLoss, kLossZoom, kTelemetryFprop, kTelemetryDgrad, kTelemetryWgrad };
-inline constexpr Figure kFigures[] = {Figure::kLoss, Figure::kLossZoom, Figure::kTelemetryFprop,
+enum class Figure {
+  kLoss,
+  kLossZoom,
+  kTelemetryFprop,
+  kTelemetryDgrad,
+  kTelemetryWgrad,
+  kExtraTokensVsParams
+};
+inline constexpr Figure kFigures[] = {Figure::kLoss,           Figure::kLossZoom,
+                                      Figure::kExtraTokensVsParams, Figure::kTelemetryFprop,
                                       Figure::kTelemetryDgrad, Figure::kTelemetryWgrad};
 
 // The figure's file stem (STEM.gp, STEM.svg, STEM_*.dat) and its heading on the page.

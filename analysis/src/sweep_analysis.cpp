@@ -125,7 +125,8 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
 
   Statement runs(db,
                  "SELECT run_id, arm, arm_index, config_json, status, max_tokens, tokens, "
-                 "final_val_loss FROM runs WHERE sweep_id = ? AND plan_index IS NOT NULL "
+                 "final_val_loss, CASE WHEN typeof(params) = 'integer' AND params > 0 THEN params END "
+                 "FROM runs WHERE sweep_id = ? AND plan_index IS NOT NULL "
                  "ORDER BY arm_index, plan_index");
   runs.bind(1, sweep_id);
   while (runs.step()) {
@@ -148,6 +149,10 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
     r.tokens_trained = runs.get_opt_double(6).value_or(0);
     r.final_val_loss = runs.get_opt_double(7);
     r.seed = r.settings.train.seed;
+    // Only a positive integer is a count (the column takes whatever a database holds).
+    r.params = runs.get_opt_int(8);
+    // The model's one label (a preset's name or a custom shape's): what its block is named by.
+    r.model = contract::model_label(r.settings.model);
     data.runs.push_back(std::move(r));
   }
   for (RunRecord& r : data.runs) {
@@ -166,6 +171,7 @@ SweepData load_sweep(Database& db, const std::string& sweep) {
         continue;
       }
       extra += (extra.empty() ? "" : " ") + setting;
+      r.settings_axes.emplace_back(axis, axes.get_text(1));
     }
     // Without a seed axis every run of the sweep has the recipe's one seed.
     if (r.pair_key.empty()) r.pair_key = "train.seed=" + std::to_string(r.seed);
@@ -236,6 +242,8 @@ ResolvedTarget resolve_target_value(const SweepData& sweep) {
 
 std::optional<double> target_to_store(const SweepData& sweep) {
   if (sweep.stored_target) return std::nullopt;
+  for (const RunRecord& r : sweep.runs)
+    if (r.model != sweep.runs.front().model) return std::nullopt;
   const auto from_arm = target_value<std::string>(sweep, "from_arm");
   if (!from_arm) return std::nullopt;
   const std::string& arm = *from_arm;
@@ -256,9 +264,10 @@ std::string baseline_group(const SweepData& sweep, const std::string& requested)
     return std::find(sweep.groups.begin(), sweep.groups.end(), g) != sweep.groups.end();
   };
   if (!requested.empty()) {
-    if (!has(requested))
-      throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + requested + "'");
-    return requested;
+    if (has(requested)) return requested;
+    for (const RunRecord& r : sweep.runs)
+      if (r.arm == requested) return r.group;
+    throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + requested + "'");
   }
   if (const auto from_arm = target_value<std::string>(sweep, "from_arm")) {
     const std::string& arm = *from_arm;

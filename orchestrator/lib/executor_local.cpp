@@ -62,7 +62,78 @@ bool process_runs_with(int pid, const std::string& needle) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
 }
 
+// The process group of `pid` (0 when it cannot be read).
+int process_group(int pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(paren + 1));
+  std::string state;
+  int ppid = 0, pgrp = 0;
+  rest >> state >> ppid >> pgrp;
+  return rest ? pgrp : 0;
+}
+
+// Live processes of process group `pgid`; with a `needle`, only those whose command line
+// mentions it.
+std::vector<int> group_members(int pgid, const std::string* needle) {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    int pid = 0;
+    try {
+      pid = std::stoi(name);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (process_group(pid) != pgid) continue;
+    if (process_runs_with(pid, needle ? *needle : std::string())) pids.push_back(pid);
+  }
+  return pids;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string s;
+  for (const std::string& p : parts) s += (s.empty() ? "" : sep) + p;
+  return s;
+}
+
 }  // namespace
+
+Slot combine_slots(const std::vector<Slot>& parts) {
+  if (parts.empty()) return {};
+  if (parts.size() == 1) return parts.front();
+  std::vector<std::string> labels, devices, gpus;
+  for (const Slot& p : parts) {
+    labels.push_back(p.label);
+    devices.push_back(p.device);
+    if (p.gpu) gpus.push_back(std::to_string(*p.gpu));
+  }
+  Slot s;
+  // A label stays short enough to read in a table and an environment variable, however many
+  // ranks: the first three and the last slot, and how many there are.
+  constexpr size_t kShown = 8;
+  s.label = labels.size() <= kShown
+                ? join(labels, "+")
+                : fmt::format("{}+{}+{}+…+{} ({} slots)", labels[0], labels[1], labels[2],
+                              labels.back(), labels.size());
+  // One device per rank, in rank order ("cuda:0+cuda:1"); ranks on the CPU share one device
+  // name, said once.
+  s.device = std::all_of(devices.begin(), devices.end(),
+                         [&](const std::string& d) { return d == devices.front(); })
+                 ? devices.front()
+                 : join(devices, "+");
+  s.env = parts.front().env;
+  if (!gpus.empty()) {
+    s.env["CUDA_VISIBLE_DEVICES"] = join(gpus, ",");
+    s.env["HIP_VISIBLE_DEVICES"] = join(gpus, ",");
+  }
+  return s;
+}
 
 std::string local_host_name() {
   char buf[256] = {};
@@ -76,7 +147,7 @@ std::vector<Slot> cpu_slots(int count, unsigned cores) {
   if (const char* set = std::getenv("OMP_NUM_THREADS"); !set || !*set)
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cores / static_cast<unsigned>(count)));
   std::vector<Slot> slots;
-  for (int i = 0; i < count; ++i) slots.push_back({fmt::format("cpu{}", i), "cpu", env});
+  for (int i = 0; i < count; ++i) slots.push_back({fmt::format("cpu{}", i), "cpu", env, std::nullopt});
   return slots;
 }
 
@@ -87,14 +158,15 @@ std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu) {
       const std::string id = std::to_string(g);
       slots.push_back({per_gpu > 1 ? fmt::format("gpu{}.{}", g, k) : fmt::format("gpu{}", g),
                        fmt::format("cuda:{}", g),
-                       {{"CUDA_VISIBLE_DEVICES", id}, {"HIP_VISIBLE_DEVICES", id}}});
+                       {{"CUDA_VISIBLE_DEVICES", id}, {"HIP_VISIBLE_DEVICES", id}},
+                       g});
     }
   return slots;
 }
 
 struct LocalExecutor::Child {
   std::string run_id;
-  size_t slot = 0;
+  std::vector<size_t> slots;
   int pid = 0;
   bp::child process;
 };
@@ -111,15 +183,57 @@ LocalExecutor::~LocalExecutor() {
   }
 }
 
-Launched LocalExecutor::launch(const LaunchRequest& r) {
-  size_t slot = slots_.size();
-  for (size_t i = 0; i < slots_.size(); ++i)
-    if (!busy_[i]) {
-      slot = i;
-      break;
+std::vector<size_t> LocalExecutor::pick_slots(std::vector<bool>& busy, int ranks) const {
+  // The first free slots in slot order, one per GPU: it fits exactly when at least `ranks`
+  // GPUs have a free slot (CPU slots: when `ranks` slots are free).
+  std::vector<size_t> picked;
+  std::vector<int> gpus;
+  for (size_t i = 0; i < slots_.size() && picked.size() < static_cast<size_t>(std::max(ranks, 1));
+       ++i) {
+    if (busy[i]) continue;
+    if (const auto& g = slots_[i].gpu) {
+      if (std::find(gpus.begin(), gpus.end(), *g) != gpus.end()) continue;
+      gpus.push_back(*g);
     }
-  if (slot == slots_.size()) throw LaunchError("no free slot");
+    picked.push_back(i);
+  }
+  if (picked.size() < static_cast<size_t>(std::max(ranks, 1))) return {};
+  for (size_t i : picked) busy[i] = true;
+  return picked;
+}
+
+bool LocalExecutor::fits(const std::vector<int>& ranks) const {
+  std::vector<bool> busy = busy_;
+  for (int n : ranks)
+    if (pick_slots(busy, n).empty()) return false;
+  return true;
+}
+
+int max_ranks_of(const std::vector<Slot>& slots) {
+  std::vector<int> gpus;
+  for (const Slot& s : slots)
+    if (s.gpu && std::find(gpus.begin(), gpus.end(), *s.gpu) == gpus.end()) gpus.push_back(*s.gpu);
+  return gpus.empty() ? static_cast<int>(slots.size()) : static_cast<int>(gpus.size());
+}
+
+int LocalExecutor::max_ranks() const { return max_ranks_of(slots_); }
+
+Launched LocalExecutor::launch(const LaunchRequest& r) {
   if (children_.count(r.run_id)) throw LaunchError(r.run_id + " is already running");
+  const bool on_gpus =
+      std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.gpu.has_value(); });
+  if (r.ranks > max_ranks())
+    throw LaunchError(fmt::format("parallel.data {} needs {} {}, but there are only {}", r.ranks,
+                                  r.ranks, on_gpus ? "distinct GPUs" : "slots", max_ranks()));
+  std::vector<bool> busy = busy_;
+  const std::vector<size_t> taken = pick_slots(busy, r.ranks);
+  if (taken.empty())
+    throw LaunchError(r.ranks > 1 ? fmt::format("no {} free slots{}", r.ranks,
+                                                on_gpus ? " on distinct GPUs" : "")
+                                  : std::string("no free slot"));
+  std::vector<Slot> parts;
+  for (size_t i : taken) parts.push_back(slots_[i]);
+  const Slot slot = combine_slots(parts);
 
   const auto open_log = [&](const char* name) {
     const std::filesystem::path path = r.run_dir / name;
@@ -128,7 +242,7 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
       throw LaunchError(fmt::format("cannot open {} for appending: {}", path.string(),
                                     std::strerror(errno)));
     std::fprintf(f, "=== mxablate: attempt %d%s in slot %s at %s ===\n", r.attempt,
-                 r.resume ? " (resume)" : "", slots_[slot].label.c_str(), timestamp().c_str());
+                 r.resume ? " (resume)" : "", slot.label.c_str(), timestamp().c_str());
     std::fflush(f);
     return f;
   };
@@ -142,15 +256,15 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
   }
 
   bp::environment env = boost::this_process::environment();
-  for (const auto& [k, v] : slots_[slot].env) env[k] = v;
+  for (const auto& [k, v] : slot.env) env[k] = v;
   env["MXABLATE_ATTEMPT"] = std::to_string(r.attempt);
-  env["MXABLATE_SLOT"] = slots_[slot].label;
+  env["MXABLATE_SLOT"] = slot.label;
   std::vector<std::string> args{"--run-dir", r.run_dir.string()};
   if (r.resume) args.push_back("--resume");
 
   auto child = std::make_unique<Child>();
   child->run_id = r.run_id;
-  child->slot = slot;
+  child->slots = taken;
   try {
     child->process = bp::child(r.trainer.string(), bp::args(args), env, bp::std_in < bp::null,
                                bp::std_out > out, bp::std_err > err,
@@ -164,9 +278,8 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
   std::fclose(err);
   child->pid = child->process.id();
   ::setpgid(child->pid, child->pid);  // also from this side: no window where a signal misses
-  busy_[slot] = true;
-  Launched launched{fmt::format("pid:{}", child->pid), slots_[slot].label, host_,
-                    slots_[slot].device};
+  busy_ = std::move(busy);
+  Launched launched{fmt::format("pid:{}", child->pid), slot.label, host_, slot.device};
   children_[r.run_id] = std::move(child);
   return launched;
 }
@@ -188,9 +301,9 @@ std::vector<AttemptExit> LocalExecutor::collect_exits() {
     } else if (WIFEXITED(status)) {
       e.exit_code = WEXITSTATUS(status);
     }
-    // The trainer's own children (if any) must not outlive it in our slot.
+    // The trainer's own children (a launcher's ranks) must not outlive it in our slots.
     ::kill(-c.pid, SIGKILL);
-    busy_[c.slot] = false;
+    for (size_t i : c.slots) busy_[i] = false;
     exits.push_back(std::move(e));
     it = children_.erase(it);
   }
@@ -215,16 +328,32 @@ std::optional<int> LocalExecutor::pid_of(const std::string& run_id) const {
 bool LocalExecutor::recover(const results::OpenAttempt& a, std::chrono::milliseconds grace) {
   // A local process is not our child any more: it cannot be adopted (no exit status would ever
   // reach us), only made sure of. The pid is checked against the run directory in its command
-  // line, so a recycled pid is left alone.
+  // line, so a recycled pid is left alone. A trainer we started leads its own process group,
+  // which holds a launcher's ranks: the whole group is stopped. Ranks left behind by a launcher
+  // that died are found in its group by the run directory in their command lines.
   int pid = 0;
   if (std::sscanf(a.executor_ref.c_str(), "pid:%d", &pid) != 1 || pid <= 0) return false;
-  if (!process_runs_with(pid, a.run_dir)) return false;
-  ::kill(pid, SIGTERM);
+  const bool leader_runs = process_runs_with(pid, a.run_dir);
+  const bool whole_group = leader_runs && process_group(pid) == pid;
+  const auto left = [&]() -> std::vector<int> {
+    if (whole_group) return group_members(pid, nullptr);
+    if (leader_runs) return process_runs_with(pid, a.run_dir) ? std::vector<int>{pid} : std::vector<int>{};
+    return group_members(pid, &a.run_dir);
+  };
+  const auto signal_all = [&](int sig) {
+    if (whole_group) {
+      ::kill(-pid, sig);
+      return;
+    }
+    for (int p : left()) ::kill(p, sig);
+  };
+  if (left().empty()) return false;
+  signal_all(SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (process_runs_with(pid, a.run_dir)) {
+  while (!left().empty()) {
     if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      for (int i = 0; i < 100 && process_runs_with(pid, a.run_dir); ++i)
+      signal_all(SIGKILL);
+      for (int i = 0; i < 100 && !left().empty(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       break;
     }

@@ -103,6 +103,27 @@ size_t SlurmExecutor::capacity() const {
   return throttle_room() > 0 ? running() + tasks_per_array() : running();
 }
 
+bool SlurmExecutor::fits(const std::vector<int>& ranks) const {
+  if (running() + ranks.size() > capacity()) return false;
+  // The arrays launch_batch would submit, in order of their rank counts' first appearance, as
+  // submit_array gives each its throttle: what the earlier ones leave of the room.
+  std::vector<std::pair<int, size_t>> groups;
+  for (int n : ranks) {
+    const auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& p) { return p.first == n; });
+    if (g == groups.end())
+      groups.emplace_back(n, 1);
+    else
+      ++g->second;
+  }
+  size_t room = throttle_room();
+  if (room == std::numeric_limits<size_t>::max()) return true;
+  for (const auto& [n, count] : groups) {
+    if (room == 0) return false;
+    room -= std::min(room, count);
+  }
+  return true;
+}
+
 Launched SlurmExecutor::launch(const LaunchRequest& request) {
   const std::vector<LaunchResult> r = launch_batch({request});
   if (r.empty() || !r.front().launched)
@@ -111,12 +132,27 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
 }
 
 std::vector<LaunchResult> SlurmExecutor::launch_batch(const std::vector<LaunchRequest>& requests) {
-  std::vector<LaunchResult> results;
-  for (size_t start = 0; start < requests.size(); start += tasks_per_array()) {
-    const size_t end = std::min(requests.size(), start + tasks_per_array());
-    const std::vector<LaunchRequest> chunk(requests.begin() + static_cast<std::ptrdiff_t>(start),
-                                           requests.begin() + static_cast<std::ptrdiff_t>(end));
-    for (LaunchResult& r : submit_array(chunk)) results.push_back(std::move(r));
+  // One array per rank count (its tasks share one resource request), in order of first
+  // appearance; each split into arrays of at most tasks_per_array() tasks. Results go back in
+  // the order of the requests.
+  std::vector<LaunchResult> results(requests.size());
+  std::vector<int> order;
+  for (const LaunchRequest& r : requests)
+    if (std::find(order.begin(), order.end(), r.ranks) == order.end()) order.push_back(r.ranks);
+  for (int ranks : order) {
+    std::vector<size_t> index;
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (requests[i].ranks == ranks) index.push_back(i);
+    for (size_t start = 0; start < index.size(); start += tasks_per_array()) {
+      const size_t end = std::min(index.size(), start + tasks_per_array());
+      std::vector<LaunchRequest> chunk;
+      for (size_t k = start; k < end; ++k) chunk.push_back(requests[index[k]]);
+      std::vector<LaunchResult> done = submit_array(chunk);
+      for (size_t k = start; k < end; ++k)
+        results[index[k]] = k - start < done.size()
+                                ? std::move(done[k - start])
+                                : LaunchResult{std::nullopt, "nothing was submitted"};
+    }
   }
   return results;
 }
@@ -127,9 +163,12 @@ std::vector<LaunchResult> SlurmExecutor::submit_array(const std::vector<LaunchRe
   };
   if (cancel_seen_) return all_failed("the sweep is being cancelled (mxablate cancel)");
   for (const LaunchRequest& r : requests)
-    if (r.trainer != requests.front().trainer || tasks_.count(r.run_id))
+    if (r.trainer != requests.front().trainer || r.ranks != requests.front().ranks ||
+        tasks_.count(r.run_id))
       return all_failed(tasks_.count(r.run_id) ? r.run_id + " is already submitted"
-                                               : "one submission cannot mix trainer binaries");
+                        : r.ranks != requests.front().ranks
+                            ? "one array cannot mix runs of different rank counts"
+                            : "one submission cannot mix trainer binaries");
 
   const size_t room = throttle_room();
   if (room == 0)  // capacity() said so: the caller broke the contract
@@ -144,6 +183,7 @@ std::vector<LaunchResult> SlurmExecutor::submit_array(const std::vector<LaunchRe
   script.slurm_dir = files_.dir();
   script.trainer = fs::absolute(requests.front().trainer);
   script.options = opt_.submit;
+  script.ranks = std::max(1, requests.front().ranks);
   script.written_at = timestamp();
   for (const LaunchRequest& r : requests)
     script.tasks.push_back({r.run_id, fs::absolute(r.run_dir), r.attempt, r.resume});

@@ -162,4 +162,18 @@ std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan,
   return LaunchChecker(recipe).check(plan, vocabularies);
 }
 
+void check_ranks(const Recipe& recipe, const Plan& plan, const RankLimit& limit) {
+  for (const RunSpec& run : plan.runs) {
+    const int ranks = run.config.parallel.data;
+    if (ranks <= limit.max_ranks) continue;
+    const Location l = run.where("parallel.data");
+    throw RecipeError(recipe.file,
+                      l.known() ? l : recipe.arms[static_cast<size_t>(run.arm_index)].at,
+                      fmt::format("parallel.data: {} ranks need {} {}, more than the {} of {}{} "
+                                  "(run: {})",
+                                  ranks, ranks, limit.unit, limit.max_ranks, limit.source,
+                                  limit.hint.empty() ? "" : "; " + limit.hint, run_label(run)));
+  }
+}
+
 }  // namespace mxablate::orchestrator

@@ -95,7 +95,7 @@ constexpr size_t kMaxRuns = 100000;
 
 class Expander {
  public:
-  explicit Expander(const Recipe& r) : r_(r) {
+  explicit Expander(const Recipe& r) : r_(r), dims_(r.grid_dimensions()) {
     merge_into(base_.config, r.base.value.is_object() ? r.base.value : json::object(), "", r.base,
                "", "in base", base_.origins);
   }
@@ -103,8 +103,7 @@ class Expander {
   Plan expand() {
     check_arms_against_grid();
     // A typo like `seed: [1, …, 1000]` on six axes must be an error, not hours of expansion.
-    double product = static_cast<double>(r_.arms.size());
-    for (const GridAxis& axis : r_.grid) product *= static_cast<double>(axis.values.size());
+    const double product = static_cast<double>(r_.arms.size()) * r_.grid_points();
     if (product > kMaxRuns)
       throw RecipeError(r_.file, r_.grid.empty() ? Location{1, 1} : r_.grid.front().at,
                         fmt::format("grid: {} arm{} × the grid make {:.0f} runs, more than {} "
@@ -215,18 +214,23 @@ class Expander {
                                     arm));
   }
 
+  // Calls `fn` with a value index per grid axis for every grid point; the axes of a linked axis
+  // take the same index (they move together).
   void for_each_combination(const std::function<void(const std::vector<size_t>&)>& fn) const {
+    std::vector<size_t> dim_pick(dims_.size(), 0);
     std::vector<size_t> pick(r_.grid.size(), 0);
     while (true) {
+      for (size_t d = 0; d < dims_.size(); ++d)
+        for (const size_t g : dims_[d]) pick[g] = dim_pick[d];
       fn(pick);
-      size_t g = r_.grid.size();
-      while (g > 0) {
-        --g;
-        if (++pick[g] < r_.grid[g].values.size()) break;
-        pick[g] = 0;
-        if (g == 0) return;
+      size_t d = dims_.size();
+      while (d > 0) {
+        --d;
+        if (++dim_pick[d] < r_.grid[dims_[d].front()].values.size()) break;
+        dim_pick[d] = 0;
+        if (d == 0) return;
       }
-      if (r_.grid.empty()) return;
+      if (dims_.empty()) return;
     }
   }
 
@@ -255,8 +259,14 @@ class Expander {
         const auto it = std::find_if(s.assignments.begin(), s.assignments.end(),
                                      [&](const auto& a) { return a.path == axis.path; });
         if (it != s.assignments.end()) {
-          // Only the first value of this axis' loop adds the run; the others would repeat it.
-          if (pick[g] != 0) return;
+          if (fully_assigned(s, g)) {
+            // Only the first value of this axis' loop adds the run; the others would repeat it.
+            if (pick[g] != 0) return;
+          } else if (axis.values[pick[g]].value != it->value.value) {
+            // Part of a linked axis named: the entry picks the grid points with that value,
+            // and the linked paths it does not name take theirs.
+            return;
+          }
           axes.push_back({axis.name, axis.path, it->value.value});
           sets.push_back({&it->value, {it->value.where(""), source}});
           assigned.insert(axis.path);
@@ -275,6 +285,19 @@ class Expander {
     });
     if (plan.runs.size() == before)
       throw RecipeError(r_.file, s.at, fmt::format("include[{}]: adds no run", index));
+  }
+
+  // Whether the include entry `s` names every path of grid axis `g`'s dimension (an ordinary
+  // axis, or all paths of a linked one).
+  bool fully_assigned(const Selector& s, size_t g) const {
+    for (const auto& dim : dims_) {
+      if (std::find(dim.begin(), dim.end(), g) == dim.end()) continue;
+      return std::all_of(dim.begin(), dim.end(), [&](size_t other) {
+        return std::any_of(s.assignments.begin(), s.assignments.end(),
+                           [&](const auto& a) { return a.path == r_.grid[other].path; });
+      });
+    }
+    return true;
   }
 
   const Resolved& resolved_arm(size_t index) {
@@ -354,6 +377,7 @@ class Expander {
   }
 
   const Recipe& r_;
+  const std::vector<std::vector<size_t>> dims_;
   Resolved base_;
   std::map<size_t, Resolved> arms_;
 };

@@ -316,29 +316,36 @@ class Loader {
                   fmt::format("grid: expected a mapping of axes to lists of values, got {}",
                               type_name(node)));
     std::set<std::string> paths;
+    std::set<std::string> names;
     for (auto it = node.begin(); it != node.end(); ++it) {
+      const Location name_at = YamlConverter::location_of(it->first, key_at);
+      if (!it->first.IsScalar()) throw error(name_at, "grid: axis names must be plain names");
+      const std::string name = key_name(it->first, name_at, "grid");
+      // yaml-cpp keeps both of two equal keys; two linked axes of one name would read as one.
+      if (!names.insert(name).second)
+        throw error(name_at, fmt::format("grid.{}: duplicate axis", name));
+      const YAML::Node values = it->second;  // a copy: it-> yields a temporary
+      const std::string label = "grid." + name;
+      const auto path = schema_.resolve(name);
+      if (!path && holds_a_mapping(values)) {
+        read_linked_axis(name, name_at, values, paths, r);
+        continue;
+      }
       GridAxis axis;
-      axis.at = YamlConverter::location_of(it->first, key_at);
-      if (!it->first.IsScalar()) throw error(axis.at, "grid: axis names must be plain names");
-      axis.name = key_name(it->first, axis.at, "grid");
-      const auto path = schema_.resolve(axis.name);
+      axis.at = name_at;
+      axis.name = name;
       if (!path) {
         const std::string why = (axis.name == "arm" || axis.name == "arms")
                                     ? "; arms are listed under `arms`, every axis is crossed "
                                       "with every arm"
                                     : path_hint(axis.name);
-        throw error(axis.at, fmt::format("grid: '{}' is not a config path{}", axis.name, why));
+        throw error(axis.at, fmt::format("grid: '{}' is not a config path{} (an axis of another "
+                                         "name links several paths: a list of mappings like "
+                                         "{{model: llama-20m, train.max_tokens: 1e8}})",
+                                         axis.name, why));
       }
       axis.path = *path;
-      for (const std::string& other : paths)
-        if (other == axis.path || other.rfind(axis.path + ".", 0) == 0 ||
-            axis.path.rfind(other + ".", 0) == 0)
-          throw error(axis.at, fmt::format("grid.{}: overlaps another axis ({}): one value "
-                                           "would be set twice",
-                                           axis.name, other));
-      paths.insert(axis.path);
-      const YAML::Node values = it->second;  // a copy: it-> yields a temporary
-      const std::string label = "grid." + axis.name;
+      claim_path(axis.path, label, axis.at, paths);
       if (!values.IsSequence())
         throw error(values.IsNull() ? axis.at : YamlConverter::location_of(values, axis.at),
                     fmt::format("{}: expected a list of values (e.g. [1, 2, 3]), got {}", label,
@@ -357,6 +364,102 @@ class Loader {
       }
       r.grid.push_back(std::move(axis));
     }
+  }
+
+  // A list with a mapping in it, under a name that is no config path: meant as a linked axis.
+  static bool holds_a_mapping(const YAML::Node& values) {
+    if (!values.IsSequence()) return false;
+    for (const YAML::Node& item : values)
+      if (item.IsMap()) return true;
+    return false;
+  }
+
+  // One value may be set by one axis only: a path twice (or a path and one below it) would be
+  // set twice per run.
+  void claim_path(const std::string& path, const std::string& label, Location at,
+                  std::set<std::string>& paths) const {
+    for (const std::string& other : paths)
+      if (other == path || other.rfind(path + ".", 0) == 0 || path.rfind(other + ".", 0) == 0)
+        throw error(at, fmt::format("{}: overlaps another axis ({}): one value would be "
+                                    "set twice",
+                                    label, other));
+    paths.insert(path);
+  }
+
+  // `NAME: [{path: value, …}, …]` where NAME is not a config path: every mapping sets the same
+  // paths; the i-th mapping's values go together into the i-th grid point of this axis.
+  void read_linked_axis(const std::string& name, Location name_at, const YAML::Node& values,
+                        std::set<std::string>& paths, Recipe& r) {
+    if (!valid_name(name, false))
+      throw error(name_at, fmt::format("grid: \"{}\" is not a valid name for a linked axis "
+                                       "(letters, digits, '.', '_', '-'; at most 64)",
+                                       name));
+    const std::string label = "grid." + name;
+    std::vector<GridAxis> linked;  // one per path, in the first mapping's order
+    std::vector<nlohmann::json> seen;
+    size_t i = 0;
+    for (const YAML::Node& item : values) {
+      const std::string item_label = fmt::format("{}[{}]", label, i);
+      const Location item_at = YamlConverter::location_of(item, name_at);
+      if (!item.IsMap())
+        throw error(item_at, fmt::format("{}: expected a mapping of config paths to values (every "
+                                         "value of a linked axis is one), got {}",
+                                         item_label, type_name(item)));
+      if (item.size() == 0)
+        throw error(item_at, fmt::format("{}: an empty mapping sets nothing", item_label));
+      // Keys are config paths, dotted ones included (`train.max_tokens`), so each value is
+      // converted on its own; `settings` is the whole entry, to find an entry listed twice.
+      nlohmann::json settings = nlohmann::json::object();
+      std::set<std::string> set_here;
+      for (auto kv = item.begin(); kv != item.end(); ++kv) {
+        const Location key_at = YamlConverter::location_of(kv->first, item_at);
+        const std::string key = key_name(kv->first, key_at, item_label);
+        const auto path = schema_.resolve(key);
+        if (!path)
+          throw error(key_at, fmt::format("{}: '{}' is not a config path{}", item_label, key,
+                                          path_hint(key)));
+        if (set_here.count(*path))
+          throw error(key_at, fmt::format("{}: '{}' sets {} again", item_label, key, *path));
+        LocatedJson part = yaml_.convert(kv->second, item_label + "." + key, key_at);
+        schema_.check(part, *path, item_label + "." + key, file_);
+        settings[*path] = part.value;
+        auto axis = std::find_if(linked.begin(), linked.end(),
+                                 [&](const GridAxis& a) { return a.path == *path; });
+        if (i == 0) {
+          GridAxis a;
+          a.name = key;
+          a.path = *path;
+          a.at = key_at;
+          a.link = name;
+          claim_path(a.path, item_label + "." + key, a.at, paths);
+          linked.push_back(std::move(a));
+          axis = linked.end() - 1;
+        } else if (axis == linked.end() || axis->values.size() != i) {
+          throw error(key_at, fmt::format("{}: sets '{}', which {}[0] does not (every value of "
+                                          "a linked axis sets the same paths: {})",
+                                          item_label, key, label, path_list(linked)));
+        }
+        set_here.insert(*path);
+        axis->values.push_back(std::move(part));
+      }
+      for (const GridAxis& a : linked)
+        if (!set_here.count(a.path))
+          throw error(item_at, fmt::format("{}: does not set '{}', which {}[0] does (every value "
+                                           "of a linked axis sets the same paths: {})",
+                                           item_label, a.name, label, path_list(linked)));
+      for (size_t j = 0; j < seen.size(); ++j)
+        if (seen[j] == settings)
+          throw error(item_at, fmt::format("{}: the same settings as {}[{}]", item_label, label, j));
+      seen.push_back(std::move(settings));
+      ++i;
+    }
+    for (GridAxis& a : linked) r.grid.push_back(std::move(a));
+  }
+
+  static std::string path_list(const std::vector<GridAxis>& axes) {
+    std::string s;
+    for (const GridAxis& a : axes) s += (s.empty() ? "" : ", ") + a.name;
+    return s;
   }
 
   void read_target(const YAML::Node& node, Location key_at, Recipe& r) {
@@ -513,6 +616,26 @@ json TargetSpec::as_json() const {
   }
   if (val_loss || from_arm) j["stop_at_target"] = stop_at_target;
   return j;
+}
+
+std::vector<std::vector<size_t>> Recipe::grid_dimensions() const {
+  std::vector<std::vector<size_t>> dims;
+  for (size_t g = 0; g < grid.size(); ++g) {
+    const bool joins = g > 0 && !grid[g].link.empty() && grid[g].link == grid[g - 1].link;
+    if (joins) {
+      dims.back().push_back(g);
+    } else {
+      dims.push_back({g});
+    }
+  }
+  return dims;
+}
+
+double Recipe::grid_points() const {
+  double points = 1;
+  for (const auto& dim : grid_dimensions())
+    points *= static_cast<double>(grid[dim.front()].values.size());
+  return points;
 }
 
 const ArmDef* Recipe::find_arm(const std::string& arm_name) const {

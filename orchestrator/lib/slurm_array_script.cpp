@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <regex>
 
@@ -62,7 +63,32 @@ uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
+bool is_cpus_per_task(const std::string& name) { return name == "--cpus-per-task" || name == "-c"; }
+
 }  // namespace
+
+std::optional<int> sbatch_cpus_per_task(const std::vector<std::string>& sbatch_args) {
+  std::optional<int> cpus;
+  for (const std::string& arg : sbatch_args) {
+    const std::string name = option_name(arg);
+    if (!is_cpus_per_task(name)) continue;
+    const size_t eq = arg.find('=');
+    const std::string value = eq != std::string::npos ? arg.substr(eq + 1) : arg.substr(name.size());
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (value.empty() || used != value.size() || n < 1 || !std::isdigit(static_cast<unsigned char>(value[0])))
+      throw std::invalid_argument(fmt::format(
+          "--sbatch-arg: '{}': {} needs a whole number of CPUs (e.g. --cpus-per-task=8)",
+          one_line(arg), name));
+    cpus = n;
+  }
+  return cpus;
+}
 
 bool is_slurm_time_limit(std::string_view text) {
   static const std::regex pattern(
@@ -96,6 +122,7 @@ void validate_slurm_submit_options(const SlurmSubmitOptions& o) {
       throw std::invalid_argument(fmt::format(
           "--sbatch-arg: '{}' mixes quotes and blanks, which an #SBATCH line cannot hold", arg));
   }
+  sbatch_cpus_per_task(o.sbatch_args);
 }
 
 std::string array_spec(size_t tasks, int throttle) {
@@ -146,12 +173,18 @@ std::string render_array_script(const ArrayScript& s, const std::string& spec) {
   directive("--output", pattern_literal(slurm_dir) + "/%A_%a.log");
   directive("--chdir", slurm_dir);
   t += "#SBATCH --no-requeue\n";  // preempted/failed tasks come back through mxablate, resumed
+  // One task even for a run of several ranks: the trainer starts its ranks itself.
   directive("--ntasks", "1");
   if (!s.options.partition.empty()) directive("--partition", s.options.partition);
   if (!s.options.time_limit.empty()) directive("--time", s.options.time_limit);
+  const int ranks = std::max(1, s.ranks);
   if (s.options.gpus_per_run > 0)
-    directive("--gres", fmt::format("gpu:{}", s.options.gpus_per_run));
+    directive("--gres", fmt::format("gpu:{}", s.options.gpus_per_run * ranks));
+  // CPUs are per rank, like GPUs: a run of N ranks asks N times what --cpus-per-task says.
+  const std::optional<int> cpus = sbatch_cpus_per_task(s.options.sbatch_args);
+  if (ranks > 1) directive("--cpus-per-task", std::to_string(cpus.value_or(1) * ranks));
   for (const std::string& arg : s.options.sbatch_args) {
+    if (ranks > 1 && is_cpus_per_task(option_name(arg))) continue;  // written above, scaled
     const size_t eq = arg.find('=');
     if (eq == std::string::npos)
       t += fmt::format("#SBATCH {}\n", arg);
@@ -173,6 +206,8 @@ std::string render_array_script(const ArrayScript& s, const std::string& spec) {
   t += "attempts=(";
   for (const ArrayTask& task : s.tasks) t += fmt::format(" {}", task.attempt);
   t += " )\n";
+  t += fmt::format("ranks={}  # parallel.data of every run here: the trainer starts the ranks\n",
+                   ranks);
   t += R"SH(
 i=${SLURM_ARRAY_TASK_ID:?this script is a job array: submit it with sbatch --array=...}
 dir=${run_dirs[$i]}
@@ -196,9 +231,11 @@ if command -v flock >/dev/null 2>&1; then
   fi
 fi
 export MXABLATE_ATTEMPT=${attempts[$i]} MXABLATE_SLOT=$task
-# As many CPU threads as Slurm gave the task (--cpus-per-task), unless set explicitly.
+# As many CPU threads per rank as Slurm gave the task (--cpus-per-task) over its ranks, unless
+# set explicitly.
 if [ -z "${OMP_NUM_THREADS:-}" ] && [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
-  export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+  threads=$(( SLURM_CPUS_PER_TASK / ranks ))
+  export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
 fi
 banner="=== mxablate: attempt ${attempts[$i]}$([ "${resume[$i]}" = 1 ] && echo ' (resume)') as Slurm job $task on $(hostname) at $(date '+%Y-%m-%d %H:%M:%S') ==="
 echo "$banner"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "mxablate/contract/event_log.h"
@@ -97,6 +98,9 @@ struct SweepRunner::Impl {
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
   std::map<std::string, int64_t> prepared_seq;  // between prepare and record
+  // The first run in order that did not fit the free slots, and since when it waits.
+  std::optional<std::pair<std::string, Clock::time_point>> waiting;
+  bool waiting_announced = false;
   bool stopping = false;
   bool detached = false;  // stopped with attempts left running in the executor
   bool killed_all = false;
@@ -254,7 +258,74 @@ struct SweepRunner::Impl {
       return std::nullopt;
     }
     prepared_seq[run_id] = rs.last_seq;
-    return LaunchRequest{run_id, dir, opt.trainer, resume, rs.attempts + 1};
+    return LaunchRequest{run_id, dir, opt.trainer, resume, rs.attempts + 1, ranks_of(run_id)};
+  }
+
+  int ranks_of(const std::string& run_id) const {
+    const auto it = specs.find(run_id);
+    return it == specs.end() ? 1 : std::max(1, it->second->config.parallel.data);
+  }
+
+  // The queued runs to launch now (taken off the queue): in order while they fit the free slots;
+  // past the first that does not fit only while it has waited less than opt.backfill.
+  std::vector<std::string> pick_launches() {
+    std::vector<std::string> batch;
+    std::vector<int> batch_ranks;
+    const auto now = Clock::now();
+    bool head_seen = false;
+    // Rank counts that did not fit: the batch only grows, so they will not fit later in this
+    // pass either (keeps a pass over a long queue cheap).
+    std::set<int> refused;
+    for (auto it = queue.begin(); it != queue.end();) {
+      const std::string run_id = *it;
+      const int ranks = ranks_of(run_id);
+      if (refused.count(ranks)) {
+        ++it;
+        continue;
+      }
+      if (ranks > executor.max_ranks()) {
+        // `mxablate run` refuses such a plan before anything runs (launch_checks.h); a run that
+        // gets here anyway must not wait forever for slots that do not exist.
+        it = queue.erase(it);
+        fail_before_launch(run_id, fmt::format("parallel.data {}: the {} executor can give one run "
+                                               "at most {} rank(s)",
+                                               ranks, executor.name(), executor.max_ranks()));
+        continue;
+      }
+      batch_ranks.push_back(ranks);
+      if (executor.fits(batch_ranks)) {
+        batch.push_back(run_id);
+        it = queue.erase(it);
+        if (waiting && waiting->first == run_id) waiting.reset();
+        continue;
+      }
+      batch_ranks.pop_back();
+      refused.insert(ranks);
+      if (!head_seen) {
+        head_seen = true;
+        if (!waiting || waiting->first != run_id) {
+          waiting.emplace(run_id, now);
+          waiting_announced = false;
+        }
+      }
+      batch_ranks.push_back(1);
+      const bool room_left = executor.fits(batch_ranks);  // for a run of one rank, at least
+      batch_ranks.pop_back();
+      if (!room_left) break;
+      if (now - waiting->second >= opt.backfill) {
+        if (!waiting_announced && opt.backfill.count() > 0)
+          progress.message(fmt::format(
+              "{} [{}] has waited {} for {} free slot(s): later runs no longer start before it",
+              label(waiting->first), waiting->first,
+              format_duration(std::chrono::duration<double>(opt.backfill).count()),
+              ranks_of(waiting->first)));
+        waiting_announced = true;
+        break;
+      }
+      ++it;
+    }
+    if (!head_seen) waiting.reset();
+    return batch;
   }
 
   // Launches the runs of one loop iteration together (a batch system submits them as one job
@@ -492,11 +563,7 @@ struct SweepRunner::Impl {
         handle_stop_requests();
         for (const AttemptExit& e : executor.collect_exits()) finish(e);
         if (!stopping) {
-          std::vector<std::string> batch;
-          while (executor.running() + batch.size() < executor.capacity() && !queue.empty()) {
-            batch.push_back(queue.front());
-            queue.pop_front();
-          }
+          const std::vector<std::string> batch = pick_launches();
           if (!batch.empty()) launch(batch);
         }
         for (auto& [run_id, a] : active) ingest(a);

@@ -9,6 +9,7 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "mxablate/analysis/escape.h"
+#include "mxablate/analysis/model_blocks.h"
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/results/sqlite_db.h"
 #include "read_database.h"
@@ -26,10 +27,10 @@ struct AnalysisOptions {
   std::string gnuplot = "gnuplot";
 };
 
+// One block per model (a sweep of one model is one block): model_blocks.h.
 struct LoadedSweep {
   analysis::SweepData data;
-  analysis::ResolvedTarget target;
-  std::vector<analysis::ArmSummary> table;
+  std::vector<analysis::BlockTable> blocks;
 };
 
 LoadedSweep load(const AnalysisOptions& o) {
@@ -37,9 +38,7 @@ LoadedSweep load(const AnalysisOptions& o) {
   LoadedSweep s;
   try {
     s.data = analysis::load_sweep(*db, o.sweep);
-    s.target = analysis::resolve_target(s.data);
-    const std::string baseline = analysis::baseline_group(s.data, o.baseline);
-    s.table = analysis::summarize(s.data, baseline, s.target);
+    s.blocks = analysis::analyze_by_model(s.data, o.baseline);
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }
@@ -66,11 +65,15 @@ void run_table(const AnalysisOptions& o) {
     throw InputError("--metric: '" + o.metric + "' is not one of: loss, perplexity");
   }
   const LoadedSweep s = load(o);
-  std::cout << analysis::render_table(
-      s.table, format,
-      "Sweep " + s.data.name + ": " +
-          s.target.caption(metric == analysis::TableMetric::kPerplexity),
-      metric);
+  const bool perplexity = metric == analysis::TableMetric::kPerplexity;
+  if (s.blocks.size() == 1) {
+    std::cout << analysis::render_table(s.blocks.front().table, format,
+                                        "Sweep " + s.data.name + ": " +
+                                            s.blocks.front().target.caption(perplexity),
+                                        metric);
+    return;
+  }
+  std::cout << analysis::render_blocks(s.data.name, s.blocks, format, metric);
 }
 
 void run_report(const AnalysisOptions& o) {
@@ -82,7 +85,7 @@ void run_report(const AnalysisOptions& o) {
   }
   const LoadedSweep s = load(o);
   const auto result =
-      analysis::write_report(analysis::report_data(s.data, s.table, s.target), o.out, o.gnuplot);
+      analysis::write_report(analysis::report_data(s.data, s.blocks), o.out, o.gnuplot);
   std::cout << "wrote " << escape::terminal(result.html_path) << " (" << result.plots
             << " plots" << (result.warning.empty() ? "" : ", skipped: gnuplot not found") << ")\n";
 }

@@ -1,5 +1,5 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
-// precisions, token budget) and the totals — without running anything. Every recipe error is
+// precisions, ranks where any run has several, token budget) and the totals — without running anything. Every recipe error is
 // reported here exactly as `run` would report it, and so is every launch check against the
 // datasets the runs name (launch_checks.h).
 #include <CLI/CLI.hpp>
@@ -81,8 +81,13 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
                              *recipe.target.from_arm, recipe.target.at_fraction);
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
-  for (const char* h : {"model", "params", "fprop", "dgrad", "wgrad", "interventions", "tokens"})
+  for (const char* h : {"model", "params", "fprop", "dgrad", "wgrad", "interventions"})
     headers.push_back(h);
+  // The ranks of each run (parallel.data: the slots it takes at once), where any has several.
+  const bool ranks = std::any_of(plan.runs.begin(), plan.runs.end(),
+                                 [](const RunSpec& r) { return r.config.parallel.data > 1; });
+  if (ranks) headers.push_back("ranks");
+  headers.push_back("tokens");
   TextTable table(headers);
   bool all_known = true;
   std::set<int64_t> vocab_sizes;
@@ -100,6 +105,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
     row.push_back(name(r.config.precision.dgrad));
     row.push_back(name(r.config.precision.wgrad));
     row.push_back(r.interventions);
+    if (ranks) row.push_back(std::to_string(r.config.parallel.data));
     row.push_back(format_count(r.config.train.max_tokens));
     table.add_row(row);
   }
@@ -116,8 +122,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
   std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
                            "grid point\n",
                            escape::terminal(plan.baseline_arm));
-  size_t combos = 1;
-  for (const auto& g : recipe.grid) combos *= g.values.size();
+  const auto combos = static_cast<size_t>(recipe.grid_points());
   std::cout << fmt::format("{} runs ({} arms × {} grid combination{}{}{}), {} tokens\n",
                            plan.runs.size(), recipe.arms.size(), combos, combos == 1 ? "" : "s",
                            recipe.exclude.empty() ? "" : ", minus excludes",

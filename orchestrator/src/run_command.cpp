@@ -17,6 +17,8 @@
 #include "commands.h"
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/orchestrator/executor_local.h"
+#include "mxablate/orchestrator/launch_checks.h"
+#include "mxablate/orchestrator/recipe_error.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/signal_watcher.h"
 #include "mxablate/orchestrator/sweep_runner.h"
@@ -45,6 +47,7 @@ struct RunOptions {
   int max_attempts = 3;
   std::string timeout = "0";
   std::string grace = "60s";
+  std::string backfill = "10m";
   int poll_ms = 200;
   std::string progress = "auto";
   std::string executor = "local";
@@ -106,6 +109,24 @@ std::vector<Slot> choose_slots(const RunOptions& o, const Plan& plan) {
   return cpu_slots(o.cpu > 0 ? o.cpu : 1);
 }
 
+// What the chosen slots can give one run, in the words of the options that chose them.
+RankLimit rank_limit(const RunOptions& o, const std::vector<Slot>& slots) {
+  RankLimit limit;
+  limit.max_ranks = max_ranks_of(slots);
+  const bool gpus = std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.gpu.has_value(); });
+  if (gpus) {
+    limit.unit = "distinct GPUs";
+    limit.source = o.gpus.empty() ? "the visible GPUs" : "--gpus " + o.gpus;
+    limit.hint = "give more GPUs with --gpus (--per-gpu adds slots on the same GPUs, which the "
+                 "ranks of one run cannot share), or lower parallel.data";
+  } else {
+    limit.unit = "CPU slots";
+    limit.source = o.cpu > 0 ? fmt::format("--cpu {}", o.cpu) : "the default --cpu 1";
+    limit.hint = "raise --cpu, or lower parallel.data";
+  }
+  return limit;
+}
+
 ProgressMode parse_progress(const std::string& s) {
   if (s == "auto") return ProgressMode::kAuto;
   if (s == "terminal") return ProgressMode::kTerminal;
@@ -146,12 +167,17 @@ void store_resolved_target(results::ResultsStore& store, const std::string& swee
 }
 
 void run_sweep(const RunOptions& o) {
-  long long timeout_ms = 0, grace_ms = 0;
+  long long timeout_ms = 0, grace_ms = 0, backfill_ms = 0;
   try {
     timeout_ms = parse_duration_ms(o.timeout);
     grace_ms = parse_duration_ms(o.grace);
   } catch (const std::invalid_argument& e) {
     throw InputError(fmt::format("--timeout/--grace: {}", e.what()));
+  }
+  try {
+    backfill_ms = parse_duration_ms(o.backfill);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(fmt::format("--backfill: {}", e.what()));
   }
   if (o.max_attempts < 1) throw InputError("--max-attempts: must be at least 1");
   if (o.poll_ms < 1 || o.poll_ms > 60000) throw InputError("--poll-ms: must be in [1, 60000]");
@@ -169,6 +195,13 @@ void run_sweep(const RunOptions& o) {
   if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
   const RecipeInput input = load_checked_recipe_input(o.recipe);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
+  if (!on_slurm) {
+    try {
+      check_ranks(input.recipe, input.plan, rank_limit(o, slots));
+    } catch (const RecipeError& e) {
+      throw InputError(e.what());
+    }
+  }
   fs::path trainer;
   try {
     trainer = find_trainer(o.trainer);
@@ -212,6 +245,7 @@ void run_sweep(const RunOptions& o) {
   options.timeout = std::chrono::milliseconds(timeout_ms);
   options.grace = std::chrono::milliseconds(grace_ms);
   options.poll = std::chrono::milliseconds(o.poll_ms);
+  options.backfill = std::chrono::milliseconds(backfill_ms);
   std::cout << fmt::format("sweep {}: {} runs {}; results in {}, runs in {}\n",
                            input.plan.sweep, input.plan.runs.size(),
                            on_slurm ? fmt::format("as Slurm job arrays{}",
@@ -264,8 +298,12 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--db", o->db, "results database (SQLite)")->capture_default_str();
   cmd->add_option("--runs-dir", o->runs_dir, "run directories go in DIR/<sweep>/<run_id>")
       ->capture_default_str();
-  cmd->add_option("--gpus", o->gpus, "GPU indices to use, e.g. 0,1,2,3 (one slot each)");
-  cmd->add_option("--cpu", o->cpu, "run N runs at once on the CPU (default 1 for CPU recipes)");
+  cmd->add_option("--gpus", o->gpus,
+                  "GPU indices to use, e.g. 0,1,2,3 (one slot each; a run of N ranks takes N "
+                  "slots on distinct GPUs)");
+  cmd->add_option("--cpu", o->cpu,
+                  "N slots on the CPU: N runs at once, a run of N ranks taking N (default 1 for "
+                  "CPU recipes)");
   cmd->add_option("--per-gpu", o->per_gpu, "runs per GPU at once (small models)")
       ->capture_default_str();
   cmd->add_option("--trainer", o->trainer,
@@ -279,6 +317,10 @@ void register_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--grace", o->grace,
                   "after asking a trainer to stop, kill it if still running after this long")
+      ->capture_default_str();
+  cmd->add_option("--backfill", o->backfill,
+                  "how long later runs may start ahead of a run waiting for more free slots "
+                  "(a run of N ranks takes N), e.g. 10m; 0: strictly in plan order")
       ->capture_default_str();
   cmd->add_option("--poll-ms", o->poll_ms, "how often event logs are ingested, in ms")
       ->capture_default_str();

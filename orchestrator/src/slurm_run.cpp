@@ -29,7 +29,9 @@ bool SlurmRunOptions::any_given(const CLI::App* cmd) const {
 
 void add_slurm_run_options(CLI::App* cmd, SlurmRunOptions& o) {
   cmd->add_option("--partition", o.partition, "Slurm partition for every run")->group(kGroup);
-  cmd->add_option("--gpus-per-run", o.gpus_per_run, "GPUs each run asks for (--gres=gpu:G)")
+  cmd->add_option("--gpus-per-run", o.gpus_per_run,
+                  "GPUs each run asks for (--gres=gpu:G), per rank: a run of parallel.data N asks "
+                  "for N × G")
       ->group(kGroup);
   cmd->add_option("--time", o.time,
                   "Slurm time limit per attempt, e.g. 4:00:00 or 1-00:00:00; a run that reaches "

@@ -76,11 +76,11 @@ TEST_CASE("CSV table keeps numbers in their own columns") {
   const std::string expected =
       "arm,fprop,dgrad,wgrad,interventions,baseline,extra_tokens_pct,ci_low_pct,ci_high_pct,"
       "lower_bound,final_val_loss,seeds,reached,diverged,first_divergence_reason,not_reached,"
-      "paper\n"
-      "fp8,fp8,fp8,fp8,-,true,,,,false,3.2514,2,2,0,,0,baseline (FP8)\n"
-      "FDW,mxfp4,mxfp4,mxfp4,-,false,26.44,20,31.25,false,3.3021,2,2,0,,0,'+26-27 %\n"
-      "FDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,41,,,true,,2,0,2,loss_spike,0,did not converge\n"
-      "FDW+H16,mxfp4,mxfp4,mxfp4,H16 deterministic (wgrad),false,8.5,,,false,3.27,1,1,0,,0,'+8-9 %\n";
+      "paper,model,params\n"
+      "fp8,fp8,fp8,fp8,-,true,,,,false,3.2514,2,2,0,,0,baseline (FP8),,\n"
+      "FDW,mxfp4,mxfp4,mxfp4,-,false,26.44,20,31.25,false,3.3021,2,2,0,,0,'+26-27 %,,\n"
+      "FDW+SR,mxfp4,mxfp4,mxfp4,SR(grad),false,41,,,true,,2,0,2,loss_spike,0,did not converge,,\n"
+      "FDW+H16,mxfp4,mxfp4,mxfp4,H16 deterministic (wgrad),false,8.5,,,false,3.27,1,1,0,,0,'+8-9 %,,\n";
   CHECK(render_table(arms(), TableFormat::kCsv, "") == expected);
 }
 

@@ -138,7 +138,7 @@ TEST_CASE("a hostile arm name stays one cell of one row in every table format") 
   const std::string csv = render_table(arms, TableFormat::kCsv, "");
   CHECK(csv.substr(csv.find('\n') + 1) ==
         "a|b\\x0a\\input{/etc/passwd},mxfp4,mxfp4,mxfp4,-,false,12.5,,,false,,1,0,1,"
-        "'=cmd|' /C calc'!A0,0,'+26-27 %\n");
+        "'=cmd|' /C calc'!A0,0,'+26-27 %,,\n");  // model and params: not set here
 
   CHECK(render_table(arms, TableFormat::kHtml, "") ==
         "<table>\n<tr><th>arm</th><th>fprop</th><th>dgrad</th><th>wgrad</th><th>interventions</th>"

@@ -14,6 +14,7 @@
 #include "mxablate/analysis/escape.h"
 #include "mxablate/analysis/report.h"
 #include "process_util.h"
+#include "report_plots.h"
 
 using namespace mxablate::analysis;
 using mxablate::test::run_command;
@@ -65,6 +66,10 @@ ReportData sample_report(const Names& n = {}) {
   sr.diverged = 2;
   sr.first_divergence_reason = n.reason;
   d.table = {base, fdw, sr};
+  // Extra tokens against parameters: FDW at two models, FDW+SR at one (its second point is NaN,
+  // e.g. from a corrupt database: left out of the figure's data).
+  d.scale.series = {{n.fdw, {{22e6, 12.5, 10.0, 15.0, false}, {124e6, 8.0, 6.5, 9.5, false}}},
+                    {n.sr, {{22e6, 30.0, 20.0, 41.0, true}, {124e6, std::nan(""), 1.0, 2.0, false}}}};
   return d;
 }
 
@@ -98,7 +103,7 @@ void check_renders_in_chromium(const std::filesystem::path& dir, const std::stri
   std::smatch plots, errors;
   REQUIRE(std::regex_search(out.output, plots, std::regex("data-plots=\"(\\d+/\\d+)\"")));
   REQUIRE(std::regex_search(out.output, errors, std::regex("data-errors=\"(\\d+)\"")));
-  CHECK(plots[1].str() == "5/5");
+  CHECK(plots[1].str() == "6/6");
   CHECK(errors[1].str() == "0");
 }
 
@@ -120,8 +125,10 @@ TEST_CASE("the report page renders every plot in headless Chromium without error
   if (run_command("command -v gnuplot").exit_code != 0)
     MXABLATE_SKIP("gnuplot is not installed (scripts/setup.sh installs it): " << r.warning);
   REQUIRE(r.warning.empty());
-  CHECK(r.plots == 5);  // loss, late stage, telemetry for three GEMMs
+  CHECK(r.plots == 6);  // loss, late stage, extra tokens vs parameters, telemetry for three GEMMs
   const std::string html = read(r.html_path);
+  // FDW+SR's point at 22 M is a lower bound: the page says so, as the table's "≥" does.
+  CHECK(html.find("<li>FDW+SR at 22 M parameters: ≥ +30.0 %</li>") != std::string::npos);
   CHECK(html.find("<td>FDW+SR</td>") != std::string::npos);
   CHECK(html.find("nonfinite_loss") != std::string::npos);
   CHECK(html.find("http") == std::string::npos);  // self-contained: nothing to fetch
@@ -227,14 +234,14 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
   if (run_command("command -v gnuplot").exit_code != 0)
     MXABLATE_SKIP("gnuplot is not installed (scripts/setup.sh installs it): no script to check");
   const ReportResult r = write_report(sample_report(names), (dir.path / "hostile").string());
-  CHECK(r.plots == 5);
+  CHECK(r.plots == 6);
 
   // Nothing ran: no marker file from any of the names.
   for (int i = 1; i <= 7; ++i) CHECK_FALSE(std::filesystem::exists(mark + std::to_string(i)));
 
   // The scripts hold no data: they are byte for byte the scripts of the harmless names.
   const ReportResult plain = write_report(sample_report(), (dir.path / "plain").string());
-  REQUIRE(plain.plots == 5);
+  REQUIRE(plain.plots == 6);
   int scripts = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path / "hostile" / "plots")) {
     if (entry.path().extension() != ".gp") continue;
@@ -247,7 +254,7 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
       CHECK(script.find(bad) == std::string::npos);
     for (const std::string& name : all_names(names)) CHECK(script.find(name) == std::string::npos);
   }
-  CHECK(scripts == 5);
+  CHECK(scripts == 6);
 
   // The figures show the names as text: clipped to 40 characters, then in visible form (an
   // escape such as \x1b is never cut in half).
@@ -255,6 +262,12 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
   for (const std::string& arm : {names.base, names.fdw, names.sr}) {
     const std::string shown = mxablate::escape::visible(mxablate::escape::clip(arm, 40));
     CHECK(std::find(loss.begin(), loss.end(), shown) != loss.end());
+  }
+  const std::vector<std::string> scale =
+      svg_texts(read((dir.path / "hostile" / "plots" / "extra_tokens_vs_params.svg").string()));
+  for (const std::string& arm : {names.fdw, names.sr}) {
+    const std::string shown = mxablate::escape::visible(mxablate::escape::clip(arm, 40));
+    CHECK(std::find(scale.begin(), scale.end(), shown) != scale.end());
   }
   const std::vector<std::string> tele =
       svg_texts(read((dir.path / "hostile" / "plots" / "telemetry_fprop.svg").string()));
@@ -275,4 +288,59 @@ TEST_CASE("hostile names never become gnuplot or HTML code, and show literally")
   // Every figure still renders (valid XML whatever the bytes), and no injected image or script
   // ran: a failed image load or a script error would be counted.
   check_renders_in_chromium(dir.path, r.html_path);
+}
+
+TEST_CASE("the figure of extra tokens against parameters: a data file per arm, its points and "
+          "intervals, NaN left out") {
+  TempDir dir("mxablate_report_scale");
+  const std::string script =
+      detail::write_figure(sample_report(), detail::Figure::kExtraTokensVsParams, dir.path);
+  // One series per arm, each its own data file: params, median, interval's ends.
+  CHECK(read((dir.path / "extra_tokens_vs_params_1.dat").string()) ==
+        "params\tFDW\tlow\thigh\n22000000\t12.5\t10\t15\n124000000\t8\t6.5\t9.5\n");
+  CHECK(read((dir.path / "extra_tokens_vs_params_2.dat").string()) ==
+        "params\tFDW\\053SR\tlow\thigh\n22000000\t30\t20\t41\n");
+  CHECK_FALSE(std::filesystem::exists(dir.path / "extra_tokens_vs_params_3.dat"));
+  CHECK(script.find("set logscale x 10\n") != std::string::npos);
+  CHECK(script.find("set xlabel 'parameters'") != std::string::npos);
+  CHECK(script.find("'extra_tokens_vs_params_1.dat' using 1:2:3:4 with yerrorlines") !=
+        std::string::npos);
+  CHECK(script.find("'extra_tokens_vs_params_2.dat' using 1:2:3:4 with yerrorlines") !=
+        std::string::npos);
+  CHECK(script.find("FDW") == std::string::npos);  // names live in the data files only
+
+  // No points at all: no figure.
+  ReportData empty = sample_report();
+  empty.scale.series = {{"FDW", {{NAN, 1.0, 1.0, 1.0, false}, {1e6, INFINITY, 1.0, 2.0, false}}}};
+  CHECK(detail::write_figure(empty, detail::Figure::kExtraTokensVsParams, dir.path).empty());
+}
+
+TEST_CASE("the page says why the figure of extra tokens against parameters is missing, and which "
+          "points are") {
+  TempDir dir("mxablate_report_scale_note");
+  ReportData d = sample_report();
+  d.scale.series.clear();
+  d.scale.omitted = "The figure needs <two> models.";
+  d.scale.skipped = {"FDW <b>x</b> at model llama-5m: no extra-token figure"};
+  const ReportResult r = write_report(d, dir.path.string(), "gnuplot");
+  const std::string html = read(r.html_path);
+  if (r.warning.empty()) {
+    CHECK(html.find("<p class=\"note\" id=\"scale-omitted\">The figure needs &lt;two&gt; "
+                    "models.</p>") != std::string::npos);
+  }
+  CHECK(html.find("<li>FDW &lt;b&gt;x&lt;/b&gt; at model llama-5m: no extra-token figure</li>") !=
+        std::string::npos);
+  CHECK(html.find("<b>x</b>") == std::string::npos);
+
+  // A sweep over several models: a table per model under its heading, in the given order.
+  d.blocks = {{"model llama-5m (5.24 M parameters)", "target <5>", d.table},
+              {"model llama-20m (22 M parameters)", "target 4", d.table}};
+  const std::string blocks = read(write_report(d, dir.path.string(), "gnuplot").html_path);
+  const size_t small = blocks.find("<h2>Extra tokens to target: model llama-5m (5.24 M parameters)</h2>");
+  const size_t large = blocks.find("<h2>Extra tokens to target: model llama-20m (22 M parameters)</h2>");
+  REQUIRE(small != std::string::npos);
+  REQUIRE(large != std::string::npos);
+  CHECK(small < large);
+  CHECK(blocks.find("<caption>target &lt;5&gt;. Extra tokens:") != std::string::npos);
+  CHECK(blocks.find("Extra tokens to target, per arm") == std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <sys/mount.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -405,4 +406,68 @@ TEST_CASE("query streams rows of any number: CSV and JSON as before, tables in a
   CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
           return l.find("label") != std::string::npos;
         }) == 3);
+}
+
+TEST_CASE("runs of several ranks: plan shows them, run refuses what its slots can never give") {
+  std::string recipe = fake_recipe("cli", 12, 4, 5);
+  recipe.replace(recipe.find("grid:"), 0,
+                 "  W: {parallel: {data: 2}, train: {micro_batch_tokens: 512}}\n");
+  CliFixture f(recipe);
+  const ProcessResult plan = f.mx({"plan", f.recipe.string()});
+  REQUIRE(plan.code() == 0);
+  const auto lines = lines_of(plan.out);
+  REQUIRE(lines.size() >= 8);
+  const auto words = [](const std::string& line) {
+    std::istringstream in(line);
+    std::vector<std::string> w;
+    for (std::string x; in >> x;) w.push_back(x);
+    return w;
+  };
+  const auto header = words(lines[1]);
+  REQUIRE(header.size() > 3);
+  CHECK(std::vector<std::string>(header.end() - 3, header.end()) ==
+        std::vector<std::string>{"interventions", "ranks", "tokens"});
+  const auto a1 = words(lines[2]), w1 = words(lines[6]);
+  REQUIRE(a1.size() > 3);
+  REQUIRE(w1.size() > 3);
+  CHECK(a1[2] == "A");
+  CHECK(a1[a1.size() - 2] == "1");  // one rank
+  CHECK(w1[2] == "W");
+  CHECK(w1[w1.size() - 2] == "2");  // two ranks
+  CHECK(w1.back() == "12.3k");
+  // Without any run of several ranks there is no such column.
+  write_file(f.dir.path() / "one.yaml", fake_recipe("one", 12, 4, 5));
+  const ProcessResult one = f.mx({"plan", f.dir.file("one.yaml")});
+  CHECK(one.code() == 0);
+  CHECK_FALSE(contains(one.out, "ranks"));
+
+  const std::string where = f.recipe.string() + ":12:";
+  for (const auto& [options, text] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--cpu", "1"},
+            "parallel.data: 2 ranks need 2 CPU slots, more than the 1 of --cpu 1; raise --cpu, or "
+            "lower parallel.data (run: W seed=1)"},
+           {{"--gpus", "0", "--per-gpu", "2"},
+            "parallel.data: 2 ranks need 2 distinct GPUs, more than the 1 of --gpus 0; give more "
+            "GPUs with --gpus (--per-gpu adds slots on the same GPUs, which the ranks of one run "
+            "cannot share), or lower parallel.data (run: W seed=1)"}}) {
+    std::vector<std::string> args{"run", f.recipe.string(), "--trainer", kFakeTrainer.string()};
+    args.insert(args.end(), options.begin(), options.end());
+    const ProcessResult r = f.mx(args);
+    INFO(r.err);
+    CHECK(r.code() == 2);
+    CHECK(lines_of(r.err).size() == 1);
+    CHECK(r.err.rfind("mxablate: " + where, 0) == 0);
+    CHECK(contains(r.err, text));
+    CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
+    CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
+  }
+
+  // Two CPU slots: the 2-rank runs take both, the others one each; all finish.
+  const ProcessResult r = run_process(f.run_args(), f.dir.path());
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.out, "6 budget_exhausted"));
+  CHECK(query_rows(f.dir.file("mxablate.db"),
+                   "SELECT a.slot FROM attempts a JOIN runs USING (run_id) WHERE arm = 'W'") ==
+        std::vector<std::vector<std::string>>{{"cpu0+cpu1"}, {"cpu0+cpu1"}});
 }

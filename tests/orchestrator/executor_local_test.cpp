@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "catch.h"
 #include "mxablate/orchestrator/executor_local.h"
 #include "mxablate/results/store.h"
@@ -14,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A stand-in trainer that records how it was started, then does what $BEHAVIOUR says.
+// A stand-in trainer that records how it was started, then does what RUN_DIR/behaviour says.
 fs::path write_script_trainer(const TempDir& dir) {
   const fs::path p = dir.path() / "trainer.sh";
   write_file(p, R"SH(#!/bin/sh
@@ -25,6 +28,12 @@ behaviour=$(cat "$dir/behaviour")
 case "$behaviour" in
   sleep) trap 'echo got-term > "$dir/term.txt"; exit 4' TERM ;;
   stubborn) trap '' TERM ;;
+  ranks)  # a launcher: two rank processes in its process group, the run directory in their
+          # command lines, as the trainer's ranks have
+    for r in 0 1; do
+      sh -c 'while :; do sleep 0.05; done' rank "$dir" &
+      echo $! >> "$dir/ranks.txt"
+    done ;;
 esac
 {
   echo "args=$*"
@@ -51,6 +60,22 @@ fs::path run_dir(const TempDir& dir, const std::string& name, const std::string&
   write_file(d / "behaviour", behaviour);
   write_file(d / "code", std::to_string(code));
   return d;
+}
+
+// Whether `pid` is a live process (not gone, not a zombie).
+bool alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
+std::vector<int> rank_pids(const fs::path& run_dir) {
+  std::vector<int> pids;
+  std::istringstream in(read_file(run_dir / "ranks.txt"));
+  for (int pid = 0; in >> pid;) pids.push_back(pid);
+  return pids;
 }
 
 std::vector<AttemptExit> wait_exits(LocalExecutor& ex, size_t n) {
@@ -185,4 +210,146 @@ TEST_CASE("recover stops an orphaned trainer of the run and leaves other process
   CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(100)));
   a.executor_ref = "garbage";
   CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(100)));
+}
+
+TEST_CASE("a run of N ranks takes N slots on N distinct GPUs, its devices listed in slot order") {
+  ::unsetenv("OMP_NUM_THREADS");
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  SECTION("--gpus 0,1,2,3: two 2-rank runs at once") {
+    LocalExecutor ex(gpu_slots({0, 1, 2, 3}, 1));
+    CHECK(ex.max_ranks() == 4);
+    CHECK(ex.fits({2, 2}));
+    CHECK_FALSE(ex.fits({2, 2, 1}));
+    CHECK_FALSE(ex.fits({5}));
+    const fs::path a = run_dir(dir, "a", "sleep"), b = run_dir(dir, "b", "sleep");
+    LaunchRequest ra{"a", a, trainer, false, 1, 2}, rb{"b", b, trainer, false, 1, 2};
+    const Launched la = ex.launch(ra);
+    const Launched lb = ex.launch(rb);
+    CHECK(la.slot == "gpu0+gpu1");
+    CHECK(la.device == "cuda:0+cuda:1");
+    CHECK(lb.slot == "gpu2+gpu3");
+    CHECK(lb.device == "cuda:2+cuda:3");
+    CHECK_FALSE(ex.fits({1}));
+    CHECK_THROWS_AS(ex.launch({"c", run_dir(dir, "c", "exit"), trainer, false, 1}), LaunchError);
+    REQUIRE(eventually([&] { return fs::exists(a / "started.txt") && fs::exists(b / "started.txt"); }));
+    CHECK(contains(read_file(a / "started.txt"), "cuda=0,1 hip=0,1"));
+    CHECK(contains(read_file(a / "started.txt"), "slot=gpu0+gpu1"));
+    CHECK(contains(read_file(b / "started.txt"), "cuda=2,3 hip=2,3"));
+    CHECK(contains(read_file(a / "stdout.log"), "in slot gpu0+gpu1 at "));
+    ex.kill("a");
+    wait_exits(ex, 1);
+    // a's two slots are free again, b's are not
+    CHECK(ex.fits({2}));
+    CHECK_FALSE(ex.fits({3}));
+    ex.kill("b");
+    wait_exits(ex, 1);
+    CHECK(ex.fits({4}));
+  }
+  SECTION("--gpus 0,1 --per-gpu 2: two 2-rank runs, never two ranks on one GPU") {
+    LocalExecutor ex(gpu_slots({0, 1}, 2));
+    CHECK(ex.max_ranks() == 2);  // 4 slots, but only 2 distinct GPUs
+    CHECK_FALSE(ex.fits({3}));
+    CHECK(ex.fits({2, 2}));
+    CHECK_FALSE(ex.fits({2, 2, 1}));
+    CHECK_THROWS_WITH(ex.launch({"x", run_dir(dir, "x", "exit"), trainer, false, 1, 3}),
+                      "parallel.data 3 needs 3 distinct GPUs, but there are only 2");
+    const Launched one = ex.launch({"one", run_dir(dir, "one", "sleep"), trainer, false, 1, 1});
+    CHECK(one.slot == "gpu0.0");
+    // gpu0.0 is taken: the first free slot of each GPU, in slot order — gpu1.0, then gpu0.1.
+    const fs::path two = run_dir(dir, "two", "sleep");
+    const Launched l2 = ex.launch({"two", two, trainer, false, 1, 2});
+    CHECK(l2.slot == "gpu1.0+gpu0.1");
+    CHECK(l2.device == "cuda:1+cuda:0");
+    REQUIRE(eventually([&] { return fs::exists(two / "started.txt"); }));
+    CHECK(contains(read_file(two / "started.txt"), "cuda=1,0 hip=1,0"));
+    // One slot is left (gpu1.1): a 1-rank run fits, a 2-rank run does not.
+    CHECK(ex.fits({1}));
+    CHECK_FALSE(ex.fits({2}));
+    ex.kill("one");
+    ex.kill("two");
+    wait_exits(ex, 2);
+  }
+  SECTION("CPU slots: N slots, each rank with one slot's threads") {
+    LocalExecutor ex(cpu_slots(3, 6));
+    CHECK(ex.max_ranks() == 3);
+    const fs::path d = run_dir(dir, "cpu", "exit", 0);
+    const Launched l = ex.launch({"cpu", d, trainer, false, 1, 2});
+    CHECK(l.slot == "cpu0+cpu1");
+    CHECK(l.device == "cpu");
+    CHECK(ex.fits({1}));
+    CHECK_FALSE(ex.fits({2}));
+    wait_exits(ex, 1);
+    CHECK(ex.fits({3}));
+  }
+}
+
+TEST_CASE("combine_slots: labels and devices joined, GPU lists, long labels cut") {
+  ::unsetenv("OMP_NUM_THREADS");
+  const auto g = gpu_slots({3, 7}, 1);
+  const Slot s = combine_slots(g);
+  CHECK(s.label == "gpu3+gpu7");
+  CHECK(s.device == "cuda:3+cuda:7");
+  CHECK(s.env.at("CUDA_VISIBLE_DEVICES") == "3,7");
+  CHECK(s.env.at("HIP_VISIBLE_DEVICES") == "3,7");
+  CHECK(combine_slots({g[1]}).label == "gpu7");
+  const Slot c = combine_slots(cpu_slots(16, 32));
+  CHECK(c.label == "cpu0+cpu1+cpu2+…+cpu15 (16 slots)");
+  CHECK(c.device == "cpu");
+  CHECK(c.env.at("OMP_NUM_THREADS") == "2");  // per rank: 32 cores over 16 slots
+  CHECK(c.env.count("CUDA_VISIBLE_DEVICES") == 0);
+  CHECK(combine_slots(cpu_slots(8, 8)).label == "cpu0+cpu1+cpu2+cpu3+cpu4+cpu5+cpu6+cpu7");
+  CHECK(max_ranks_of(gpu_slots({0, 1, 2}, 3)) == 3);
+  CHECK(max_ranks_of(cpu_slots(5, 5)) == 5);
+}
+
+TEST_CASE("stop and kill reach a launcher's ranks: they are in its process group") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  LocalExecutor ex(cpu_slots(2));
+  const fs::path d = run_dir(dir, "ranked", "ranks");
+  ex.launch({"ranked", d, trainer, false, 1, 2});
+  REQUIRE(eventually([&] { return fs::exists(d / "started.txt"); }));
+  const std::vector<int> ranks = rank_pids(d);
+  REQUIRE(ranks.size() == 2);
+  for (int pid : ranks) CHECK(alive(pid));
+  ex.request_stop("ranked");  // SIGTERM to the group: the ranks' shells die of it too
+  const auto exits = wait_exits(ex, 1);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].signal == SIGTERM);
+  CHECK(eventually([&] { return !alive(ranks[0]) && !alive(ranks[1]); }, std::chrono::seconds(5)));
+}
+
+TEST_CASE("recover stops a launcher's whole process group, and ranks its dead launcher left") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  const fs::path d = run_dir(dir, "orphan", "ranks");
+  mxablate::results::OpenAttempt a;
+  a.run_id = "orphan";
+  a.executor = "local";
+  a.run_dir = d.string();
+  LocalExecutor ex(cpu_slots(1));
+  SECTION("the launcher lives: its group is stopped") {
+    // setsid: the launcher leads its own process group, as the local executor starts it.
+    Process orphan({"/usr/bin/setsid", trainer.string(), "--run-dir", d.string()}, dir.path());
+    REQUIRE(eventually([&] { return fs::exists(d / "started.txt"); }));
+    const std::vector<int> ranks = rank_pids(d);
+    REQUIRE(ranks.size() == 2);
+    a.executor_ref = "pid:" + std::to_string(orphan.pid());
+    CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(2000)));
+    CHECK(orphan.wait(std::chrono::seconds(5)).signal == SIGTERM);
+    CHECK(eventually([&] { return !alive(ranks[0]) && !alive(ranks[1]); }, std::chrono::seconds(5)));
+  }
+  SECTION("the launcher died: its ranks are found by process group and run directory") {
+    Process orphan({"/usr/bin/setsid", trainer.string(), "--run-dir", d.string()}, dir.path());
+    REQUIRE(eventually([&] { return fs::exists(d / "started.txt"); }));
+    const std::vector<int> ranks = rank_pids(d);
+    REQUIRE(ranks.size() == 2);
+    orphan.signal(SIGKILL);  // the launcher alone
+    orphan.wait(std::chrono::seconds(5));
+    for (int pid : ranks) CHECK(alive(pid));
+    a.executor_ref = "pid:" + std::to_string(orphan.pid());
+    CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(2000)));
+    CHECK(eventually([&] { return !alive(ranks[0]) && !alive(ranks[1]); }, std::chrono::seconds(5)));
+  }
 }

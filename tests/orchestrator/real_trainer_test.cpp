@@ -5,6 +5,9 @@
 // sweep's exactly (the trainer resumes bit-exactly; nothing may be lost or doubled on the way).
 #include <signal.h>
 
+#include <fstream>
+#include <vector>
+
 #include "catch.h"
 #include "mxablate/results/sqlite_db.h"
 #include "run_test_support.h"
@@ -169,4 +172,67 @@ grid:
   };
   CHECK(curve("smoke").size() == 3);
   CHECK(curve("d64-L2-h4/2-f192") == curve("smoke"));
+namespace {
+
+// The ranks a data-parallel run's launcher started (its children).
+std::vector<int> children_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<int> out;
+  for (int child = 0; in >> child;) out.push_back(child);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a real 2-rank CPU run: one rank SIGKILLed mid-run, the run is retried and ends as if never killed",
+          "[real-trainer][parallel]") {
+  std::string text = recipe(mxablate::test::test_dataset());
+  // Two ranks with one micro-batch of each step apiece; the bf16 arm keeps one rank.
+  text.replace(text.find("global_batch_tokens: 512,"), 25,
+               "global_batch_tokens: 512, micro_batch_tokens: 256,");
+  text.replace(text.find("  FDW+H16:\n"), 11, "  FDW+H16:\n    parallel: {data: 2}\n");
+
+  RealSweep reference(text);
+  const ProcessResult ref = run_process(reference.args(), reference.dir.path());
+  INFO(ref.err);
+  if (contains(ref.err, "need Gloo")) MXABLATE_SKIP("mxablate-train was built without Gloo (libgloo-dev)");
+  REQUIRE(ref.code() == 0);
+  CHECK(reference.one("SELECT COUNT(*) FROM runs WHERE status = 'budget_exhausted' AND attempts = 1") == "2");
+  CHECK(reference.one("SELECT slot FROM attempts a JOIN runs r USING (run_id) WHERE r.arm = 'FDW+H16'") ==
+        "cpu0+cpu1");
+
+  RealSweep crashed(text);
+  Process p(crashed.args(), crashed.dir.path());
+  bool killed = false;
+  eventually(
+      [&] {
+        if (!fs::exists(crashed.db())) return false;
+        std::string pid;
+        try {
+          pid = crashed.one(
+              "SELECT substr(a.executor_ref, 5) FROM attempts a JOIN runs r USING (run_id) "
+              "WHERE r.arm = 'FDW+H16' AND a.ended_at IS NULL AND EXISTS (SELECT 1 FROM events e "
+              "WHERE e.run_id = r.run_id AND e.kind = 'checkpoint' AND e.step >= 8) AND r.step < 20");
+        } catch (const std::exception&) {
+          return false;
+        }
+        if (pid.empty()) return false;
+        const std::vector<int> ranks = children_of(std::stoi(pid));
+        killed = ranks.size() == 2 && ::kill(ranks[1], SIGKILL) == 0;  // rank 1, not the launcher
+        return killed;
+      },
+      std::chrono::seconds(120));
+  const ProcessResult r = p.wait(std::chrono::seconds(300));
+  INFO(r.err);
+  REQUIRE(killed);
+  CHECK(r.code() == 0);
+  const std::string run = crashed.one("SELECT run_id FROM runs WHERE arm = 'FDW+H16'");
+  // The launcher ends with its rank's 128 + 9; the orchestrator retries from the checkpoint.
+  CHECK(crashed.rows("SELECT attempt, exit_code, outcome, resumed FROM attempts WHERE run_id = '" + run +
+                     "' ORDER BY attempt") ==
+        std::vector<std::vector<std::string>>{{"1", "137", "retry", "0"}, {"2", "0", "budget_exhausted", "1"}});
+  const std::string curve =
+      "SELECT run_id, step, tokens, printf('%.17g', val_loss) FROM evals ORDER BY run_id, step";
+  CHECK(crashed.rows(curve) == reference.rows(curve));
+  CHECK(crashed.one("SELECT COUNT(*) FROM events WHERE kind = 'resume' AND run_id = '" + run + "'") == "1");
 }

@@ -1,6 +1,8 @@
 // Loading recipes: the docs/design.md §5 example reads as written; values keep their YAML types; the
 // positions of keys and values are recorded for errors found after merging.
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "catch.h"
 #include "mxablate/orchestrator/plan.h"
@@ -14,6 +16,16 @@ namespace {
 // Settings are typed; the tests compare their names.
 std::string name_of(mxablate::contract::GemmPrecision p) { return std::string(mxablate::contract::to_string(p)); }
 std::string name_of(mxablate::kernels::HadamardMode m) { return std::string(mxablate::kernels::to_string(m)); }
+Plan parse_and_expand(const std::string& text) { return expand_recipe(parse_recipe(text, "s.yaml")); }
+// The planner's error for `text`, or "" when it plans.
+std::string error_of(const std::string& text) {
+  try {
+    parse_and_expand(text);
+  } catch (const RecipeError& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST_CASE("the paper recipe loads with its arms in order, extends, grid and target") {
@@ -23,7 +35,7 @@ TEST_CASE("the paper recipe loads with its arms in order, extends, grid and targ
   const std::vector<std::string> names{"fp8", "F", "FD", "FDW", "FDW+SR", "FDW+RHT16", "FDW+H16"};
   for (size_t i = 0; i < names.size(); ++i) CHECK(r.arms[i].name == names[i]);
   CHECK(r.arms[4].extends == "FDW");
-  CHECK(r.arms[4].extends_at == Location{18, 24});
+  CHECK(r.arms[4].extends_at == Location{21, 24});
   CHECK_FALSE(r.arms[0].extends);
   REQUIRE(r.grid.size() == 1);
   CHECK(r.grid[0].name == "seed");
@@ -35,8 +47,8 @@ TEST_CASE("the paper recipe loads with its arms in order, extends, grid and targ
   CHECK(r.base.value["train"]["max_tokens"].is_number_float());
   CHECK(r.base.value["train"]["max_tokens"].get<double>() == 100e6);
   CHECK(r.base.value["train"]["global_batch_tokens"].is_number_integer());
-  CHECK(r.base.where("train.lr") == Location{9, 62});
-  CHECK(r.base.where_key("train") == Location{9, 3});
+  CHECK(r.base.where("train.lr") == Location{12, 62});
+  CHECK(r.base.where_key("train") == Location{12, 3});
 }
 
 TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings") {
@@ -64,9 +76,9 @@ TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings"
   CHECK(name_of(fp8.config.quant.hadamard.mode) == "none");
   CHECK(plan.target["from_arm"] == "fp8");
   // Where values came from, for errors raised later (a missing data directory at launch).
-  CHECK(h16.where("quant.hadamard.mode") == Location{20, 54});
-  CHECK(h16.where("train.seed") == Location{22, 13});  // the seed's value in the grid list
-  CHECK(h16.where("data.dataset") == Location{8, 19});
+  CHECK(h16.where("quant.hadamard.mode") == Location{23, 54});
+  CHECK(h16.where("train.seed") == Location{25, 13});  // the seed's value in the grid list
+  CHECK(h16.where("data.dataset") == Location{11, 19});
 }
 
 TEST_CASE("YAML scalars get their YAML 1.2 types, quoted ones stay strings") {
@@ -290,4 +302,120 @@ arms:
   nlohmann::json without_id = plan.runs[0].config_json;
   without_id.erase("run_id");
   CHECK(without_id.dump().find("\"model\":\"llama-20m\"") != std::string::npos);
+TEST_CASE("a linked axis sets several paths together: each model with its own budget") {
+  const Recipe r = parse_recipe(R"(name: s
+base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms:
+  x: {}
+  y: {precision: {wgrad: mxfp4}}
+grid:
+  scale:
+    - {model: smoke,    train.max_tokens: 1e5, eval: {every_tokens: 4096}}
+    - {model: llama-5m, train.max_tokens: 4e5, eval: {every_tokens: 16384}}
+  seed: [1, 2]
+exclude:
+  - {arm: y, model: llama-5m, seed: 2}
+include:
+  - {arm: x, model: llama-5m, seed: 7}
+  - {arm: y, model: smoke, train.max_tokens: 2e5, eval: {every_tokens: 8192}, seed: 1}
+)",
+                                "s.yaml");
+  REQUIRE(r.grid.size() == 4);  // model, train.max_tokens, eval, seed
+  CHECK(r.grid[0].link == "scale");
+  CHECK(r.grid[1].link == "scale");
+  CHECK(r.grid[2].link == "scale");
+  CHECK(r.grid[3].link.empty());
+  CHECK(r.grid[1].path == "train.max_tokens");
+  CHECK(r.grid_dimensions() == std::vector<std::vector<size_t>>{{0, 1, 2}, {3}});
+  CHECK(r.grid_points() == 4);  // 2 scales × 2 seeds, not 2 × 2 × 2 × 2
+
+  const Plan plan = expand_recipe(r);
+  // 2 arms × 4 points = 8, minus y at llama-5m seed 2, plus x at llama-5m seed 7 (its budget
+  // from the linked axis) and y at smoke with its own budget.
+  REQUIRE(plan.runs.size() == 9);
+  for (const RunSpec& run : plan.runs) {
+    INFO(run_label(run));
+    const bool big = run.config.model == "llama-5m";
+    if (run.arm == "y" && run.config.train.seed == 1 && !big &&
+        run.config.train.max_tokens == Approx(2e5)) {
+      CHECK(run.config.eval.every_tokens == Approx(8192));  // the include's own values
+      continue;
+    }
+    CHECK(run.config.train.max_tokens == Approx(big ? 4e5 : 1e5));
+    CHECK(run.config.eval.every_tokens == Approx(big ? 16384 : 4096));
+    CHECK_FALSE((run.arm == "y" && big && run.config.train.seed == 2));
+  }
+  const RunSpec& first = plan.runs[0];
+  REQUIRE(first.axes.size() == 4);
+  CHECK(first.axes[0].axis == "model");
+  CHECK(first.axes[1].axis == "train.max_tokens");
+  CHECK(first.axes[2].axis == "eval");
+  CHECK(first.axes[3].axis == "seed");
+  CHECK(first.where("train.max_tokens") == Location{8, 43});  // the linked value itself
+  CHECK(first.where("eval.every_tokens") == Location{8, 69});
+  const RunSpec& added = plan.runs[7];  // include[0]: the linked axis' other paths follow model
+  CHECK(added.arm == "x");
+  CHECK(added.config.model == "llama-5m");
+  CHECK(added.config.train.seed == 7);
+  CHECK(added.config.train.max_tokens == Approx(4e5));
+  CHECK(plan.axis_names ==
+        std::vector<std::string>{"model", "train.max_tokens", "eval", "seed"});
+  // An include naming a linked value that is not in the grid adds nothing: an error.
+  CHECK_THROWS_WITH(parse_and_expand(R"(name: s
+base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms: {x: {}}
+grid:
+  scale: [{model: smoke, train.max_tokens: 1e5}]
+include:
+  - {arm: x, model: llama-5m}
+)"),
+                    "s.yaml:7:5: include[0]: adds no run");
+  // A linked value that cannot run is reported at that value.
+  const std::string error = error_of(R"(name: s
+base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms: {x: {}}
+grid:
+  scale: [{model: smoke, train.max_tokens: -5}]
+)");
+  CHECK(error.rfind("s.yaml:5:44: train.max_tokens:", 0) == 0);
+  CHECK(contains(error, "set by grid axis 'train.max_tokens'"));
+}
+
+// The scale study's recipe: the paper's arms × three models × three seeds, each model with its
+// own budget. llama-350m is a preset of another branch; until it is merged, the recipe is
+// planned with llama-85m in its place (switch to the file as it is once llama-350m exists).
+TEST_CASE("the scale recipe plans the paper's arms at three models, budgets by model") {
+  const std::filesystem::path file = kRecipesDir / "paper-arms-scales.yaml";
+  std::string text = read_file(file);
+  const std::string preset = "llama-350m";
+  REQUIRE(text.find(preset) != std::string::npos);
+  for (size_t at; (at = text.find(preset)) != std::string::npos;)
+    text.replace(at, preset.size(), "llama-85m");
+  const Recipe r = parse_recipe(text, file.string());
+  const Recipe paper = load_recipe((kRecipesDir / "paper-arms-20m.yaml").string());
+  REQUIRE(r.arms.size() == paper.arms.size());
+  for (size_t i = 0; i < r.arms.size(); ++i) {
+    CHECK(r.arms[i].name == paper.arms[i].name);
+    CHECK(r.arms[i].overrides.value == paper.arms[i].overrides.value);
+  }
+  const Plan plan = expand_recipe(r);
+  REQUIRE(plan.runs.size() == 7 * 3 * 3);
+  std::map<std::string, std::set<double>> budgets;
+  std::map<std::string, int> runs_of;
+  for (const RunSpec& run : plan.runs) {
+    budgets[mxablate::contract::model_label(run.config.model)].insert(run.config.train.max_tokens);
+    ++runs_of[mxablate::contract::model_label(run.config.model)];
+    // Evaluation and warm-up scale with the budget: 2 % of it.
+    CHECK(run.config.eval.every_tokens == Approx(0.02 * run.config.train.max_tokens));
+    CHECK(run.config.train.warmup_tokens == Approx(0.02 * run.config.train.max_tokens));
+    CHECK(run.config.eval.tokens == Approx(98304));  // the default corpus's validation holds it
+  }
+  CHECK(budgets == std::map<std::string, std::set<double>>{
+                       {"llama-20m", {100e6}}, {"llama-125m", {600e6}}, {"llama-85m", {1.7e9}}});
+  CHECK(runs_of == std::map<std::string, int>{
+                       {"llama-20m", 21}, {"llama-125m", 21}, {"llama-85m", 21}});
+  CHECK(plan.target["from_arm"] == "fp8");
+  // Each run is described against fp8 at its own model and seed: only the arm's numerics differ.
+  for (const RunSpec& run : plan.runs)
+    if (run.arm == "fp8" || run.arm == "F") CHECK(run.interventions == "-");
 }

@@ -397,3 +397,121 @@ TEST_CASE("a run directory deleted during the sweep: its rows are re-read, never
   CHECK(again.budget_exhausted + r.budget_exhausted >= 4);
   check_complete_and_unduplicated(f);
 }
+
+namespace {
+
+// Three arms in plan order A, W, C: W's runs have 2 ranks (parallel.data 2), A's and C's one.
+std::string ranks_recipe(const std::string& seeds = "[1]") {
+  std::string text = fake_recipe("ranks", kSteps, 4, 5, seeds);
+  const size_t arms = text.find("arms:");
+  const size_t grid = text.find("grid:");
+  return text.substr(0, arms) +
+         "arms:\n"
+         "  A: {}\n"
+         "  W: {parallel: {data: 2}, train: {micro_batch_tokens: 512}}\n"
+         "  C: {train: {lr: 0.002}}\n" +
+         text.substr(grid);
+}
+
+// The order runs were launched in (by arm), and the most slots ever taken at once.
+struct LaunchTrace {
+  SweepFixture& f;
+  std::mutex m;
+  std::vector<std::string> arms;
+  std::map<std::string, int> ranks_running;
+  int slots_used = 0, max_slots_used = 0;
+  explicit LaunchTrace(SweepFixture& fixture) : f(fixture) {}
+  SweepHooks hooks() {
+    SweepHooks h;
+    h.launched = [this](const std::string& run_id, auto) {
+      std::lock_guard lock(m);
+      for (const RunSpec& r : f.plan.runs)
+        if (r.run_id == run_id) {
+          arms.push_back(r.arm);
+          ranks_running[run_id] = r.config.parallel.data;
+          slots_used += r.config.parallel.data;
+        }
+      max_slots_used = std::max(max_slots_used, slots_used);
+    };
+    h.exit_seen = [this](const std::string& run_id, auto) {
+      std::lock_guard lock(m);
+      slots_used -= ranks_running[run_id];
+      ranks_running.erase(run_id);
+    };
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("runs of 1 and 2 ranks share the slots: a 2-rank run takes two and all finish") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}});
+  SweepFixture f(ranks_recipe("[1, 2]"));
+  f.slots = 2;
+  LaunchTrace trace(f);
+  TestWaker waker;
+  const SweepResult r = f.run(waker, trace.hooks());
+  CHECK(r.total == 6);
+  CHECK(r.budget_exhausted == 6);
+  CHECK(r.all_finished());
+  CHECK(trace.arms.size() == 6);
+  CHECK(trace.max_slots_used == 2);  // never more ranks at once than slots
+  check_complete_and_unduplicated(f);
+  // A 2-rank run's attempts name both of its slots.
+  const std::string w = f.run_of("W", 1).run_id;
+  CHECK(f.scalar<std::string>("SELECT slot FROM attempts WHERE run_id = '" + w + "'") ==
+        "cpu0+cpu1");
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE slot LIKE '%+%'") == 2);
+  CHECK(contract::read_run_config(
+            (run_directory(f.options.runs_dir, "ranks", w) / "config.json").string())
+            .parallel.data == 2);
+}
+
+TEST_CASE("a run waiting for more slots: later runs start ahead of it only within --backfill") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}});
+  SweepFixture f(ranks_recipe());
+  f.slots = 2;
+  SECTION("backfill 0: strictly in plan order — C waits until W has started") {
+    f.options.backfill = std::chrono::milliseconds(0);
+    LaunchTrace trace(f);
+    TestWaker waker;
+    CHECK(f.run(waker, trace.hooks()).budget_exhausted == 3);
+    CHECK(trace.arms == std::vector<std::string>{"A", "W", "C"});
+  }
+  SECTION("a long backfill window: C takes the free slot while W waits for two") {
+    f.options.backfill = std::chrono::hours(1);
+    LaunchTrace trace(f);
+    TestWaker waker;
+    CHECK(f.run(waker, trace.hooks()).budget_exhausted == 3);
+    CHECK(trace.arms == std::vector<std::string>{"A", "C", "W"});
+  }
+}
+
+TEST_CASE("once the backfill window has passed, no later run starts ahead of the waiting one") {
+  // A1 A2 W1 W2 C1 C2 with 2 slots: A1 and A2 start, W1 waits for two slots. The window (1 ms)
+  // passes at once, so when A1 ends first, its free slot stays free for W1 instead of going to C1.
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5@A/1"}, {"MXABLATE_FAKE_STARTUP_MS", "1000@A/2"}});
+  SweepFixture f(ranks_recipe("[1, 2]"));
+  f.slots = 2;
+  f.options.backfill = std::chrono::milliseconds(1);
+  MessageLog log;
+  f.progress_sink = &log;
+  LaunchTrace trace(f);
+  TestWaker waker;
+  CHECK(f.run(waker, trace.hooks()).budget_exhausted == 6);
+  CHECK(trace.arms == std::vector<std::string>{"A", "A", "W", "W", "C", "C"});
+  CHECK(trace.max_slots_used == 2);
+  CHECK(log.count("for 2 free slot(s): later runs no longer start before it") == 1);
+}
+
+TEST_CASE("a run of more ranks than the executor has slots fails alone, never waits forever") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "1"}});
+  SweepFixture f(ranks_recipe());
+  f.slots = 1;
+  const SweepResult r = f.run();
+  CHECK(r.budget_exhausted == 2);
+  CHECK(r.failed == 1);
+  CHECK(f.scalar<std::string>("SELECT error FROM runs WHERE run_id = '" + f.run_of("W", 1).run_id +
+                              "'") ==
+        "parallel.data 2: the local executor can give one run at most 1 rank(s)");
+}

@@ -422,3 +422,34 @@ TEST_CASE("queued tasks are reported as such until Slurm starts them") {
   REQUIRE_FALSE(h.notes.empty());
   CHECK_THAT(h.notes.back(), has_text("[a] Slurm task 100_0 started on node1 after"));
 }
+
+TEST_CASE("runs of different rank counts go into different arrays, each with its own request") {
+  Harness h(/*max_parallel=*/3);
+  h.collect();
+  const auto ranked = [&](const std::string& run_id, int ranks) {
+    LaunchRequest r = h.request(run_id);
+    r.ranks = ranks;
+    return r;
+  };
+  // K = 3: a batch of 2 one-rank runs and 1 two-rank run fits (throttles 2 and 1) …
+  CHECK(h.executor->fits({1, 2, 1}));
+  CHECK(h.executor->fits({1, 1, 1, 1, 2}) == false);  // the 1-rank array takes all of K
+  CHECK(h.executor->fits({2, 2, 2, 2}));                // one array, throttled to 3
+  const auto r = h.executor->launch_batch({ranked("a", 1), ranked("w", 2), ranked("b", 1)});
+  REQUIRE(r.size() == 3);
+  for (const auto& x : r) REQUIRE(x.launched);
+  // Results in request order; a and b share array 100, w is alone in 101.
+  CHECK(r[0].launched->executor_ref == "100_0");
+  CHECK(r[1].launched->executor_ref == "101_0");
+  CHECK(r[2].launched->executor_ref == "100_1");
+  CHECK(h.fake->jobs.at("100").spec == "0-1");
+  CHECK(h.fake->jobs.at("101").spec == "0");
+  const std::string one = read_text(h.fake->jobs.at("100").script);
+  const std::string two = read_text(h.fake->jobs.at("101").script);
+  CHECK_THAT(one, has_text("\nranks=1 "));
+  CHECK_THAT(two, has_text("\nranks=2 "));
+  CHECK_THAT(two, has_text("#SBATCH --cpus-per-task=2\n"));
+  CHECK_THAT(two, has_text("run w, attempt 1"));
+  CHECK(h.executor->capacity() == h.executor->running());  // K = 3 is used up
+  CHECK_FALSE(h.executor->fits({1}));
+}

@@ -290,3 +290,58 @@ TEST_CASE("a run directory the node cannot see ends the task with exit code 66 a
   CHECK_THAT(read_text(err), has_text("shared"));
   CHECK_FALSE(fs::exists(s.tasks[0].run_dir / "calls.txt"));
 }
+
+TEST_CASE("a run of N ranks is one task with N x the GPUs and CPUs, and each rank gets its threads") {
+  ScratchDir dir("script-ranks");
+  const fs::path trainer = write_fake_trainer(dir.path, "exit 0\n");
+  ArrayScript s = two_task_script(dir.path, trainer);
+  s.options.gpus_per_run = 1;
+  s.options.sbatch_args = {"--account=abc", "--cpus-per-task=4"};
+  const std::string one = render_array_script(s, "0-1");
+  CHECK_THAT(one, has_text("#SBATCH --gres=gpu:1\n"));
+  CHECK_THAT(one, has_text("#SBATCH --cpus-per-task=4\n"));
+  CHECK_THAT(one, has_text("\nranks=1 "));
+
+  s.ranks = 2;
+  const std::string t = render_array_script(s, "0-1");
+  CHECK_THAT(t, has_text("#SBATCH --ntasks=1\n"));  // one task: the trainer starts its ranks
+  CHECK_THAT(t, has_text("#SBATCH --gres=gpu:2\n"));
+  CHECK_THAT(t, has_text("#SBATCH --cpus-per-task=8\n"));
+  CHECK(t.find("--cpus-per-task=4") == std::string::npos);
+  CHECK_THAT(t, has_text("#SBATCH --account=abc\n"));
+  CHECK_THAT(t, has_text("\nranks=2 "));
+  CHECK(t.rfind("#SBATCH") < t.find("\nset -u\n"));
+  // Without --cpus-per-task, one CPU per rank; -cN is read like --cpus-per-task=N.
+  s.options.sbatch_args = {};
+  CHECK_THAT(render_array_script(s, "0-1"), has_text("#SBATCH --cpus-per-task=2\n"));
+  s.options.sbatch_args = {"-c3"};
+  const std::string short_form = render_array_script(s, "0-1");
+  CHECK_THAT(short_form, has_text("#SBATCH --cpus-per-task=6\n"));
+  CHECK(short_form.find("-c3") == std::string::npos);
+
+  // Run as Slurm would with the 8 CPUs it gave the task: 4 threads per rank.
+  s.options.sbatch_args = {"--cpus-per-task=4"};
+  const fs::path script = dir.path / "array.sh";
+  std::ofstream(script) << render_array_script(s, "0-1");
+  TaskProcess task(script, 0, "78", "8");
+  CHECK(WEXITSTATUS(task.wait()) == 0);
+  CHECK_THAT(read_text(s.tasks[0].run_dir / "calls.txt"), has_text("slot=78_0 omp=4"));
+  TaskProcess few(script, 1, "78", "1");  // fewer CPUs than ranks: still one thread each
+  CHECK(WEXITSTATUS(few.wait()) == 0);
+  CHECK_THAT(read_text(s.tasks[1].run_dir / "calls.txt"), has_text("slot=78_1 omp=1"));
+}
+
+TEST_CASE("--cpus-per-task must be a whole number: it is scaled by a run's ranks") {
+  SlurmSubmitOptions o;
+  CHECK_FALSE(sbatch_cpus_per_task(o.sbatch_args));
+  o.sbatch_args = {"--cpus-per-task=8", "--account=abc"};
+  CHECK(sbatch_cpus_per_task(o.sbatch_args) == 8);
+  o.sbatch_args = {"-c2", "--cpus-per-task=5"};  // the last one given, as sbatch reads them
+  CHECK(sbatch_cpus_per_task(o.sbatch_args) == 5);
+  for (const char* bad : {"--cpus-per-task=many", "--cpus-per-task=0", "--cpus-per-task=-2",
+                          "--cpus-per-task", "-cx", "--cpus-per-task=4x"}) {
+    o.sbatch_args = {bad};
+    INFO(bad);
+    CHECK_THROWS_WITH(validate_slurm_submit_options(o), has_text("needs a whole number of CPUs"));
+  }
+}

@@ -2,7 +2,8 @@
 // submission and the %K throttle, a task scancelled mid-run and resumed, a task past its time
 // limit resumed, a task whose node failed resumed, detaching and re-attaching across
 // orchestrator restarts (Ctrl-C and SIGKILL),
-// `mxablate cancel`, and a sweep of the real CPU-smoke trainer when it is built. Where Slurm
+// `mxablate cancel`, a run of 2 ranks (its own array, twice the CPUs), and a sweep of the real
+// CPU-smoke trainer when it is built. Where Slurm
 // cannot start, the whole binary reports "skipped" (exit code 77) with the reason.
 //
 // The time-limit case needs more than a minute (Slurm's limits are whole minutes, enforced every
@@ -207,6 +208,31 @@ TEST_CASE("a sweep is one job array whose %K throttle Slurm enforces", "[slurm]"
   CHECK(st.exit_code == 0);
   CHECK_THAT(st.output, has_text(*jobs.begin() + "_3"));
   CHECK_THAT(st.output, has_text("slurm"));
+}
+
+TEST_CASE("a run of 2 ranks is one task, in an array of its own, with twice the CPUs", "[slurm]") {
+  std::string text = fake_recipe("ranks", 10, {"bf16"}, {1});
+  text.replace(text.find("grid:"), 0,
+               "  W: {parallel: {data: 2}, train: {micro_batch_tokens: 1024}}\n");
+  Sweep s("ranks", text);
+  Mxablate run(s.slurm_args(), {{"MXABLATE_FAKE_STEP_MS", "20"}}, s.dir.path / "mxablate.out");
+  const auto code = run.wait(120s);
+  INFO(run.output());
+  REQUIRE(code == 0);
+  for (const std::string& id : s.run_ids()) CHECK(s.status(id) == "budget_exhausted");
+  const SlurmSweepFiles files(s.sweep_dir());
+  const auto subs = files.read_submissions();
+  REQUIRE(subs.size() == 2);  // one array per rank count
+  std::string one, two;
+  for (const auto& sub : subs) {
+    REQUIRE(sub.tasks.size() == 1);
+    const std::string script = read_file(files.script_path(sub.number));
+    (script.find("\nranks=2 ") != std::string::npos ? two : one) = script;
+  }
+  CHECK_THAT(two, has_text("#SBATCH --cpus-per-task=2\n"));
+  CHECK_THAT(two, has_text("#SBATCH --ntasks=1\n"));
+  CHECK_THAT(one, has_text("\nranks=1 "));
+  CHECK(one.find("#SBATCH --cpus-per-task") == std::string::npos);
 }
 
 TEST_CASE("a task scancelled mid-run resumes from its checkpoint in a new job", "[slurm]") {

@@ -626,7 +626,7 @@ void validate(const RunConfig& c) {
           "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
           t.micro_batch_tokens);
   // The micro-batch is set explicitly for several ranks: it decides where the quantizers' blocks and
-  // random streams begin (docs/design.md §5), so the same run on one rank is the same config.
+  // random streams begin (docs/design.md §4, "Data-parallel runs"), so the same run on one rank is the same config.
   if (c.parallel.data > 1)
     require(micro_batches_per_step(c) % c.parallel.data == 0, "parallel.data",
             "must divide the step's " + std::to_string(micro_batches_per_step(c)) +

@@ -21,13 +21,16 @@ constexpr std::chrono::minutes kCollectiveTimeout{30};
 struct DataParallel::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
+#if MXABLATE_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
 };
 
 DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
     : rank_(rank), impl_(std::make_unique<Impl>()) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(rank.store_port);
-  options.isServer = false;
+  options.isServer = rank.hosts_store;
   options.waitWorkers = false;
   options.timeout = kJoinTimeout;
   impl_->store = c10::make_intrusive<c10d::TCPStore>(rank.store_host, options);
@@ -35,7 +38,8 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
 #if MXABLATE_WITH_NCCL
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = kCollectiveTimeout;
-    impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
+    impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
+    impl_->backend = impl_->nccl;
 #else
     throw ConfigError("parallel.data: " + std::to_string(rank.world) +
                       " ranks on CUDA need NCCL, which this build of mxablate-train lacks (nccl.h "
@@ -56,6 +60,12 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
 
 DataParallel::~DataParallel() = default;
 
+void DataParallel::close() {
+#if MXABLATE_WITH_NCCL && TORCH_VERSION_MAJOR >= 2
+  if (impl_->nccl) impl_->nccl->shutdown();
+#endif
+}
+
 c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
@@ -65,8 +75,19 @@ c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
 
 void DataParallel::sum(at::Tensor& tensor) { wait(sum_async(tensor)); }
 
+// A collective fails when a peer is gone; say so, not only what the transport saw (the launcher
+// names the rank that ended).
 void DataParallel::wait(const c10::intrusive_ptr<c10d::Work>& work) {
-  if (!work->wait()) throw std::runtime_error("a collective over the ranks was aborted");
+  bool done = false;
+  std::string why = "aborted";
+  try {
+    done = work->wait();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!done)
+    throw RanksLost("lost the other ranks (one of them ended or crashed): " +
+                             why.substr(0, why.find('\n')));
 }
 
 void DataParallel::publish(const std::string& key, const std::string& value) {

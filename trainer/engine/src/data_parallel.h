@@ -1,4 +1,4 @@
-// One rank's view of a data-parallel run (docs/design.md §5): the c10d store it met the others
+// One rank's view of a data-parallel run (docs/design.md §4, "Data-parallel runs"): the c10d store it met the others
 // through and the process group that sums tensors over the ranks — NCCL on CUDA, Gloo on the CPU.
 // Collectives are issued in the same order on every rank (c10d requires it), which the training
 // loop guarantees by running the same steps with the same decisions everywhere.
@@ -8,12 +8,20 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mxablate/trainer/ranks.h"
 
 namespace mxablate::trainer {
+
+// A collective failed because another rank is gone. Not the run's failure but its interruption:
+// the rank ends without a run_end, like the rank that died, and the run is retried from its
+// checkpoint.
+struct RanksLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class DataParallel {
  public:
@@ -33,6 +41,10 @@ class DataParallel {
   c10::intrusive_ptr<c10d::Work> sum_async(at::Tensor& tensor);
   void sum(at::Tensor& tensor);
   static void wait(const c10::intrusive_ptr<c10d::Work>& work);
+
+  // Leaves the group after the run ended the same way on every rank (torch 2 warns when a NCCL
+  // group is destroyed without it). Not after a failure: a lost peer could make it wait.
+  void close();
 
   // Rank 0 publishes a value; the others wait for it (the store's timeout applies).
   void publish(const std::string& key, const std::string& value);

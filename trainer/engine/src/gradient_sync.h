@@ -1,5 +1,5 @@
 // Sums a data-parallel run's gradients over its ranks, overlapped with the backward pass
-// (docs/design.md §5). Parameters are grouped into buckets of about 25 MiB in reverse order (the
+// (docs/design.md §4, "Data-parallel runs"). Parameters are grouped into buckets of about 25 MiB in reverse order (the
 // order backward produces their gradients); each parameter's .grad is a view into its bucket's
 // one flat buffer, so autograd accumulates into the buffer in place and a bucket is summed over
 // the ranks with one collective as soon as the step's last backward has produced all of its

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
   app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
   app.add_option("--debug-crash-at-step", options.crash_at_step)->group("");
-  app.add_option("--debug-crash-rank", options.crash_rank)->group("");
+  app.add_option("--debug-fault-rank", options.fault_rank)->group("");
   app.add_option("--debug-always-verify-data-bytes", options.always_verify_data_bytes)->group("");
   try {
     app.parse(argc, argv);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -46,7 +47,7 @@ int env_int(const char* name, int lowest, int highest) {
 // "NAME=value" strings for execve, built before fork (nothing after fork may allocate).
 std::vector<std::string> rank_environment(int rank, int world, int port) {
   const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                         "MASTER_PORT"};
+                                         "MASTER_PORT", "MXABLATE_STORE_HOSTED"};
   std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
@@ -60,6 +61,7 @@ std::vector<std::string> rank_environment(int rank, int world, int port) {
   out.push_back("LOCAL_RANK=" + std::to_string(rank));
   out.push_back("MASTER_ADDR=127.0.0.1");
   out.push_back("MASTER_PORT=" + std::to_string(port));
+  out.push_back("MXABLATE_STORE_HOSTED=1");
   return out;
 }
 
@@ -95,6 +97,8 @@ std::optional<RankInfo> rank_from_environment() {
   if (!host) throw ConfigError("environment MASTER_ADDR: needed by a rank (the host of rank 0's store)");
   r.store_host = *host;
   r.store_port = env_int("MASTER_PORT", 1, 65535);
+  r.hosts_store = r.rank == 0 && !env("MXABLATE_STORE_HOSTED") &&
+                  env("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True";
   return r;
 }
 
@@ -149,24 +153,33 @@ int launch_ranks(int world, const std::vector<std::string>& arguments) {
       for (size_t i = 0; i < pids.size(); ++i)
         if (running[i]) ::kill(pids[i], sig);
     }
-    int status = 0;
-    const pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (pids[i] != done || !running[i]) continue;
-        running[i] = false;
-        --left;
-        const int code = exit_code_of(status);
-        if (!failure && !kill_at) {
-          if (common && *common != code) codes_agree = false;
-          common = code;
-        }
-        // A rank that failed while its peers run: they would wait for it in their next
-        // collective; stop them (they are killed after a grace period).
-        if (code != 0 && !kill_at && left > 0) {
-          const bool stopping_together = forwarded != 0 && code == 4;  // interrupted: all will
-          if (!stopping_together) {
-            failure = code;
+    // Every rank that ended since the last look. When a rank dies its peers follow it within
+    // moments (a collective fails): the first failure is the one to report, and of those
+    // reaped together a rank killed by a signal is the cause, the others' errors its effect.
+    std::vector<std::pair<size_t, int>> ended;  // (rank, status)
+    for (int status = 0;;) {
+      const pid_t done = ::waitpid(-1, &status, WNOHANG);
+      if (done <= 0) break;
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (pids[i] == done && running[i]) ended.emplace_back(i, status);
+    }
+    std::stable_partition(ended.begin(), ended.end(),
+                          [](const auto& e) { return WIFSIGNALED(e.second); });
+    for (const auto& [i, status] : ended) {
+      running[i] = false;
+      --left;
+      const int code = exit_code_of(status);
+      if (!failure && !kill_at) {
+        if (common && *common != code) codes_agree = false;
+        common = code;
+      }
+      // A rank that failed while its peers run: they would wait for it in their next
+      // collective; stop them (they are killed after a grace period).
+      if (code != 0 && !failure && !kill_at) {
+        const bool stopping_together = forwarded != 0 && code == 4;  // interrupted: all will
+        if (!stopping_together) {
+          failure = code;
+          if (left > 0) {
             std::cerr << "mxablate-train: rank " << i << " ended with exit code " << code
                       << "; stopping the other ranks\n";
             for (size_t j = 0; j < pids.size(); ++j)
@@ -175,8 +188,8 @@ int launch_ranks(int world, const std::vector<std::string>& arguments) {
           }
         }
       }
-      continue;
     }
+    if (!ended.empty()) continue;
     if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
       for (size_t i = 0; i < pids.size(); ++i)
         if (running[i]) ::kill(pids[i], SIGKILL);

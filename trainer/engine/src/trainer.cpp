@@ -214,6 +214,7 @@ class TrainingRun {
   // After an exception: record the failure if the log is open.
   void record_failure(const std::string& why, int code) {
     if (!events_) return;
+    failed_ = true;
     try {
       finish(contract::run_status::kFailed, code, why);
     } catch (...) {
@@ -413,7 +414,7 @@ class TrainingRun {
     session.collect_telemetry = quant_every > 0 && state_.step % quant_every == 0;
 
     // Rank r of a data-parallel run takes the r-th slice of the step's micro-batches, at their
-    // places in the global batch (docs/design.md §5); telemetry comes from micro-batch 0.
+    // places in the global batch (docs/design.md §4, "Data-parallel runs"); telemetry comes from micro-batch 0.
     if (sync_) sync_->zero();
     else s_.optimizer->zero_grad();
     if (!root()) session.collect_telemetry = false;
@@ -481,10 +482,9 @@ class TrainingRun {
       checkpointed = true;
     }
 
-    if (state_.step == options_.signal_at_step) std::raise(SIGTERM);
-    if (state_.step == options_.crash_at_step &&
-        (options_.crash_rank < 0 || options_.crash_rank == s_.rank.rank))
-      std::_Exit(137);
+    const bool faults_here = options_.fault_rank < 0 || options_.fault_rank == s_.rank.rank;
+    if (faults_here && state_.step == options_.signal_at_step) std::raise(SIGTERM);
+    if (faults_here && state_.step == options_.crash_at_step) std::_Exit(137);
     const int sig = dp_ ? (stop_agreed ? SIGTERM : 0) : stop_signal_received();
     if (sig != 0) {
       if (!checkpointed) checkpoint();
@@ -518,6 +518,7 @@ class TrainingRun {
     events_->run_end(progress(), end);
     const bool success = code == exit_code::kSuccess;
     mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
+    if (dp_ && !failed_) dp_->close();  // every rank ends here together, unless one failed
     if (!root()) return code;
     std::cerr << "mxablate-train: " << status << " at step " << state_.step << ", " << state_.tokens
               << " tokens, " << end.tokens_per_s << " tokens/s"
@@ -533,6 +534,7 @@ class TrainingRun {
   std::unique_ptr<DataParallel> dp_;    // a data-parallel run's process group
   std::unique_ptr<GradientSync> sync_;  // and its gradient buckets
   std::string restored_from_;           // the checkpoint rank 0 resumed from
+  bool failed_ = false;                 // ending on an exception (peers may be gone)
   DivergenceDetector detector_;
   MlLogger mllog_;
   std::string events_path_;
@@ -584,6 +586,10 @@ int run_trainer(const TrainOptions& options) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kBadConfig);
     return exit_code::kBadConfig;
+  } catch (const RanksLost& e) {
+    // Another rank died: this run is interrupted, not failed (no run_end; it is retried).
+    std::cerr << "mxablate-train: " << error_line(e) << "\n";
+    return exit_code::kInternal;
   } catch (const std::exception& e) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kInternal);

@@ -3,6 +3,7 @@
 // that can hold text from the data goes through the format's escaping function (escape.h).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct ArmSummary {
   int diverged = 0;
   int not_reached = 0;  // finished the budget without reaching the target
   std::string first_divergence_reason;
+  std::string model;              // the runs' model (its own CSV column)
+  std::optional<int64_t> params;  // the model's parameter count (run_start), when recorded
 };
 
 enum class TableFormat { kMarkdown, kLatex, kCsv, kHtml };  // kHtml: a <table> for the report

@@ -50,6 +50,36 @@ struct OccShare {
   int64_t records = 0;
 };
 
+// The extra-token cost of one arm at one model (in percent against the baseline arm at that
+// model): median over seeds and its bootstrap 95 % interval (both ends equal the median when
+// there is none, e.g. one seed). `lower_bound`: a run never reached the target.
+struct ScalePoint {
+  double params = 0;
+  double median_pct = 0;
+  double low_pct = 0;
+  double high_pct = 0;
+  bool lower_bound = false;
+};
+
+struct ScaleSeries {
+  std::string arm;
+  std::vector<ScalePoint> points;  // by parameter count
+};
+
+// The figure "extra tokens to target vs parameters" (model_blocks.h makes it).
+struct ScaleFigure {
+  std::vector<ScaleSeries> series;
+  std::string omitted;               // why there is no figure; empty when there is one
+  std::vector<std::string> skipped;  // points left out, each with its reason
+};
+
+// One table per model for a sweep over several models.
+struct ReportBlock {
+  std::string heading;
+  std::string caption;
+  std::vector<ArmSummary> table;
+};
+
 struct ReportData {
   std::string sweep;
   std::string caption;            // what the target was
@@ -60,6 +90,10 @@ struct ReportData {
   std::vector<DivergenceMark> divergences;
   std::vector<TelemetryPoint> telemetry;
   std::vector<OccShare> occ;  // arms that ran with OCC, in table order; empty: no section
+  // A sweep over several models: one table per model (in place of `table`), and the figure of
+  // extra tokens against parameters.
+  std::vector<ReportBlock> blocks;
+  ScaleFigure scale;
 };
 
 // Median and min-max of an arm's runs at each evaluated token count (runs that stopped early

@@ -26,6 +26,10 @@ struct RunRecord {
   std::string group;  // the table row: arm, plus "[axis=value …]" for non-seed grid axes
   uint64_t seed = 0;
   std::string pair_key;   // its seed-axis settings: the baseline run it is compared with
+  // Its non-seed grid settings as (axis, value text), in the store's order: what `group` lists.
+  std::vector<std::pair<std::string, std::string>> settings_axes;
+  std::string model;               // its model: the preset's name (else the stored JSON)
+  std::optional<int64_t> params;   // the trainer's parameter count (run_start), when recorded
   nlohmann::json config;        // the resolved RunConfig as stored
   contract::RunConfig settings;  // the same, parsed by the contract's one reader
   std::string status;
@@ -68,12 +72,14 @@ ResolvedTarget resolve_target(const SweepData& sweep);
 ResolvedTarget resolve_target_value(const SweepData& sweep);  // without the description
 
 // A `from_arm` target not stored yet, once every run of that arm has ended (so that it will not
-// move again): the value to store with the sweep. nullopt otherwise.
+// move again): the value to store with the sweep. nullopt otherwise, and for a sweep over
+// several models: their targets are one per model (model_blocks.h), which one stored value
+// cannot hold.
 std::optional<double> target_to_store(const SweepData& sweep);
 
-// The baseline row: `requested` when given (must be a row), else the target's from_arm (its first
-// row when other grid axes split it), else the first row. Throws std::invalid_argument for an
-// unknown row.
+// The baseline row: `requested` when given (a row, or an arm: its first row), else the target's
+// from_arm (its first row when other grid axes split it), else the first row. Throws
+// std::invalid_argument for an unknown row.
 std::string baseline_group(const SweepData& sweep, const std::string& requested);
 
 // One table row per group. Each row's extra-token cost is against the baseline arm's row with the

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,13 +29,18 @@ struct LaunchRequest {
   std::filesystem::path trainer;  // the mxablate-train binary
   bool resume = false;            // pass --resume (a checkpoint exists)
   int attempt = 1;                // exported as MXABLATE_ATTEMPT
+  // The run's ranks (parallel.data). Still one process per attempt: with N > 1 the trainer is a
+  // launcher that starts the N rank processes itself, in its own process group, on the devices
+  // the attempt was given — N slots of the local executor (N distinct GPUs for GPU slots), N
+  // GPUs and N× the CPUs of one Slurm task.
+  int ranks = 1;
 };
 
 struct Launched {
   std::string executor_ref;  // how to find it again (a pid, a job id), stored in the database
-  std::string slot;          // e.g. "cpu1", "gpu0.1"
+  std::string slot;          // e.g. "cpu1", "gpu0.1"; a run of several ranks: "gpu0.0+gpu1.0"
   std::string host;
-  std::string device;  // "cpu", "cuda:0"
+  std::string device;  // "cpu", "cuda:0"; several ranks: "cuda:0+cuda:1"
 };
 
 struct AttemptExit {
@@ -56,13 +62,21 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string name() const = 0;  // stored with each attempt: "local", "slurm"
-  virtual size_t capacity() const = 0;   // attempts that may run at once
+  virtual size_t capacity() const = 0;   // attempts of one rank each that may run at once
   virtual size_t running() const = 0;
-  // Starts an attempt in a free slot; requires running() < capacity(). Throws LaunchError.
+  // Whether attempts with these rank counts (LaunchRequest::ranks) can all be started now,
+  // together, beside what runs: the sweep loop asks before it adds a run to a launch batch.
+  // The default counts one slot per attempt whatever its ranks.
+  virtual bool fits(const std::vector<int>& ranks) const {
+    return running() + ranks.size() <= capacity();
+  }
+  // The most ranks one attempt can ever get here (a run of more can never start); a batch
+  // system, which asks the cluster for what a task needs, has no limit of its own.
+  virtual int max_ranks() const { return std::numeric_limits<int>::max(); }
+  // Starts an attempt in free slots; requires fits({request.ranks}). Throws LaunchError.
   virtual Launched launch(const LaunchRequest& request) = 0;
-  // Starts several attempts at once (requires running() + requests.size() <= capacity()); one
-  // result per request, in order. A batch system submits them as one job array; the default
-  // launches them one by one.
+  // Starts several attempts at once (requires fits() of their ranks); one result per request, in
+  // order. A batch system submits them as job arrays; the default launches them one by one.
   virtual std::vector<LaunchResult> launch_batch(const std::vector<LaunchRequest>& requests);
   // True when attempts live outside the orchestrator (a batch system's jobs): stopping the
   // orchestrator (Ctrl-C, SIGTERM, an error of its own) then detaches from them instead of

@@ -4,6 +4,12 @@
 // process group (Ctrl-C on the terminal reaches only the orchestrator, which then stops them in
 // order) and with a parent-death signal, so an orchestrator killed with SIGKILL does not leave
 // trainers running unsupervised: they receive SIGTERM and checkpoint.
+//
+// A run of N ranks (parallel.data N) takes N slots at once; GPU slots on N distinct GPUs (NCCL
+// cannot put two ranks of one communicator on one GPU), its CUDA_VISIBLE_DEVICES /
+// HIP_VISIBLE_DEVICES the comma list of those GPUs in slot order (rank i uses the i-th). The
+// trainer is still one child — a launcher that starts the ranks itself — so its process group
+// holds the ranks: stop, kill and recover signal the group, and the ranks must stay in it.
 #pragma once
 
 #include <chrono>
@@ -21,10 +27,22 @@ struct Slot {
   std::string label;   // "cpu0", "gpu1.0"
   std::string device;  // "cpu", "cuda:1"
   std::map<std::string, std::string> env;  // set for the child
+  std::optional<int> gpu;  // the GPU a GPU slot is on: the ranks of one run need distinct ones
 };
 
+// The slot an attempt of several ranks runs in, from the slots it takes (in order): labels
+// joined with '+' ("gpu0.0+gpu1.0"; beyond 8 slots cut to "cpu0+cpu1+cpu2+…+cpu15 (16 slots)"),
+// devices too ("cuda:0+cuda:1"; CPU slots: "cpu"), CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES the comma list
+// of their GPUs, any other variable (OMP_NUM_THREADS: per rank) as the first slot has it.
+Slot combine_slots(const std::vector<Slot>& parts);
+
+// The most ranks one run can get from these slots: GPU slots, the number of distinct GPUs; CPU
+// slots, the number of slots.
+int max_ranks_of(const std::vector<Slot>& slots);
+
 // CPU slots share the machine's cores: unless OMP_NUM_THREADS is already set, each slot's
-// trainer gets max(1, cores / count) threads, so N parallel runs do not oversubscribe the CPU.
+// trainer gets max(1, cores / count) threads, so N parallel runs do not oversubscribe the CPU
+// (a run of N ranks takes N slots: each rank gets one slot's threads).
 std::vector<Slot> cpu_slots(int count, unsigned cores = 0 /* 0: this machine's */);
 std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu);
 
@@ -36,6 +54,9 @@ class LocalExecutor : public Executor {
   std::string name() const override { return "local"; }
   size_t capacity() const override { return slots_.size(); }
   size_t running() const override { return children_.size(); }
+  bool fits(const std::vector<int>& ranks) const override;
+  // GPU slots: the number of distinct GPUs; CPU slots: the number of slots.
+  int max_ranks() const override;
   Launched launch(const LaunchRequest& request) override;
   std::vector<AttemptExit> collect_exits() override;
   void request_stop(const std::string& run_id) override;
@@ -48,6 +69,8 @@ class LocalExecutor : public Executor {
  private:
   struct Child;
   void signal_child(const std::string& run_id, int sig);
+  // Free slots for an attempt of `ranks` ranks, marked in `busy`; empty when it does not fit.
+  std::vector<size_t> pick_slots(std::vector<bool>& busy, int ranks) const;
 
   std::vector<Slot> slots_;
   std::vector<bool> busy_;

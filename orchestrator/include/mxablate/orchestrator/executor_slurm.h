@@ -9,6 +9,9 @@
 // ("12_3"), the executor itself only writes files under the sweep's slurm/ directory.
 //
 // Lifecycle rules:
+// - Ranks: a run of N ranks (parallel.data N) is one task with N × --gpus-per-run GPUs and N ×
+//   the CPUs of --cpus-per-task (slurm_array_script.h); runs of different rank counts go into
+//   different arrays.
 // - Throttle: --max-parallel K is the array's %K. Retries go into new arrays, whose throttles
 //   share the same K: a new array is only submitted while the live arrays leave part of K unused,
 //   and it gets that part — so at most K of the sweep's tasks ever run at once.
@@ -63,6 +66,9 @@ class SlurmExecutor : public Executor {
   // after a cancel.
   size_t capacity() const override;
   size_t running() const override { return tasks_.size(); }
+  // Runs of different rank counts go into different arrays (one array, one resource request),
+  // each of which needs its own part of the throttle's room.
+  bool fits(const std::vector<int>& ranks) const override;
   Launched launch(const LaunchRequest& request) override;
   std::vector<LaunchResult> launch_batch(const std::vector<LaunchRequest>& requests) override;
   std::vector<AttemptExit> collect_exits() override;

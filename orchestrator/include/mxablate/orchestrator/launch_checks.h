@@ -6,6 +6,8 @@
 // Errors (RecipeError): a dataset that does not exist or is not prepared; data.seq_len longer than
 // a split can hold; eval.tokens more than the validation split holds at that sequence length; a
 // data vocabulary larger than a model preset's own.
+// check_ranks, made by `run` once it knows its slots: a run of more ranks than the executor can
+// ever give one run.
 // Warnings: a token budget of more than two epochs of the training split (small models overfit a
 // small corpus, and quantization noise then acts as a regularizer: an FP4 arm can look better
 // than BF16 for that reason alone).
@@ -32,5 +34,20 @@ using DatasetVocabularies = std::map<std::string, int64_t>;
 // "FILE:LINE:COL: key: …", one per distinct message. Fills `vocabularies` when given.
 std::vector<std::string> check_launch(const Recipe& recipe, const Plan& plan,
                                       DatasetVocabularies* vocabularies = nullptr);
+
+// What the executor `mxablate run` builds can give one run: at most `max_ranks` ranks
+// (Executor::max_ranks), counted in `unit` ("distinct GPUs", "CPU slots"), with where that
+// number comes from ("--gpus 0", "the default --cpu 1") and how to get more.
+struct RankLimit {
+  int max_ranks = 1;
+  std::string unit;
+  std::string source;
+  std::string hint;
+};
+
+// A run whose parallel.data is more ranks than `limit` allows could never start: throws
+// RecipeError at the first such run, at the position of its parallel.data —
+// "FILE:LINE:COL: parallel.data: 2 ranks need 2 distinct GPUs, more than the 1 of --gpus 0; … (run: B seed=1)".
+void check_ranks(const Recipe& recipe, const Plan& plan, const RankLimit& limit);
 
 }  // namespace mxablate::orchestrator

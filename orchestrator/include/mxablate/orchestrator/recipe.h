@@ -29,6 +29,11 @@ struct GridAxis {
   std::string path;  // the config path it sets ("train.seed")
   Location at;
   std::vector<LocatedJson> values;  // each converted with its own positions
+  // A linked axis (docs/design.md §5) sets several config paths together: `scale: [{model:
+  // llama-20m, train.max_tokens: 1e8}, …]` is read as one GridAxis per path ("model",
+  // "train.max_tokens"), adjacent in `grid`, each with the linked axis' name here and values
+  // index-aligned: they move as one axis. Empty for an ordinary axis.
+  std::string link;
 };
 
 // One include or exclude entry: an arm (optional for exclude) and values for config paths.
@@ -72,6 +77,10 @@ struct Recipe {
   TargetSpec target;
 
   const ArmDef* find_arm(const std::string& name) const;
+  // The grid's dimensions: indexes into `grid`, one group per ordinary axis and one per linked
+  // axis (its paths move together). Every count of grid points goes through this.
+  std::vector<std::vector<size_t>> grid_dimensions() const;
+  double grid_points() const;  // the product of the dimensions' sizes
 };
 
 // A recipe is a short text file; anything larger is refused before it is parsed.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -19,10 +20,11 @@ namespace mxablate::orchestrator {
 // What `mxablate run --executor slurm` asks of Slurm for every run.
 struct SlurmSubmitOptions {
   std::string partition;                 // empty: the cluster's default partition
-  int gpus_per_run = 0;                  // --gres=gpu:G
+  int gpus_per_run = 0;                  // --gres=gpu:G (per rank: a run of N ranks asks N × G)
   std::string time_limit;                // Slurm's format (e.g. 2:00:00, 1-12:00:00); empty: default
   int max_parallel = 0;                  // the array throttle %K; 0: no limit
   std::vector<std::string> sbatch_args;  // further #SBATCH options, e.g. --account=abc
+                                         // (--cpus-per-task: per rank, like the GPUs)
 };
 
 // A Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, INFINITE or UNLIMITED.
@@ -31,6 +33,10 @@ bool is_slurm_time_limit(std::string_view text);
 // Throws std::invalid_argument with one line naming the option when something cannot work
 // (a malformed time, an --sbatch-arg mxablate sets itself, a line break in a value).
 void validate_slurm_submit_options(const SlurmSubmitOptions& options);
+
+// The CPUs per task that --sbatch-arg sets (--cpus-per-task=C or -cC, the last one given);
+// nullopt when none does. Throws std::invalid_argument when its value is not a whole number ≥ 1.
+std::optional<int> sbatch_cpus_per_task(const std::vector<std::string>& sbatch_args);
 
 struct ArrayTask {
   std::string run_id;
@@ -47,6 +53,10 @@ struct ArrayScript {
   std::filesystem::path slurm_dir;    // RUNS_DIR/<sweep>/slurm: logs, exit files, the journal
   std::filesystem::path trainer;      // absolute; must exist on the compute nodes
   SlurmSubmitOptions options;
+  // The ranks of every run of the array (parallel.data; one array, one rank count): its one task
+  // asks for ranks × --gpus-per-run GPUs and ranks × --cpus-per-task CPUs (1 when not given), and
+  // each rank gets the task's CPUs / ranks as OMP_NUM_THREADS. The trainer starts the ranks.
+  int ranks = 1;
   std::vector<ArrayTask> tasks;
   std::string written_at;             // a timestamp for the header comment
 };

@@ -1,5 +1,5 @@
 // The sweep loop: registers the plan in the results store, launches pending runs in the
-// executor's free slots, tails and ingests every running run's event log, decides what each
+// executor's free slots (a run of N ranks in N of them; SweepOptions::backfill), tails and ingests every running run's event log, decides what each
 // ended attempt means (result, failure, retry from checkpoint), enforces the per-run timeout,
 // and on SIGINT/SIGTERM stops launching, asks the trainers to checkpoint and stop, records
 // their state and returns. Re-running the same plan continues where it stopped: finished runs
@@ -28,6 +28,12 @@ struct SweepOptions {
   std::chrono::milliseconds timeout{0};       // per attempt; 0: none
   std::chrono::milliseconds grace{60000};     // SIGTERM → SIGKILL
   std::chrono::milliseconds poll{200};        // ingestion interval (exits wake the loop at once)
+  // Runs are launched in plan order as the executor's free slots allow (a run of N ranks needs N
+  // slots, Executor::fits). When the next run in order does not fit, later runs that do fit may
+  // start ahead of it — for this long after it began to wait; from then on nothing starts ahead
+  // of it, so it gets its slots once the running attempts end (a big run never starves behind a
+  // stream of small ones). 0: strictly in order.
+  std::chrono::milliseconds backfill{std::chrono::minutes(10)};
 };
 
 struct SweepResult {

@@ -149,7 +149,7 @@ std::string model_label(const ModelChoice& m);
 // either where the key tree shows a mapping.
 bool takes_name_or_mapping(std::string_view config_path);
 
-// How one run is spread over processes (docs/design.md §5): `data` ranks, each taking its slice
+// How one run is spread over processes (docs/design.md §4, "Data-parallel runs"): `data` ranks, each taking its slice
 // of every step's micro-batches; gradients are summed over ranks. An execution setting like
 // device or threads: the same run on N ranks quantizes exactly as on one rank with N
 // micro-batches, so it never describes an arm.

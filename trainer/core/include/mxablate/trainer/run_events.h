@@ -26,7 +26,7 @@ class RunEvents {
  public:
   explicit RunEvents(const std::string& events_path) : writer_(std::in_place, events_path) {}
   // Writes nothing: the events of a data-parallel run's ranks other than rank 0, which alone
-  // keeps the log (docs/design.md §5); every call returns seq 0.
+  // keeps the log (docs/design.md §4, "Data-parallel runs"); every call returns seq 0.
   RunEvents() = default;
 
   int64_t last_seq() const { return writer_ ? writer_->last_seq() : 0; }

@@ -1,4 +1,4 @@
-// The processes of one data-parallel run (docs/design.md §5). `mxablate-train` started for a
+// The processes of one data-parallel run (docs/design.md §4, "Data-parallel runs"). `mxablate-train` started for a
 // config with parallel.data N > 1 and no rank in its environment is the run's launcher: it owns
 // the c10d TCPStore the ranks meet through (a free localhost port), starts N copies of itself as
 // ranks 0..N-1 (rank i on the i-th visible GPU, or on the CPU with Gloo), forwards SIGTERM and
@@ -22,6 +22,9 @@ struct RankInfo {
   int local_rank = 0;  // the GPU index among the visible ones
   std::string store_host;
   int store_port = 0;
+  // Rank 0 opens the store itself unless a launcher hosts it: ours (MXABLATE_STORE_HOSTED) or
+  // torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True). Under srun nobody else does.
+  bool hosts_store = false;
 };
 
 // The rank this process is, if its environment names one; throws contract::ConfigError naming

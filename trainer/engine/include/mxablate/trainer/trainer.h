@@ -30,7 +30,7 @@ struct TrainOptions {
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
   int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
-  int crash_rank = -1;                    // only this rank of a data-parallel run crashes (-1: all)
+  int fault_rank = -1;  // the rank of a data-parallel run the two above act on (-1: every rank)
   // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 

@@ -1,0 +1,242 @@
+// Data-parallel runs of mxablate-train on the CPU (Gloo), end to end: the launcher, the ranks,
+// the gradient buckets, and what a rank dying or a signal does to the run.
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "catch.h"
+#include "run_test_support.h"
+
+using namespace mxablate;
+using namespace mxablate::test;
+using nlohmann::json;
+
+namespace {
+
+// Every random stream in play (MXFP4 everywhere, SR of the gradients, a per-step-random
+// rotation of Wgrad), a train event every step, checkpoints every 5 steps.
+contract::RunConfig dp_config(int ranks, int64_t micro_batch_tokens) {
+  contract::RunConfig c = smoke_config();
+  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
+                 contract::GemmPrecision::kMXFP4};
+  c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
+  c.quant.hadamard = {kernels::HadamardMode::kPerStepRandom, 16, {kernels::GemmKind::kWgrad}};
+  c.train.global_batch_tokens = 512;
+  c.train.micro_batch_tokens = micro_batch_tokens;
+  c.train.max_tokens = 512 * 12;
+  c.train.warmup_tokens = 512 * 2;
+  c.eval.every_tokens = 512 * 4;
+  c.eval.tokens = 1024;
+  c.checkpoint.every_steps = 5;
+  c.telemetry.train_every_steps = 1;
+  c.telemetry.quant_every_steps = 5;
+  c.parallel.data = ranks;
+  return c;
+}
+
+struct Trajectory {
+  std::vector<double> loss, grad_norm;
+  std::vector<std::pair<int64_t, double>> evals;
+};
+
+Trajectory trajectory_of(const std::string& dir) {
+  const auto events = effective_events(dir);
+  Trajectory t;
+  for (const json& e : events_of_kind(events, "train")) {
+    t.loss.push_back(e["loss"].get<double>());
+    t.grad_norm.push_back(e["grad_norm"].get<double>());
+  }
+  t.evals = eval_curve(events);
+  return t;
+}
+
+// Whether the trainer refused for lack of Gloo (then the test skips).
+bool lacks_gloo(const TrainResult& r) {
+  return r.exit_code == 2 && r.output.find("need Gloo") != std::string::npos;
+}
+constexpr const char* kNoGloo = "this mxablate-train was built without Gloo's headers (libgloo-dev)";
+
+// A TCP port nothing listens on right now (the kernel's pick for port 0).
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
+
+}  // namespace
+
+TEST_CASE("Two Gloo ranks train as one rank with the same micro-batches, bit for bit with one each",
+          "[train][parallel]") {
+  const std::string one = fresh_run_dir("dp_one_rank");
+  const contract::RunConfig c1 = dp_config(1, 256);
+  REQUIRE(run_train(one, &c1).exit_code == 0);
+  const std::string two = fresh_run_dir("dp_two_ranks");
+  const contract::RunConfig c2 = dp_config(2, 256);
+  const TrainResult r = run_train(two, &c2);
+  if (lacks_gloo(r)) MXABLATE_SKIP(kNoGloo);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const Trajectory a = trajectory_of(one), b = trajectory_of(two);
+  REQUIRE(a.loss.size() == 12);
+  // Each rank's one micro-batch is quantized with the keys of its place in the step (the same
+  // SR and rotation bits), and the sum of two gradients commutes: every step equals exactly.
+  CHECK(b.loss == a.loss);
+  CHECK(b.grad_norm == a.grad_norm);
+  REQUIRE(b.evals.size() == a.evals.size());
+  for (size_t i = 0; i < a.evals.size(); ++i) {
+    CHECK(b.evals[i].first == a.evals[i].first);
+    CHECK(within(b.evals[i].second, a.evals[i].second, 1e-12));  // the ranks split the validation set
+  }
+  const auto events = effective_events(two);
+  CHECK(events.front()["ranks"] == 2);
+  CHECK(events_of_kind(events, "run_start").size() == 1);  // rank 0 alone writes the log
+  CHECK(events_of_kind(events, "run_end").size() == 1);
+  CHECK(events_of_kind(events, "quant_stats").size() == events_of_kind(effective_events(one), "quant_stats").size());
+}
+
+TEST_CASE("Two ranks with two micro-batches each stay within 1e-5 of one rank with four", "[train][parallel]") {
+  const std::string one = fresh_run_dir("dp_one_rank_four");
+  const contract::RunConfig c1 = dp_config(1, 128);
+  REQUIRE(run_train(one, &c1).exit_code == 0);
+  const std::string two = fresh_run_dir("dp_two_ranks_four");
+  const contract::RunConfig c2 = dp_config(2, 128);
+  const TrainResult r = run_train(two, &c2);
+  if (lacks_gloo(r)) MXABLATE_SKIP(kNoGloo);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const Trajectory a = trajectory_of(one), b = trajectory_of(two);
+  REQUIRE(b.loss.size() == a.loss.size());
+  for (size_t i = 0; i < a.loss.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(within(b.loss[i], a.loss[i], 1e-5));
+  }
+}
+
+TEST_CASE("A rank that dies takes the run down, and --resume continues from rank 0's checkpoint",
+          "[train][parallel]") {
+  const contract::RunConfig c = dp_config(2, 256);
+  const std::string reference = fresh_run_dir("dp_reference");
+  const TrainResult first = run_train(reference, &c);
+  if (lacks_gloo(first)) MXABLATE_SKIP(kNoGloo);
+  REQUIRE(first.exit_code == 0);
+
+  const std::string dir = fresh_run_dir("dp_rank_dies");
+  const TrainResult crashed = run_train(dir, &c, "--debug-crash-at-step 7 --debug-fault-rank 1");
+  INFO(crashed.output);
+  CHECK(crashed.exit_code == 137);  // rank 1's kill -9, as the run's
+  CHECK(crashed.output.find("rank 1 ended with exit code 137; stopping the other ranks") != std::string::npos);
+  // Rank 0 lost its peer inside a collective: the run was interrupted, not failed, so no
+  // run_end (the orchestrator retries it as it retries a killed trainer).
+  CHECK(crashed.output.find("lost the other ranks (one of them ended or crashed)") != std::string::npos);
+  CHECK(events_of_kind(effective_events(dir), "run_end").empty());
+
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = effective_events(dir);
+  const auto resume = events_of_kind(events, "resume");
+  REQUIRE(resume.size() == 1);
+  CHECK(resume[0]["step"] == 5);  // the checkpoint before the crash
+  // The resumed timeline is the uninterrupted run's.
+  CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+}
+
+TEST_CASE("A signal reaching one rank stops every rank at the same step with a checkpoint",
+          "[train][parallel]") {
+  const contract::RunConfig c = dp_config(2, 256);
+  const std::string dir = fresh_run_dir("dp_signal");
+  const TrainResult stopped = run_train(dir, &c, "--debug-signal-at-step 3 --debug-fault-rank 1");
+  if (lacks_gloo(stopped)) MXABLATE_SKIP(kNoGloo);
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 4);
+  const auto events = effective_events(dir);
+  const auto end = events_of_kind(events, "run_end");
+  REQUIRE(end.size() == 1);
+  CHECK(end[0]["status"] == "interrupted");
+  // Rank 1 saw SIGTERM after step 3's exchange; the ranks agreed at step 4's.
+  CHECK(end[0]["step"] == 4);
+  REQUIRE_FALSE(events_of_kind(events, "checkpoint").empty());
+  CHECK(events_of_kind(events, "checkpoint").back()["step"] == 4);
+  REQUIRE(run_train(dir, nullptr, "--resume").exit_code == 0);
+  CHECK(events_of_kind(effective_events(dir), "run_end").back()["status"] == "budget_exhausted");
+}
+
+TEST_CASE("A rank's environment is checked against parallel.data, one line naming what is wrong",
+          "[train][parallel]") {
+  const contract::RunConfig c = dp_config(2, 256);
+  struct Env {
+    Env(const char* world, const char* rank) {
+      ::setenv("WORLD_SIZE", world, 1);
+      ::setenv("RANK", rank, 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", "1", 1);
+    }
+    ~Env() {
+      for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+    }
+  };
+  {
+    Env env("3", "0");
+    const TrainResult r = run_train(fresh_run_dir("dp_wrong_world"), &c);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("parallel.data: 2 but this process is rank 0 of 3") != std::string::npos);
+  }
+  {
+    Env env("two", "0");
+    const TrainResult r = run_train(fresh_run_dir("dp_bad_world"), &c);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("environment WORLD_SIZE: expected an integer in [1, 4096], got \"two\"") !=
+          std::string::npos);
+  }
+  {
+    Env env("2", "5");
+    const TrainResult r = run_train(fresh_run_dir("dp_bad_rank"), &c);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("environment RANK: expected an integer in [0, 1]") != std::string::npos);
+  }
+}
+
+TEST_CASE("Ranks started by another tool (srun, torchrun) meet through rank 0's store", "[train][parallel]") {
+  const contract::RunConfig c = dp_config(2, 256);
+  const std::string reference = fresh_run_dir("dp_by_launcher");
+  const TrainResult first = run_train(reference, &c);
+  if (lacks_gloo(first)) MXABLATE_SKIP(kNoGloo);
+  REQUIRE(first.exit_code == 0);
+
+  const std::string dir = fresh_run_dir("dp_by_hand");
+  contract::write_run_config(dir + "/config.json", c);
+  const int port = free_local_port();
+  std::vector<int> codes(2, -1);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      // As srun sets them for two tasks, with the address exported by the job script.
+      const std::string cmd = "env -u RANK -u WORLD_SIZE SLURM_NTASKS=2 SLURM_PROCID=" + std::to_string(r) +
+                              " SLURM_LOCALID=" + std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                              std::to_string(port) + " '" + MXABLATE_TRAIN_EXE + "' --run-dir '" + dir +
+                              "' > '" + dir + "/rank" + std::to_string(r) + ".txt' 2>&1";
+      const int status = std::system(cmd.c_str());
+      codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    });
+  for (auto& t : ranks) t.join();
+  CHECK(codes == std::vector<int>{0, 0});
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+  CHECK(effective_events(dir).front()["ranks"] == 2);
+}
