@@ -172,6 +172,8 @@ grid:
   };
   CHECK(curve("smoke").size() == 3);
   CHECK(curve("d64-L2-h4/2-f192") == curve("smoke"));
+}
+
 namespace {
 
 // The ranks a data-parallel run's launcher started (its children).

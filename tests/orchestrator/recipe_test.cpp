@@ -302,6 +302,8 @@ arms:
   nlohmann::json without_id = plan.runs[0].config_json;
   without_id.erase("run_id");
   CHECK(without_id.dump().find("\"model\":\"llama-20m\"") != std::string::npos);
+}
+
 TEST_CASE("a linked axis sets several paths together: each model with its own budget") {
   const Recipe r = parse_recipe(R"(name: s
 base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
