@@ -278,10 +278,10 @@ TEST_CASE("without parameter counts the blocks keep the plan's order, and one mo
   const auto single = analysis::analyze_by_model(one, "");
   REQUIRE(single.size() == 1);
   CHECK(single[0].block.heading.empty());
-  // Rows keep their full names.
+  // Rows keep their full names; a model axis by the model's label (contract::model_label).
   CHECK(single[0].block.sweep.groups ==
-        std::vector<std::string>{"fp8 [model=\"llama-20m\" train.max_tokens=20000.0]",
-                                 "FDW [model=\"llama-20m\" train.max_tokens=20000.0]"});
+        std::vector<std::string>{"fp8 [model=llama-20m train.max_tokens=20000.0]",
+                                 "FDW [model=llama-20m train.max_tokens=20000.0]"});
   CHECK(analysis::scale_figure(single).omitted ==
         "The figure of extra tokens against parameters needs a sweep over at least two models; "
         "this one has one (llama-20m).");
