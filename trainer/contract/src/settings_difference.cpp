@@ -1,5 +1,6 @@
 #include "mxablate/contract/settings_difference.h"
 
+#include <iterator>
 #include <set>
 
 namespace mxablate::contract {
@@ -8,9 +9,12 @@ namespace {
 using nlohmann::json;
 
 bool left_out(const std::string& key) {
-  static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",
-                                              "target",     "train.seed",      "train.data_seed",
-                                              "device",     "threads",         "mllog", "parallel"};
+  static const std::set<std::string> kLeftOut = [] {
+    std::set<std::string> keys{"run_id", "sweep",   "arm",   "target",  "train.seed", "train.data_seed",
+                               "device", "threads", "mllog", "parallel"};
+    keys.insert(std::begin(kResultNeutralKeys), std::end(kResultNeutralKeys));
+    return keys;
+  }();
   return kLeftOut.count(key) > 0;
 }
 
