@@ -120,7 +120,9 @@ TEST_CASE("Checkpointed blocks give the unchecked model's loss and gradients bit
           "[trainer][checkpointing]") {
   // 2 blocks x 7 linears x 3 GEMMs x 2 operands of telemetry under MXFP4; none under BF16.
   SECTION("BF16") { check_identical(bf16_config(), 0); }
-  SECTION("MXFP4 F+D+W, SR on dY, random Hadamard on Wgrad") { check_identical(mxfp4_config(), 84); }
+  SECTION("MXFP4 F+D+W, SR on dY, random Hadamard on Wgrad") {
+    check_identical(mxfp4_config(), 84);
+  }
   SECTION("and DGE and OCC") {
     check_identical(mxfp4_dge_occ_config(), 84);
     const StepResult checked = train_step(mxfp4_dge_occ_config(), true);
@@ -177,7 +179,8 @@ TEST_CASE("A checkpointed block runs once without grad and once more in backward
   }
 }
 
-TEST_CASE("The model's blocks go through the checkpoint only when asked", "[trainer][checkpointing]") {
+TEST_CASE("The model's blocks go through the checkpoint only when asked",
+          "[trainer][checkpointing]") {
   for (const bool on : {false, true}) {
     ModelOptions o;
     o.shape = *find_model_preset("smoke");

@@ -252,7 +252,8 @@ TEST_CASE("A precision schedule switches once, as an event, and a resume across 
 // The events without what depends on the clock or the run directory.
 std::vector<json> without_timing(std::vector<json> events) {
   for (json& e : events)
-    for (const char* key : {"time", "tokens_per_s", "wall_s", "peak_rss_bytes", "peak_gpu_bytes", "path"})
+    for (const char* key :
+         {"time", "tokens_per_s", "wall_s", "peak_rss_bytes", "peak_gpu_bytes", "path"})
       e.erase(key);
   return events;
 }
@@ -292,7 +293,8 @@ TEST_CASE("Activation checkpointing changes no event, and may be switched on for
   CHECK(events_of_kind(after, "checkpoint_rejected").empty());
   REQUIRE(events_of_kind(after, "resume").size() == 1);
   CHECK(eval_curve(after) == eval_curve(reference));
-  CHECK(events_of_kind(after, "train").back()["loss"] == events_of_kind(reference, "train").back()["loss"]);
+  CHECK(events_of_kind(after, "train").back()["loss"] ==
+        events_of_kind(reference, "train").back()["loss"]);
 }
 
 TEST_CASE("A crash before the first checkpoint restarts the run from scratch on --resume", "[train][resume]") {

@@ -10,8 +10,10 @@ using nlohmann::json;
 
 bool left_out(const std::string& key) {
   static const std::set<std::string> kLeftOut = [] {
-    std::set<std::string> keys{"run_id", "sweep",   "arm",   "target",  "train.seed", "train.data_seed",
-                               "device", "threads", "mllog", "parallel"};
+    std::set<std::string> keys{"run_id", "sweep",      "arm",
+                               "target", "train.seed", "train.data_seed",
+                               "device", "threads",    "mllog",
+                               "parallel"};
     keys.insert(std::begin(kResultNeutralKeys), std::end(kResultNeutralKeys));
     return keys;
   }();

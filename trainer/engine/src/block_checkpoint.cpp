@@ -64,7 +64,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     if (!grads[0].defined()) return out;
 
     const torch::AutoGradMode grad_on(true);
-    const TelemetrySetting telemetry(*capsule->session, ctx->saved_data["collect_telemetry"].toBool());
+    const bool collect = ctx->saved_data["collect_telemetry"].toBool();
+    const TelemetrySetting telemetry(*capsule->session, collect);
     // The saved input stands for the previous block's output, detached so that this graph ends
     // here; the outer backward carries its gradient on from the returned dx.
     const at::Tensor input = saved[0].detach().requires_grad_(true);

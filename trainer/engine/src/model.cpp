@@ -119,7 +119,8 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   blocks = register_module("blocks", torch::nn::ModuleList());
   const LinearPlan bf16 = plain_bf16_plan();
   for (int b = 0; b < s.n_layers; ++b)
-    blocks->push_back(Block(s, b, bf16, options.session, rope, build, options.activation_checkpointing));
+    blocks->push_back(
+        Block(s, b, bf16, options.session, rope, build, options.activation_checkpointing));
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,
