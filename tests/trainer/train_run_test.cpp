@@ -258,7 +258,8 @@ std::vector<json> without_timing(std::vector<json> events) {
   return events;
 }
 
-TEST_CASE("Activation checkpointing changes no event, and may be switched on for a resume",
+TEST_CASE("Activation checkpointing changes no event, with data-parallel ranks too, and may be "
+          "switched on for a resume",
           "[train][checkpointing]") {
   contract::RunConfig c = mxfp4_config();  // every random stream, two micro-batches a step
   c.quant.occ = contract::OccConfig{0.99};
@@ -282,6 +283,18 @@ TEST_CASE("Activation checkpointing changes no event, and may be switched on for
   const auto events = without_timing(effective_events(checked));
   // Train losses, gradient norms, evaluations and telemetry, bit for bit and in the same order.
   CHECK(events == reference);
+
+  // Data-parallel ranks sum gradients from hooks on each parameter's accumulator: with the
+  // blocks checkpointed those still fire once per backward, after the recompute.
+  contract::RunConfig ranks = on;
+  ranks.parallel.data = 2;  // one of the step's two micro-batches each
+  const std::string parallel = fresh_run_dir("ckpt_on_2_ranks");
+  const TrainResult pr = run_train(parallel, &ranks);
+  INFO(pr.output);
+  REQUIRE(pr.exit_code == 0);
+  const auto parallel_events = without_timing(effective_events(parallel));
+  for (const char* kind : {"train", "eval", "quant_stats"})
+    CHECK(events_of_kind(parallel_events, kind) == events_of_kind(reference, kind));
 
   // A run that crashed without it resumes with it (e.g. after running out of memory).
   const std::string dir = fresh_run_dir("ckpt_resume");
