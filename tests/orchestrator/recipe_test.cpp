@@ -237,6 +237,6 @@ target: {from_arm: plain, at_fraction: 0.8}
   CHECK(plan.runs[0].run_id != plan.runs[1].run_id);  // a config of its own, like device
   CHECK_THROWS_WITH(parse_recipe(head + "arms:\n  plain: {train: {activation_checkpointing: 1}}\n",
                                  "c.yaml"),
-                    "c.yaml:4:48: arms.plain.train.activation_checkpointing: expected true or "
+                    "c.yaml:5:45: arms.plain.train.activation_checkpointing: expected true or "
                     "false, got 1");
 }
