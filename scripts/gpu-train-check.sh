@@ -15,11 +15,15 @@
 #      run_end's figure including evaluation).
 #   4. Convergence: llama-20m for STEPS steps (default 200, ~1.8 epochs of the default corpus)
 #      in BF16 and full MXFP4: validation loss must fall by > 2 nats, no fatal divergence.
+#   5. Only with MXABLATE_CHECK_LARGE=1: llama-1.3b at seq_len 2048 with activation
+#      checkpointing (train.activation_checkpointing), BF16 and full MXFP4, 10 steps of 16384
+#      tokens: tokens/s and peak GPU memory.
 #
 # Usage: scripts/gpu-train-check.sh [DATA_DIR]
 #   DATA_DIR: a prepared data directory (default data/default: carry it to the GPU machine).
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, as gpu-check.sh), MXABLATE_CHECK_STEPS (200),
-#        MXABLATE_CHECK_OUT (run directories; default /tmp/mxablate-gpu-train-check).
+#        MXABLATE_CHECK_OUT (run directories; default /tmp/mxablate-gpu-train-check),
+#        MXABLATE_CHECK_LARGE (1: also step 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,6 +89,15 @@ ok = end["status"] == "budget_exhausted" and evals[-1][1] < evals[0][1] - 2.0
 sys.exit(0 if ok else 1)
 PYEOF
 done
+
+if [ "${MXABLATE_CHECK_LARGE:-0}" = 1 ]; then
+  echo "== 5. llama-1.3b, seq_len 2048, activation checkpointing (tokens/s | run_end | peak GPU)"
+  for prec in bf16 mxfp4; do
+    run "large-llama-1.3b-$prec-ckpt" cuda llama-1.3b $prec 2048 16384 16384 10 1000 4096 0 \
+      '{"train": {"activation_checkpointing": true}}' || failures=$((failures + 1))
+    summary "$OUT/large-llama-1.3b-$prec-ckpt"
+  done
+fi
 
 echo "gpu-train-check: $failures failure(s); run directories in $OUT"
 [ "$failures" -eq 0 ]

@@ -31,7 +31,9 @@ TEST_CASE("Keys added after the first release stay out of the compact JSON at th
     CHECK_FALSE(j["quant"].contains(key));
   CHECK_FALSE(j.contains("precision_schedule"));
   CHECK_FALSE(j.contains("overrides"));
+  CHECK_FALSE(j["train"].contains("activation_checkpointing"));
   const json full = to_json_full(RunConfig{});
+  CHECK(full["train"]["activation_checkpointing"] == false);
   CHECK(full["quant"]["dge"].is_null());
   CHECK(full["quant"]["weight_blocks"] == "1d");
   CHECK(full["overrides"] == json::array());
@@ -42,6 +44,27 @@ TEST_CASE("Keys added after the first release stay out of the compact JSON at th
   CHECK(tree["precision_schedule"][0].contains("at_fraction"));
   CHECK(tree["overrides"][0]["quant"].contains("sr_prescale"));
   CHECK_FALSE(tree["overrides"][0]["quant"].contains("gemm_path"));
+  CHECK(tree["train"]["activation_checkpointing"] == false);  // the schema's type: a bool
+}
+
+TEST_CASE("Activation checkpointing is read, written when on, and does not describe an arm") {
+  json j = valid();
+  j["train"]["activation_checkpointing"] = true;
+  const RunConfig c = run_config_from_json(j);
+  CHECK(c.train.activation_checkpointing);
+  CHECK(to_json(c)["train"]["activation_checkpointing"] == true);
+  CHECK(run_config_from_json(to_json(c)).train.activation_checkpointing);
+  j["train"]["activation_checkpointing"] = "yes";
+  CHECK(error_of(j) == "train.activation_checkpointing: expected true or false, got \"yes\"");
+  // It changes how a run executes, not one bit of its results: not an intervention.
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  RunConfig arm = fp8;
+  arm.train.activation_checkpointing = true;
+  CHECK(settings_difference(arm, fp8).empty());
+  CHECK(describe_differences(settings_difference(arm, fp8), true) == "-");
+  arm.precision.fprop = kMX;
+  CHECK(describe_differences(settings_difference(arm, fp8), true) == "fprop mxfp4");
+  CHECK(paper_figure(arm, fp8) == "modest");
 }
 
 TEST_CASE("Malformed numerics settings name their key path") {

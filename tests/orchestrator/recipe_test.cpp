@@ -421,3 +421,27 @@ TEST_CASE("the scale recipe plans the paper's arms at three models, budgets by m
   for (const RunSpec& run : plan.runs)
     if (run.arm == "fp8" || run.arm == "F") CHECK(run.interventions == "-");
 }
+
+TEST_CASE("activation checkpointing is a schema key of its own type and never an intervention") {
+  const std::string head = R"(name: c
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+target: {from_arm: plain, at_fraction: 0.8}
+)";
+  const Plan plan = expand_recipe(parse_recipe(head + R"(arms:
+  plain: {}
+  checkpointed: {train: {activation_checkpointing: true}}
+  ceil: {train: {activation_checkpointing: true}, quant: {scale_rule: ceil}}
+)", "c.yaml"));
+  REQUIRE(plan.runs.size() == 3);
+  CHECK_FALSE(plan.runs[0].config.train.activation_checkpointing);
+  CHECK_FALSE(plan.runs[0].config_json["train"].contains("activation_checkpointing"));
+  CHECK(plan.runs[1].config.train.activation_checkpointing);
+  CHECK(plan.runs[1].config_json["train"]["activation_checkpointing"] == true);
+  CHECK(plan.runs[1].interventions == "-");
+  CHECK(plan.runs[2].interventions == "scale_rule ceil");
+  CHECK(plan.runs[0].run_id != plan.runs[1].run_id);  // a config of its own, like device
+  CHECK_THROWS_WITH(parse_recipe(head + "arms:\n  plain: {train: {activation_checkpointing: 1}}\n",
+                                 "c.yaml"),
+                    "c.yaml:5:45: arms.plain.train.activation_checkpointing: expected true or "
+                    "false, got 1");
+}

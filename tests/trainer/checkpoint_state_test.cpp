@@ -5,6 +5,7 @@
 #include <string>
 
 #include "catch.h"
+#include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/checkpoint_state.h"
 #include "mxablate/trainer/divergence.h"
 
@@ -155,4 +156,20 @@ TEST_CASE("The fuzz target's seed state is accepted", "[trainer][checkpoint]") {
   e.total_steps = 100;
   e.step_in_name.reset();
   CHECK(parse_checkpoint_state(text.str(), e).state.step == 10);
+}
+
+TEST_CASE("A checkpoint resumes with activation checkpointing switched, not with a numerics change",
+          "[trainer][checkpoint]") {
+  contract::RunConfig c;
+  const json off = trajectory_config(contract::to_json(c));
+  c.train.activation_checkpointing = true;
+  const json on = trajectory_config(contract::to_json(c));
+  CHECK(contract::to_json(c)["train"]["activation_checkpointing"] == true);
+  CHECK(on == off);  // it changes no result: not part of the trajectory
+  CHECK_FALSE(on["train"].contains("activation_checkpointing"));
+  c.train.lr *= 2;
+  CHECK(trajectory_config(contract::to_json(c)) != off);
+  // A config without a train section (or with one that is not an object) is taken as it is.
+  CHECK(trajectory_config(json{{"model", "smoke"}}) == json{{"model", "smoke"}});
+  CHECK(trajectory_config(json{{"train", 3}}) == json{{"train", 3}});
 }

@@ -249,6 +249,67 @@ TEST_CASE("A precision schedule switches once, as an event, and a resume across 
   CHECK(events_of_kind(events, "precision_switch")[0]["step"] == 15);
 }
 
+// The events without what depends on the clock or the run directory.
+std::vector<json> without_timing(std::vector<json> events) {
+  for (json& e : events)
+    for (const char* key :
+         {"time", "tokens_per_s", "wall_s", "peak_rss_bytes", "peak_gpu_bytes", "path"})
+      e.erase(key);
+  return events;
+}
+
+TEST_CASE("Activation checkpointing changes no event, with data-parallel ranks too, and may be "
+          "switched on for a resume",
+          "[train][checkpointing]") {
+  contract::RunConfig c = mxfp4_config();  // every random stream, two micro-batches a step
+  c.quant.occ = contract::OccConfig{0.99};
+  c.train.max_tokens = 512 * 3;
+  c.eval.every_tokens = 512;
+  c.checkpoint.every_steps = 1;
+  c.telemetry.train_every_steps = 1;
+  c.telemetry.quant_every_steps = 1;
+  const std::string plain = fresh_run_dir("ckpt_off");
+  REQUIRE(run_train(plain, &c).exit_code == 0);
+  const auto reference = without_timing(effective_events(plain));
+  REQUIRE(events_of_kind(reference, "train").size() == 3);
+  REQUIRE(events_of_kind(reference, "quant_stats").size() == 3 * 14 * 6);
+
+  contract::RunConfig on = c;
+  on.train.activation_checkpointing = true;
+  const std::string checked = fresh_run_dir("ckpt_on");
+  const TrainResult r = run_train(checked, &on);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto events = without_timing(effective_events(checked));
+  // Train losses, gradient norms, evaluations and telemetry, bit for bit and in the same order.
+  CHECK(events == reference);
+
+  // Data-parallel ranks sum gradients from hooks on each parameter's accumulator: with the
+  // blocks checkpointed those still fire once per backward, after the recompute.
+  contract::RunConfig ranks = on;
+  ranks.parallel.data = 2;  // one of the step's two micro-batches each
+  const std::string parallel = fresh_run_dir("ckpt_on_2_ranks");
+  const TrainResult pr = run_train(parallel, &ranks);
+  INFO(pr.output);
+  REQUIRE(pr.exit_code == 0);
+  const auto parallel_events = without_timing(effective_events(parallel));
+  for (const char* kind : {"train", "eval", "quant_stats"})
+    CHECK(events_of_kind(parallel_events, kind) == events_of_kind(reference, kind));
+
+  // A run that crashed without it resumes with it (e.g. after running out of memory).
+  const std::string dir = fresh_run_dir("ckpt_resume");
+  CHECK(run_train(dir, &c, "--debug-crash-at-step 2").exit_code == 137);
+  const TrainResult resumed = run_train(dir, &on, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto after = effective_events(dir);
+  CHECK(events_of_kind(after, "checkpoint_rejected").empty());
+  REQUIRE(events_of_kind(after, "resume").size() == 1);
+  CHECK(eval_curve(after) == eval_curve(reference));
+  CHECK(events_of_kind(after, "train").back()["loss"] ==
+        events_of_kind(reference, "train").back()["loss"]);
+}
+
 TEST_CASE("A crash before the first checkpoint restarts the run from scratch on --resume", "[train][resume]") {
   contract::RunConfig c = smoke_config();
   c.train.max_tokens = 1024 * 8;

@@ -581,6 +581,8 @@ json config_json(const RunConfig& c, JsonKeys keys) {
   };
   if (all_keys || c.parallel.data != ParallelConfig{}.data)
     out["parallel"] = {{"data", c.parallel.data}};
+  if (all_keys || c.train.activation_checkpointing)
+    out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
   if (all_keys || !c.precision_schedule.empty()) {
     json phases = json::array();
     for (const PrecisionPhase& p : c.precision_schedule)
@@ -756,6 +758,7 @@ static RunConfig parse_run_config(const json& j) {
     r.get("grad_clip", c.train.grad_clip);
     r.get("seed", c.train.seed);
     r.get("data_seed", c.train.data_seed);
+    r.get("activation_checkpointing", c.train.activation_checkpointing);
     r.finish();
   }
   if (const json* e = root.child("eval")) {

@@ -1,6 +1,7 @@
 #include "mxablate/contract/settings_difference.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 namespace mxablate::contract {
@@ -10,9 +11,13 @@ using nlohmann::json;
 
 bool left_out(const std::string& key) {
   // The model is compared as its type, below (a preset and a shape are different JSON types).
-  static const std::set<std::string> kLeftOut{"run_id",     "sweep",           "arm",  "model",
-                                              "target",     "train.seed",      "train.data_seed",
-                                              "device",     "threads",         "mllog", "parallel"};
+  static const std::set<std::string> kLeftOut = [] {
+    std::set<std::string> keys{"run_id", "sweep",      "arm",   "model",
+                               "target", "train.seed", "train.data_seed",
+                               "device", "threads",    "mllog", "parallel"};
+    keys.insert(std::begin(kResultNeutralKeys), std::end(kResultNeutralKeys));
+    return keys;
+  }();
   return kLeftOut.count(key) > 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <limits>
 
+#include "mxablate/contract/run_config.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/divergence.h"
 
@@ -101,6 +102,14 @@ json trajectory_config(const json& c) {
   json t = json::object();
   for (const char* key : {"model", "data", "train", "precision", "quant"})
     if (c.is_object() && c.contains(key)) t[key] = c.at(key);
+  // Keys that change no result (activation checkpointing) may change across a resume.
+  for (const char* key : contract::kResultNeutralKeys) {
+    const std::string path = key;
+    const size_t dot = path.find('.');
+    const std::string section = path.substr(0, dot), name = path.substr(dot + 1);
+    if (dot != std::string::npos && t.contains(section) && t[section].is_object())
+      t[section].erase(name);
+  }
   return t;
 }
 

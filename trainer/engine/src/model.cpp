@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "mxablate/trainer/block_checkpoint.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -82,7 +83,8 @@ at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
 
 BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,
                      const std::shared_ptr<QuantSession>& session,
-                     std::shared_ptr<RotaryEmbedding> rope, at::Device device) {
+                     std::shared_ptr<RotaryEmbedding> rope, at::Device device, bool checkpointed)
+    : session_(session), checkpointed_(checkpointed) {
   const int first = index * 7;  // q, k, v, o, gate, up, down (model_presets.h linear_layers)
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   attn_norm = register_module("attn_norm", RMSNorm(s.d_model, s.norm_eps, f32));
@@ -92,6 +94,14 @@ BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  if (!checkpointed_) return compute(x);
+  // The autograd node keeps the block alive until its backward has recomputed it.
+  auto self = std::static_pointer_cast<BlockImpl>(shared_from_this());
+  return checkpointed([self](const at::Tensor& in) { return self->compute(in); }, x, parameters(),
+                      session_);
+}
+
+at::Tensor BlockImpl::compute(const at::Tensor& x) {
   const at::Tensor h = x + attn->forward(attn_norm->forward(x));
   return h + mlp->forward(mlp_norm->forward(h));
 }
@@ -109,7 +119,8 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   blocks = register_module("blocks", torch::nn::ModuleList());
   const LinearPlan bf16 = plain_bf16_plan();
   for (int b = 0; b < s.n_layers; ++b)
-    blocks->push_back(Block(s, b, bf16, options.session, rope, build));
+    blocks->push_back(
+        Block(s, b, bf16, options.session, rope, build, options.activation_checkpointing));
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,

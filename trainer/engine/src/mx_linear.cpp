@@ -4,7 +4,9 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
@@ -27,8 +29,17 @@ void QuantSession::record(int layer, GemmKind gemm, Operand operand, const Quant
 }
 
 std::vector<QuantSession::Record> QuantSession::take_records() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::exchange(records_, {});
+  std::vector<Record> out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = std::exchange(records_, {});
+  }
+  // In (layer, GEMM, operand) order, whatever order they were made in: with activation
+  // checkpointing a block's forward quantizations are recorded during the backward pass.
+  std::stable_sort(out.begin(), out.end(), [](const Record& a, const Record& b) {
+    return std::tie(a.layer, a.gemm, a.operand) < std::tie(b.layer, b.gemm, b.operand);
+  });
+  return out;
 }
 
 kernels::RngKey LinearState::key(GemmKind gemm, Operand operand) const {

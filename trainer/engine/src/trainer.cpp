@@ -138,6 +138,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   mo.session = session;
   mo.device = s.device;
   mo.init_seed = config.train.seed;
+  mo.activation_checkpointing = config.train.activation_checkpointing;
   s.model = LlamaModel(mo);
   s.optimizer = make_adamw(*s.model, config.train);
 

@@ -51,6 +51,9 @@ struct TrainConfig {
   double grad_clip = 1.0;
   uint64_t seed = 1;       // model init, stochastic rounding, random Hadamard signs
   uint64_t data_seed = 0;  // data order; 0 means "same as seed"
+  // Keep only each transformer block's input in the forward pass and recompute the block in the
+  // backward (docs/trainer.md): less memory, about one more forward of compute, the same bits.
+  bool activation_checkpointing = false;
 };
 
 struct EvalConfig {
@@ -196,10 +199,15 @@ int64_t micro_batch_tokens(const RunConfig& c);
 // Micro-batches of one optimizer step over all ranks; each rank takes micro_batches / parallel.data.
 int64_t micro_batches_per_step(const RunConfig& c);
 
+// Keys (JSON paths) that change how a run executes but not one bit of what it computes: an arm
+// is not described by them (settings_difference) and a checkpoint resumes with them changed
+// (the trainer's trajectory_config). The one list both read.
+inline constexpr const char* kResultNeutralKeys[] = {"train.activation_checkpointing"};
+
 // Strict conversion. from_json throws ConfigError naming the offending key path. to_json writes
 // keys added after the first release (weight_blocks, sr_prescale, dge, occ, precision_schedule,
-// overrides) only when they differ from their defaults, so a run's id (a hash of this JSON)
-// stays the same across releases that add settings.
+// overrides, parallel, train.activation_checkpointing) only when they differ from their
+// defaults, so a run's id (a hash of this JSON) stays the same across releases that add settings.
 nlohmann::json to_json(const RunConfig& c);
 // Every key at its value (dge: null when off, empty lists): for comparing configs key by key.
 nlohmann::json to_json_full(const RunConfig& c);

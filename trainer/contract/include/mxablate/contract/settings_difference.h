@@ -20,7 +20,8 @@ struct SettingDifference {
 
 // Every setting of `run` that differs from `reference`, in key order. Left out: the run's
 // identity (run_id, sweep, arm), the target (one per sweep), seeds (they pair runs, they do not
-// describe arms) and where it runs (device, threads, mllog). A Hadamard rotation is one setting
+// describe arms), where it runs (device, threads, mllog, parallel) and how, where that changes
+// no result (kResultNeutralKeys: activation checkpointing). A Hadamard rotation is one setting
 // (mode, size and GEMMs together): a rotation is not described by the part that changed. So is
 // the model, shown by its label (model_label: "llama-20m", "d512-L6-h8/4-f1408").
 std::vector<SettingDifference> settings_difference(const RunConfig& run, const RunConfig& reference);

@@ -29,6 +29,9 @@ struct ModelOptions {
   // Parameters are created here; "meta" builds the shapes without memory (the 8B shape check).
   at::Device device = at::kCPU;
   uint64_t init_seed = 1;  // initialization is drawn on the CPU, so it is device-independent
+  // Each block keeps only its input and is recomputed in backward (block_checkpoint.h): less
+  // memory, about one more forward, the same bits.
+  bool activation_checkpointing = false;
 };
 
 class RMSNormImpl : public torch::nn::Module {
@@ -82,11 +85,18 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelShape& shape, int index, const LinearPlan& plan,
             const std::shared_ptr<QuantSession>& session, std::shared_ptr<RotaryEmbedding> rope,
-            at::Device device);
+            at::Device device, bool checkpointed = false);
+  // Through block_checkpoint.h when the block is checkpointed, else compute(x) directly.
   at::Tensor forward(const at::Tensor& x);
+  // x + attention, + MLP: the block's arithmetic.
+  at::Tensor compute(const at::Tensor& x);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
   Attention attn{nullptr};
   SwiGLU mlp{nullptr};
+
+ private:
+  std::shared_ptr<QuantSession> session_;
+  bool checkpointed_;
 };
 TORCH_MODULE(Block);
 

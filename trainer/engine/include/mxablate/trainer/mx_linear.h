@@ -48,6 +48,7 @@ class QuantSession {
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
               const kernels::QuantTelemetry& telemetry,
               std::optional<double> occ_fraction = std::nullopt);
+  // The records made since the last call, in (layer, GEMM, operand) order.
   std::vector<Record> take_records();
 
  private:
