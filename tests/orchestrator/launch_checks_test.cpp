@@ -257,12 +257,8 @@ TEST_CASE("the paper recipes' evaluation fits the default corpus's validation sp
   const std::vector<std::string> warnings = plan_of(read_file(paper), paper.string());
   REQUIRE(warnings.size() == 1);
   CHECK(contains(warnings[0], "train.max_tokens: 1e+08 tokens are 27.1 epochs"));
-  // llama-350m comes with another branch; until then the scale recipe is checked with llama-85m.
   const fs::path scales = kRecipesDir / "paper-arms-scales.yaml";
-  std::string text = read_file(scales);
-  for (size_t at; (at = text.find("llama-350m")) != std::string::npos;)
-    text.replace(at, std::string("llama-350m").size(), "llama-85m");
-  CHECK(plan_of(text, scales.string()).size() == 3);  // one epoch warning per model's budget
+  CHECK(plan_of(read_file(scales), scales.string()).size() == 3);  // one epoch warning per model's budget
   // What the 20 M recipe used to ask for is refused at eval.tokens.
   std::string old = read_file(paper);
   old.replace(old.find("tokens: 98304"), std::string("tokens: 98304").size(), "tokens: 1e6");

@@ -384,15 +384,10 @@ grid:
 }
 
 // The scale study's recipe: the paper's arms × three models × three seeds, each model with its
-// own budget. llama-350m is a preset of another branch; until it is merged, the recipe is
-// planned with llama-85m in its place (switch to the file as it is once llama-350m exists).
+// own budget.
 TEST_CASE("the scale recipe plans the paper's arms at three models, budgets by model") {
   const std::filesystem::path file = kRecipesDir / "paper-arms-scales.yaml";
-  std::string text = read_file(file);
-  const std::string preset = "llama-350m";
-  REQUIRE(text.find(preset) != std::string::npos);
-  for (size_t at; (at = text.find(preset)) != std::string::npos;)
-    text.replace(at, preset.size(), "llama-85m");
+  const std::string text = read_file(file);
   const Recipe r = parse_recipe(text, file.string());
   const Recipe paper = load_recipe((kRecipesDir / "paper-arms-20m.yaml").string());
   REQUIRE(r.arms.size() == paper.arms.size());
@@ -413,9 +408,9 @@ TEST_CASE("the scale recipe plans the paper's arms at three models, budgets by m
     CHECK(run.config.eval.tokens == Approx(98304));  // the default corpus's validation holds it
   }
   CHECK(budgets == std::map<std::string, std::set<double>>{
-                       {"llama-20m", {100e6}}, {"llama-125m", {600e6}}, {"llama-85m", {1.7e9}}});
+                       {"llama-20m", {100e6}}, {"llama-125m", {600e6}}, {"llama-350m", {1.7e9}}});
   CHECK(runs_of == std::map<std::string, int>{
-                       {"llama-20m", 21}, {"llama-125m", 21}, {"llama-85m", 21}});
+                       {"llama-20m", 21}, {"llama-125m", 21}, {"llama-350m", 21}});
   CHECK(plan.target["from_arm"] == "fp8");
   // Each run is described against fp8 at its own model and seed: only the arm's numerics differ.
   for (const RunSpec& run : plan.runs)
