@@ -4,8 +4,10 @@
 #
 #   1. Data parallel (NCCL): llama-125m, seq 512, 65536 tokens per step, BF16 and MXFP4 F+D+W
 #      with the H16 rotation on Wgrad, on 1 GPU and as 2 ranks on 2 GPUs.
-#      - 2 micro-batches (one per rank): the train losses of steps 1-5 must be equal (the same
-#        samples and quantization bits; a sum of two gradients commutes).
+#      - 2 micro-batches (one per rank): the train losses of steps 1-5 must be equal in MXFP4
+#        (the same samples and quantization bits; a sum of two gradients commutes); in BF16
+#        within 1e-5 relative, since two identical BF16 runs on one H200 already differ by
+#        ~1e-6 (the CUDA BF16 path is not run-to-run deterministic; docs/performance.md).
 #      - 4 micro-batches (two per rank): step 1 equal, steps 2-5 within 5e-5 relative (the
 #        gradient is summed in another order: (g0+g1)+(g2+g3) instead of ((g0+g1)+g2)+g3, and
 #        BF16 GEMM outputs carry such differences on); and the 2-rank run's tokens/s >= 1.8x
@@ -64,7 +66,8 @@ a, b = loss(one), loss(two)
 ok = True
 for s in range(1, 6):
     rel = abs(a[s] - b[s]) / abs(a[s])
-    limit = 0.0 if one_per_rank or s == 1 else 5e-5
+    bf16 = "bf16-" in sys.argv[1]
+    limit = (1e-5 if bf16 and s > 1 else 0.0) if one_per_rank or s == 1 else 5e-5
     ok &= rel <= limit
     print(f"    step {s}: 1 GPU {a[s]:.7f} 2 ranks {b[s]:.7f} relative difference {rel:.1e} (limit {limit:g})")
 ratio = tps(two) / tps(one)

@@ -197,7 +197,7 @@ TEST_CASE("a real 2-rank CPU run: one rank SIGKILLed mid-run, the run is retried
   RealSweep reference(text);
   const ProcessResult ref = run_process(reference.args(), reference.dir.path());
   INFO(ref.err);
-  if (contains(ref.err, "need Gloo")) MXABLATE_SKIP("mxablate-train was built without Gloo (libgloo-dev)");
+  if (mxablate::test::lacks_gloo(ref.err)) MXABLATE_SKIP(mxablate::test::kNoGloo);
   REQUIRE(ref.code() == 0);
   CHECK(reference.one("SELECT COUNT(*) FROM runs WHERE status = 'budget_exhausted' AND attempts = 1") == "2");
   CHECK(reference.one("SELECT slot FROM attempts a JOIN runs r USING (run_id) WHERE r.arm = 'FDW+H16'") ==

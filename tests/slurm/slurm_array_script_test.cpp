@@ -331,7 +331,7 @@ TEST_CASE("a run of N ranks is one task with N x the GPUs and CPUs, and each ran
   CHECK_THAT(read_text(s.tasks[1].run_dir / "calls.txt"), has_text("slot=78_1 omp=1"));
 }
 
-TEST_CASE("--cpus-per-task must be a whole number: it is scaled by a run's ranks") {
+TEST_CASE("The --cpus-per-task value must be a whole number: it is scaled by a run's ranks") {
   SlurmSubmitOptions o;
   CHECK_FALSE(sbatch_cpus_per_task(o.sbatch_args));
   o.sbatch_args = {"--cpus-per-task=8", "--account=abc"};

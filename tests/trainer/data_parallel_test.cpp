@@ -57,11 +57,6 @@ Trajectory trajectory_of(const std::string& dir) {
   return t;
 }
 
-// Whether the trainer refused for lack of Gloo (then the test skips).
-bool lacks_gloo(const TrainResult& r) {
-  return r.exit_code == 2 && r.output.find("need Gloo") != std::string::npos;
-}
-constexpr const char* kNoGloo = "this mxablate-train was built without Gloo's headers (libgloo-dev)";
 
 // A TCP port nothing listens on right now (the kernel's pick for port 0).
 int free_local_port() {
@@ -89,7 +84,7 @@ TEST_CASE("Two Gloo ranks train as one rank with the same micro-batches, bit for
   const std::string two = fresh_run_dir("dp_two_ranks");
   const contract::RunConfig c2 = dp_config(2, 256);
   const TrainResult r = run_train(two, &c2);
-  if (lacks_gloo(r)) MXABLATE_SKIP(kNoGloo);
+  if (lacks_gloo(r.output)) MXABLATE_SKIP(kNoGloo);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const Trajectory a = trajectory_of(one), b = trajectory_of(two);
@@ -117,7 +112,7 @@ TEST_CASE("Two ranks with two micro-batches each stay within 1e-5 of one rank wi
   const std::string two = fresh_run_dir("dp_two_ranks_four");
   const contract::RunConfig c2 = dp_config(2, 128);
   const TrainResult r = run_train(two, &c2);
-  if (lacks_gloo(r)) MXABLATE_SKIP(kNoGloo);
+  if (lacks_gloo(r.output)) MXABLATE_SKIP(kNoGloo);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const Trajectory a = trajectory_of(one), b = trajectory_of(two);
@@ -133,7 +128,7 @@ TEST_CASE("A rank that dies takes the run down, and --resume continues from rank
   const contract::RunConfig c = dp_config(2, 256);
   const std::string reference = fresh_run_dir("dp_reference");
   const TrainResult first = run_train(reference, &c);
-  if (lacks_gloo(first)) MXABLATE_SKIP(kNoGloo);
+  if (lacks_gloo(first.output)) MXABLATE_SKIP(kNoGloo);
   REQUIRE(first.exit_code == 0);
 
   const std::string dir = fresh_run_dir("dp_rank_dies");
@@ -163,7 +158,7 @@ TEST_CASE("A signal reaching one rank stops every rank at the same step with a c
   const contract::RunConfig c = dp_config(2, 256);
   const std::string dir = fresh_run_dir("dp_signal");
   const TrainResult stopped = run_train(dir, &c, "--debug-signal-at-step 3 --debug-fault-rank 1");
-  if (lacks_gloo(stopped)) MXABLATE_SKIP(kNoGloo);
+  if (lacks_gloo(stopped.output)) MXABLATE_SKIP(kNoGloo);
   INFO(stopped.output);
   CHECK(stopped.exit_code == 4);
   const auto events = effective_events(dir);
@@ -217,7 +212,7 @@ TEST_CASE("Ranks started by another tool (srun, torchrun) meet through rank 0's 
   const contract::RunConfig c = dp_config(2, 256);
   const std::string reference = fresh_run_dir("dp_by_launcher");
   const TrainResult first = run_train(reference, &c);
-  if (lacks_gloo(first)) MXABLATE_SKIP(kNoGloo);
+  if (lacks_gloo(first.output)) MXABLATE_SKIP(kNoGloo);
   REQUIRE(first.exit_code == 0);
 
   const std::string dir = fresh_run_dir("dp_by_hand");

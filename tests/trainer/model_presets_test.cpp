@@ -13,6 +13,22 @@ using mxablate::contract::ModelDims;
 
 namespace {
 
+// The message of the exception `f` throws ("no exception" when none): Catch2 v2 and v3 spell
+// their matchers differently, so tests compare strings.
+template <typename F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+}  // namespace
+
+namespace {
+
 // The size a preset's name promises ("llama-20m": 20e6, "llama-1.3b": 1.3e9); 0 when the name
 // has none.
 double nominal_size(const std::string& name) {
@@ -105,7 +121,7 @@ TEST_CASE("A model resolves to a preset or to its custom shape, named by its lab
   }
   mxablate::contract::RunConfig c;
   c.model = "llama-8b";
-  CHECK_THROWS_WITH(runnable_model_shape(c), Catch::Contains("is for shape checks only"));
+  CHECK(message_of([&] { runnable_model_shape(c); }).find("is for shape checks only") != std::string::npos);
   c.model = ModelChoice::shaped({64, 2, 4, 2, 192});
   CHECK(runnable_model_shape(c).name == "d64-L2-h4/2-f192");
 }
@@ -125,7 +141,7 @@ TEST_CASE("A custom shape's mistakes are refused naming the key", "[trainer][pre
   // A shape built in code beyond the contract's bounds (or with no heads) is refused, not divided by.
   ModelShape broken = custom({64, 2, 4, 2, 192});
   broken.n_heads = 0;
-  CHECK_THAT(error_of(broken), Catch::Contains("has a width or depth outside"));
+  CHECK(error_of(broken).find("has a width or depth outside") != std::string::npos);
   // Every preset passes (llama-8b too: its shape is checked, only never trained).
   for (const ModelShape& p : model_presets()) {
     INFO(p.name);
@@ -137,9 +153,9 @@ TEST_CASE("With a vocabulary, the whole parameter count is bounded too", "[train
   mxablate::contract::RunConfig c;
   const ModelShape wide = custom({65536, 2, 512, 512, 65536});
   CHECK_NOTHROW(check_run_fits(c, wide, 0));
-  CHECK_THROWS_WITH(check_run_fits(c, wide, int64_t{1} << 40),
-                    Catch::Contains("parameters with a 1099511627776-token vocabulary, more than "
-                                    "the 100000000000"));
+  CHECK(message_of([&] { check_run_fits(c, wide, int64_t{1} << 40); })
+            .find("parameters with a 1099511627776-token vocabulary, more than the 100000000000") !=
+        std::string::npos);
 }
 
 TEST_CASE("Presets span smoke to the 8B shape with the promised sizes", "[trainer][presets]") {

@@ -30,6 +30,13 @@ TrainResult run_train(const std::string& run_dir, const contract::RunConfig* con
                       const std::string& extra_args = "");
 std::string fresh_run_dir(const std::string& name);
 
+// Whether mxablate-train refused a data-parallel CPU run for lack of Gloo (the GPU machine's
+// torch ships no Gloo headers): such tests skip, saying so.
+inline bool lacks_gloo(const std::string& output) {
+  return output.find("ranks on the CPU need Gloo") != std::string::npos;
+}
+inline constexpr const char* kNoGloo = "mxablate-train was built without Gloo's headers (libgloo-dev)";
+
 std::vector<nlohmann::json> effective_events(const std::string& run_dir);
 std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& events,
                                            const std::string& kind);

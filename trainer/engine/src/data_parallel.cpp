@@ -18,6 +18,18 @@ constexpr std::chrono::minutes kCollectiveTimeout{30};
 
 }  // namespace
 
+std::string missing_backend(bool cuda, int ranks) {
+  if (cuda && !compat::kHasNccl)
+    return "parallel.data: " + std::to_string(ranks) +
+           " ranks on CUDA need NCCL, which this build of mxablate-train lacks (nccl.h was not "
+           "found when it was configured)";
+  if (!cuda && !compat::kHasGloo)
+    return "parallel.data: " + std::to_string(ranks) +
+           " ranks on the CPU need Gloo, which this build of mxablate-train lacks (Gloo's headers "
+           "were not found when it was configured: libgloo-dev)";
+  return "";
+}
+
 struct DataParallel::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
@@ -41,9 +53,7 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
     impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, rank.rank, rank.world, nccl);
     impl_->backend = impl_->nccl;
 #else
-    throw ConfigError("parallel.data: " + std::to_string(rank.world) +
-                      " ranks on CUDA need NCCL, which this build of mxablate-train lacks (nccl.h "
-                      "was not found when it was configured)");
+    throw ConfigError(missing_backend(true, rank.world));
 #endif
   } else {
 #if MXABLATE_WITH_GLOO
@@ -51,9 +61,7 @@ DataParallel::DataParallel(const RankInfo& rank, const at::Device& device)
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank.rank, rank.world, gloo);
 #else
-    throw ConfigError("parallel.data: " + std::to_string(rank.world) +
-                      " ranks on the CPU need Gloo, which this build of mxablate-train lacks (Gloo's "
-                      "headers were not found when it was configured)");
+    throw ConfigError(missing_backend(false, rank.world));
 #endif
   }
 }

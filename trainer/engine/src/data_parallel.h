@@ -23,6 +23,10 @@ struct RanksLost : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Why this build cannot run `ranks` ranks on the CPU (Gloo) or CUDA (NCCL); empty when it can.
+// The launcher asks before starting any rank: one line, not one per rank.
+std::string missing_backend(bool cuda, int ranks);
+
 class DataParallel {
  public:
   // Connects to the store at rank.store_host:store_port and joins the process group of

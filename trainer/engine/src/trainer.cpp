@@ -571,7 +571,11 @@ int run_trainer(const TrainOptions& options) {
     const RunConfig config = contract::read_run_config(config_path);
     const std::optional<RankInfo> rank = rank_from_environment();
     const int ranks = config.parallel.data;
-    if (!rank && ranks > 1) return launch_ranks(ranks, options.arguments);
+    if (!rank && ranks > 1) {
+      const std::string missing = missing_backend(config.device == contract::Device::kCUDA, ranks);
+      if (!missing.empty()) throw ConfigError(missing);
+      return launch_ranks(ranks, options.arguments);
+    }
     if (rank && rank->world != ranks)
       throw ConfigError("parallel.data: " + std::to_string(ranks) + " but this process is rank " +
                         std::to_string(rank->rank) + " of " + std::to_string(rank->world) +
