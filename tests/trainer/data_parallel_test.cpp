@@ -235,3 +235,15 @@ TEST_CASE("Ranks started by another tool (srun, torchrun) meet through rank 0's 
   CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
   CHECK(effective_events(dir).front()["ranks"] == 2);
 }
+
+TEST_CASE("A one-rank run inside a multi-task Slurm allocation trains as one rank", "[train][parallel]") {
+  contract::RunConfig c = dp_config(1, 256);
+  c.train.max_tokens = 512 * 2;
+  ::setenv("SLURM_NTASKS", "4", 1);
+  ::setenv("SLURM_PROCID", "2", 1);
+  const TrainResult r = run_train(fresh_run_dir("dp_salloc_one_rank"), &c);
+  ::unsetenv("SLURM_NTASKS");
+  ::unsetenv("SLURM_PROCID");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}

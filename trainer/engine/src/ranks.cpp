@@ -80,13 +80,13 @@ int exit_code_of(int status) {
 
 }  // namespace
 
-std::optional<RankInfo> rank_from_environment() {
+std::optional<RankInfo> rank_from_environment(int ranks) {
   RankInfo r;
   if (env("RANK") || env("WORLD_SIZE")) {
     r.world = env_int("WORLD_SIZE", 1, 4096);
     r.rank = env_int("RANK", 0, r.world - 1);
     r.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, 4095) : r.rank;
-  } else if (env("SLURM_NTASKS") && env_int("SLURM_NTASKS", 1, 1 << 20) > 1) {
+  } else if (ranks > 1 && env("SLURM_NTASKS") && env_int("SLURM_NTASKS", 1, 1 << 20) > 1) {
     r.world = env_int("SLURM_NTASKS", 1, 4096);
     r.rank = env_int("SLURM_PROCID", 0, r.world - 1);
     r.local_rank = env_int("SLURM_LOCALID", 0, 4095);

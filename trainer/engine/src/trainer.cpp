@@ -569,8 +569,8 @@ int run_trainer(const TrainOptions& options) {
                                         ? (fs::path(options.run_dir) / "config.json").string()
                                         : options.config_path;
     const RunConfig config = contract::read_run_config(config_path);
-    const std::optional<RankInfo> rank = rank_from_environment();
     const int ranks = config.parallel.data;
+    const std::optional<RankInfo> rank = rank_from_environment(ranks);
     if (!rank && ranks > 1) {
       const std::string missing = missing_backend(config.device == contract::Device::kCUDA, ranks);
       if (!missing.empty()) throw ConfigError(missing);

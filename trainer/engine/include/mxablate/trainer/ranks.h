@@ -28,8 +28,10 @@ struct RankInfo {
 };
 
 // The rank this process is, if its environment names one; throws contract::ConfigError naming
-// the variable when one is malformed.
-std::optional<RankInfo> rank_from_environment();
+// the variable when one is malformed. Slurm's variables count only for a run that asked for
+// several ranks (`ranks` > 1): a one-rank run started inside a multi-task allocation (an
+// `salloc -n 4` shell running `mxablate run`) is not a rank of anything.
+std::optional<RankInfo> rank_from_environment(int ranks);
 
 // Runs `world` ranks of this program with `arguments` (argv without argv[0]) and returns the
 // run's exit code: the ranks' common code, or the first failure's (128 + signal for a rank
