@@ -57,6 +57,20 @@ struct RealSweep {
     const auto r = rows(sql);
     return r.empty() || r[0].empty() ? "" : r[0][0];
   }
+  // The pid of the FDW+H16 run's trainer once it has checkpointed at step 8 or later and still
+  // runs (0 until then).
+  int pid_to_kill() const {
+    if (!fs::exists(db())) return 0;
+    try {
+      const std::string pid = one(
+          "SELECT substr(a.executor_ref, 5) FROM attempts a JOIN runs r USING (run_id) "
+          "WHERE r.arm = 'FDW+H16' AND a.ended_at IS NULL AND EXISTS (SELECT 1 FROM events e "
+          "WHERE e.run_id = r.run_id AND e.kind = 'checkpoint' AND e.step >= 8) AND r.step < 20");
+      return pid.empty() ? 0 : std::stoi(pid);
+    } catch (const std::exception&) {
+      return 0;  // the database is being created
+    }
+  }
 };
 
 }  // namespace
@@ -79,19 +93,10 @@ TEST_CASE("a real CPU sweep: a trainer SIGKILLed mid-run resumes and ends exactl
   RealSweep crashed(text);
   Process p(crashed.args(), crashed.dir.path());
   // Once the MXFP4 run has checkpointed at step 8 or later and is still running, kill it.
-  std::string pid;
   const bool killed = eventually(
       [&] {
-        if (!fs::exists(crashed.db())) return false;
-        try {
-          pid = crashed.one(
-              "SELECT substr(a.executor_ref, 5) FROM attempts a JOIN runs r USING (run_id) "
-              "WHERE r.arm = 'FDW+H16' AND a.ended_at IS NULL AND EXISTS (SELECT 1 FROM events e "
-              "WHERE e.run_id = r.run_id AND e.kind = 'checkpoint' AND e.step >= 8) AND r.step < 20");
-        } catch (const std::exception&) {
-          return false;
-        }
-        return !pid.empty() && ::kill(std::stoi(pid), SIGKILL) == 0;
+        const int pid = crashed.pid_to_kill();
+        return pid != 0 && ::kill(pid, SIGKILL) == 0;
       },
       std::chrono::seconds(120));
   const ProcessResult r = p.wait(std::chrono::seconds(300));
@@ -208,18 +213,9 @@ TEST_CASE("a real 2-rank CPU run: one rank SIGKILLed mid-run, the run is retried
   bool killed = false;
   eventually(
       [&] {
-        if (!fs::exists(crashed.db())) return false;
-        std::string pid;
-        try {
-          pid = crashed.one(
-              "SELECT substr(a.executor_ref, 5) FROM attempts a JOIN runs r USING (run_id) "
-              "WHERE r.arm = 'FDW+H16' AND a.ended_at IS NULL AND EXISTS (SELECT 1 FROM events e "
-              "WHERE e.run_id = r.run_id AND e.kind = 'checkpoint' AND e.step >= 8) AND r.step < 20");
-        } catch (const std::exception&) {
-          return false;
-        }
-        if (pid.empty()) return false;
-        const std::vector<int> ranks = children_of(std::stoi(pid));
+        const int pid = crashed.pid_to_kill();
+        if (pid == 0) return false;
+        const std::vector<int> ranks = children_of(pid);
         killed = ranks.size() == 2 && ::kill(ranks[1], SIGKILL) == 0;  // rank 1, not the launcher
         return killed;
       },

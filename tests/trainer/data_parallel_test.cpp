@@ -24,10 +24,7 @@ namespace {
 // rotation of Wgrad), a train event every step, checkpoints every 5 steps.
 contract::RunConfig dp_config(int ranks, int64_t micro_batch_tokens) {
   contract::RunConfig c = smoke_config();
-  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
-                 contract::GemmPrecision::kMXFP4};
-  c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
-  c.quant.hadamard = {kernels::HadamardMode::kPerStepRandom, 16, {kernels::GemmKind::kWgrad}};
+  use_every_random_stream(c);
   c.train.global_batch_tokens = 512;
   c.train.micro_batch_tokens = micro_batch_tokens;
   c.train.max_tokens = 512 * 12;

@@ -68,6 +68,13 @@ contract::RunConfig smoke_config() {
   return c;
 }
 
+void use_every_random_stream(contract::RunConfig& c) {
+  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
+                 contract::GemmPrecision::kMXFP4};
+  c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
+  c.quant.hadamard = {kernels::HadamardMode::kPerStepRandom, 16, {kernels::GemmKind::kWgrad}};
+}
+
 std::string fresh_run_dir(const std::string& name) {
   const fs::path dir = scratch() / "runs" / name;
   fs::remove_all(dir);

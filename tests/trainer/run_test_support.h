@@ -19,6 +19,9 @@ const std::string& test_dataset();
 
 // A smoke-model config on test_dataset() that trains in seconds.
 contract::RunConfig smoke_config();
+// Every random stream in play: all three GEMMs in MXFP4, stochastic rounding of the gradients,
+// a per-step-random 16-point Hadamard rotation of Wgrad.
+void use_every_random_stream(contract::RunConfig& c);
 
 struct TrainResult {
   int exit_code = -1;

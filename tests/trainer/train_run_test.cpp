@@ -22,10 +22,7 @@ namespace {
 // of the gradients, and a per-step-random Hadamard rotation of Wgrad.
 contract::RunConfig mxfp4_config() {
   contract::RunConfig c = smoke_config();
-  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
-                 contract::GemmPrecision::kMXFP4};
-  c.quant.stochastic_rounding = {contract::OperandClass::kGrad};
-  c.quant.hadamard = {kernels::HadamardMode::kPerStepRandom, 16, {kernels::GemmKind::kWgrad}};
+  use_every_random_stream(c);
   c.train.global_batch_tokens = 512;
   c.train.micro_batch_tokens = 256;  // gradient accumulation over two micro-batches
   c.train.max_tokens = 512 * 30;
