@@ -81,8 +81,11 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
                              *recipe.target.from_arm, recipe.target.at_fraction);
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
-  for (const char* h : {"model", "params", "fprop", "dgrad", "wgrad", "interventions"})
-    headers.push_back(h);
+  // A grid over the model already shows it (by its label) among the axes.
+  const bool model_is_axis =
+      std::find(plan.axis_names.begin(), plan.axis_names.end(), "model") != plan.axis_names.end();
+  if (!model_is_axis) headers.push_back("model");
+  for (const char* h : {"params", "fprop", "dgrad", "wgrad", "interventions"}) headers.push_back(h);
   // The ranks of each run (parallel.data: the slots it takes at once), where any has several.
   const bool ranks = std::any_of(plan.runs.begin(), plan.runs.end(),
                                  [](const RunSpec& r) { return r.config.parallel.data > 1; });
@@ -95,7 +98,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
     const RunSpec& r = plan.runs[i];
     std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm};
     for (const auto& a : plan.axis_names) row.push_back(axis_cell(r, a));
-    row.push_back(contract::model_label(r.config.model));
+    if (!model_is_axis) row.push_back(contract::model_label(r.config.model));
     const ModelSize size = model_size(r, vocabularies);
     if (size.vocab) vocab_sizes.insert(*size.vocab);
     all_known = all_known && size.total.has_value();
