@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -243,4 +245,36 @@ TEST_CASE("A one-rank run inside a multi-task Slurm allocation trains as one ran
   ::unsetenv("SLURM_PROCID");
   INFO(r.output);
   CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("SIGTERM to the launcher (what the orchestrator's stop sends) reaches every rank: all checkpoint and stop",
+          "[train][parallel]") {
+  contract::RunConfig c = dp_config(2, 256);
+  c.train.max_tokens = 512 * 400;  // long enough to be stopped midway
+  const std::string dir = fresh_run_dir("dp_launcher_sigterm");
+  contract::write_run_config(dir + "/config.json", c);
+  // Start the launcher, wait for its first checkpoint (step 5), send it SIGTERM, keep its code.
+  const std::string script =
+      "'" + std::string(MXABLATE_TRAIN_EXE) + "' --run-dir '" + dir + "' > '" + dir +
+      "/out.txt' 2>&1 & pid=$!; for i in $(seq 600); do grep -q '\"checkpoint\"' '" + dir +
+      "/events.jsonl' 2>/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
+      "kill -TERM $pid; wait $pid; echo $? > '" + dir + "/code.txt'";
+  const std::string path = dir + "/stop.sh";
+  {
+    std::ofstream(path) << script << "\n";
+  }
+  REQUIRE(std::system(("bash '" + path + "'").c_str()) == 0);
+  std::ifstream code_in(dir + "/code.txt"), out_in(dir + "/out.txt");
+  int code = -1;
+  code_in >> code;
+  const std::string output((std::istreambuf_iterator<char>(out_in)), std::istreambuf_iterator<char>());
+  INFO(output);
+  if (lacks_gloo(output)) MXABLATE_SKIP(kNoGloo);
+  CHECK(code == 4);  // interrupted, checkpointed: every rank agreed
+  const auto events = effective_events(dir);
+  const auto end = events_of_kind(events, "run_end");
+  REQUIRE(end.size() == 1);
+  CHECK(end[0]["status"] == "interrupted");
+  CHECK(end[0]["step"].get<int64_t>() < 400);
+  CHECK(events_of_kind(events, "checkpoint").back()["step"] == end[0]["step"]);
 }
