@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "mxablate/trainer/trainer.h"
+#include "step_profiler.h"
 
 int main(int argc, char** argv) {
   using namespace mxablate::trainer;
@@ -41,6 +42,11 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-data", options.verify_data,
                "Before training, check every shard's SHA-256 and every token id against the data's "
                "manifest (always done for data under 64 MiB)");
+  std::string profile_steps;
+  app.add_option("--profile-steps", profile_steps,
+                 "Write a Kineto trace (Chrome JSON) of optimizer steps FIRST:LAST (1-based) to "
+                 "--profile-trace; scripts/profile-summary.py summarizes it");
+  app.add_option("--profile-trace", options.profile_trace, "Where --profile-steps writes its trace");
   // Fault injection for tests; not shown in --help.
   app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
   app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
@@ -56,6 +62,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "mxablate-train: " << e.what() << " (see --help)\n";
     return exit_code::kBadConfig;
+  }
+  if (!profile_steps.empty() || !options.profile_trace.empty()) {
+    const auto request = parse_profile_steps(profile_steps, options.profile_trace);
+    if (!request || options.profile_trace.empty()) {
+      std::cerr << "mxablate-train: --profile-steps \"" << profile_steps
+                << "\" needs the form FIRST:LAST (1 <= FIRST <= LAST) and --profile-trace FILE\n";
+      return exit_code::kBadConfig;
+    }
+    options.profile_first_step = request->first_step;
+    options.profile_last_step = request->last_step;
   }
   return run_trainer(options);
 }

@@ -34,6 +34,7 @@
 #include "data_parallel.h"
 #include "error_line.h"
 #include "gradient_sync.h"
+#include "step_profiler.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -158,7 +159,13 @@ class TrainingRun {
   TrainingRun(RunSetup& setup, const TrainOptions& options)
       : s_(setup), options_(options), detector_(setup.config.divergence, setup.plan.warmup_steps),
         mllog_(setup.config.mllog && setup.rank.rank == 0, std::cout),
-        events_path_((fs::path(options.run_dir) / "events.jsonl").string()) {
+        events_path_((fs::path(options.run_dir) / "events.jsonl").string()),
+        profiler_(options.profile_first_step > 0 && setup.rank.rank == 0
+                      ? std::optional<ProfileRequest>(ProfileRequest{options.profile_first_step,
+                                                                     options.profile_last_step,
+                                                                     options.profile_trace})
+                      : std::nullopt,
+                  setup.device) {
     if (s_.rank.world > 1) dp_ = std::make_unique<DataParallel>(s_.rank, s_.device);
   }
 
@@ -404,6 +411,7 @@ class TrainingRun {
     LlamaModelImpl& model = *s_.model;
     QuantSession& session = model.session();
     const int64_t step_number = state_.step + 1;  // the step being taken, 1-based
+    profiler_.before_step(step_number, s_.device);
     if (step_number == options_.inject_nonfinite_at_step) {
       torch::NoGradGuard no_grad;
       model.linears().front()->weight.index_put_({0, 0}, std::numeric_limits<float>::quiet_NaN());
@@ -460,6 +468,7 @@ class TrainingRun {
     state_.step = step_number;
     state_.tokens = at_step.tokens;
     state_.samples += s_.plan.micro_batches_per_step * micro;
+    profiler_.after_step(step_number, s_.device);
 
     for (const auto& r : session.take_records())
       events_->quant_stats(progress(), r.layer, s_.layers[static_cast<size_t>(r.layer)].name,
@@ -539,6 +548,7 @@ class TrainingRun {
   DivergenceDetector detector_;
   MlLogger mllog_;
   std::string events_path_;
+  StepProfiler profiler_;
   std::unique_ptr<RunEvents> events_;
   TrainerState state_;
   Clock::time_point started_ = Clock::now();

@@ -31,6 +31,11 @@ struct TrainOptions {
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
   int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
   int fault_rank = -1;  // the rank of a data-parallel run the two above act on (-1: every rank)
+  // A Kineto trace of optimizer steps [profile_first_step, profile_last_step] written to
+  // profile_trace by rank 0 (0: no profiling; step_profiler.h).
+  int64_t profile_first_step = 0;
+  int64_t profile_last_step = 0;
+  std::string profile_trace;
   // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 
