@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Summarize a Kineto trace from `mxablate-train --profile-steps A:B --profile-trace FILE`.
+
+Prints where the GPU time of the profiled steps went: wall time of the window, time the GPU was
+busy (union of kernel/copy intervals) and idle, GPU time per category (GEMM, attention, our
+quantizers, fused ops, elementwise, reductions, optimizer, copies, NCCL) and the top kernels.
+Usage: profile-summary.py TRACE.json [--steps N] [--top K] [--json]
+Only the standard library; runs on either machine.
+"""
+import argparse
+import json
+import re
+import sys
+
+# First match wins; patterns are on the kernel's (demangled) name, lower-cased.
+CATEGORIES = [
+    ("nccl", r"nccl"),
+    ("attention", r"flash|fmha|attention|sdpa"),
+    ("quantize (ours)", r"mxablate::kernels|quantize|mx_to_fp8|amax"),
+    ("fused ops (ours)", r"mxablate::(fused|ops)|rms_?norm|swiglu|rope|cross_entropy_fused"),
+    ("optimizer", r"adam|multi_tensor|foreach"),
+    ("gemm", r"gemm|cutlass|xmma|nvjet|sm90_|sm80_|cublas|scaled_mm|wgmma"),
+    ("softmax / loss", r"softmax|nll_loss|cross_entropy|log_softmax"),
+    ("reduction", r"reduce_kernel|reduce|norm_kernel|sum_kernel"),
+    ("copy / cast", r"copy|cast|memcpy|memset|fill"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
+]
+
+
+def category(name):
+    low = name.lower()
+    for cat, pattern in CATEGORIES:
+        if re.search(pattern, low):
+            return cat
+    return "other"
+
+
+def union_length(intervals):
+    total, end = 0.0, None
+    start_run = None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            if end is not None:
+                total += end - start_run
+            start_run, end = s, e
+        else:
+            end = max(end, e)
+    if end is not None:
+        total += end - start_run
+    return total
+
+
+def short(name, width=90):
+    name = re.sub(r"\s+", " ", name)
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=1, help="optimizer steps in the window (per-step figures)")
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
+    args = ap.parse_args()
+    try:
+        with open(args.trace) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"profile-summary: {args.trace}: not a Kineto trace ({e})")
+
+    gpu, cpu_ops, launches = [], [], 0
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        cat = str(e.get("cat", "")).lower()
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            gpu.append((ts, ts + dur, str(e.get("name", "?"))))
+        elif cat == "cpu_op":
+            cpu_ops.append((ts, ts + dur))
+        elif cat == "cuda_runtime" and "launch" in str(e.get("name", "")).lower():
+            launches += 1
+    if not gpu:
+        sys.exit(f"profile-summary: {args.trace}: no GPU kernels in the trace (a CPU run?)")
+    start = min([s for s, _, _ in gpu] + [s for s, _ in cpu_ops])
+    end = max([e for _, e, _ in gpu] + [e for _, e in cpu_ops])
+    wall = end - start
+    busy = union_length([(s, e) for s, e, _ in gpu])
+    kernel_sum = sum(e - s for s, e, _ in gpu)
+    by_cat, by_name = {}, {}
+    for s, e, name in gpu:
+        c = category(name)
+        by_cat[c] = by_cat.get(c, 0.0) + (e - s)
+        t, n = by_name.get(name, (0.0, 0))
+        by_name[name] = (t + (e - s), n + 1)
+    steps = max(args.steps, 1)
+    summary = {
+        "window_ms": wall / 1e3, "steps": steps, "ms_per_step": wall / 1e3 / steps,
+        "gpu_busy_ms": busy / 1e3, "gpu_busy_fraction": busy / wall if wall else 0.0,
+        "kernels": len(gpu), "kernels_per_step": len(gpu) / steps, "launch_calls": launches,
+        "categories": {c: t / 1e3 for c, t in sorted(by_cat.items(), key=lambda kv: -kv[1])},
+        "top": [{"name": n, "ms": t / 1e3, "count": k} for n, (t, k) in
+                sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]],
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return
+    print(f"window {wall / 1e3:.1f} ms over {steps} step(s): {wall / 1e3 / steps:.2f} ms/step; "
+          f"GPU busy {busy / 1e3:.1f} ms ({100 * busy / wall:.1f} %), idle {100 * (1 - busy / wall):.1f} %; "
+          f"{len(gpu) / steps:.0f} kernels/step, mean {kernel_sum / len(gpu):.1f} µs")
+    print()
+    print("| category | ms/step | % of GPU time |")
+    print("|---|---:|---:|")
+    for c, t in sorted(by_cat.items(), key=lambda kv: -kv[1]):
+        print(f"| {c} | {t / 1e3 / steps:.2f} | {100 * t / kernel_sum:.1f} % |")
+    print()
+    print("| kernel | ms/step | launches/step | category |")
+    print("|---|---:|---:|---|")
+    for n, (t, k) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
+        print(f"| `{short(n).replace('|', '/')}` | {t / 1e3 / steps:.2f} | {k / steps:.0f} | {category(n)} |")
+
+
+if __name__ == "__main__":
+    main()
