@@ -427,7 +427,9 @@ class TrainingRun {
     if (sync_) sync_->zero();
     else s_.optimizer->zero_grad();
     if (!root()) session.collect_telemetry = false;
-    double loss_sum = 0;
+    // The micro-batch losses are summed on the device (in float64, as the host did) and read once
+    // per step: a read per micro-batch made the GPU drain its queue before each next one.
+    at::Tensor device_loss_sum;
     const int64_t micro = s_.plan.sequences_per_micro_batch;
     const int64_t per_rank = s_.plan.micro_batches_per_step / s_.rank.world;
     const int64_t first = per_rank * s_.rank.rank;
@@ -436,9 +438,11 @@ class TrainingRun {
       const at::Tensor loss = model.loss(batch.inputs, batch.targets);
       if (sync_ && m == first + per_rank - 1) sync_->arm();
       (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
-      loss_sum += loss.item<double>();
+      const at::Tensor l = loss.detach().to(at::kDouble);
+      device_loss_sum = device_loss_sum.defined() ? device_loss_sum + l : l;
       session.collect_telemetry = false;  // one micro-batch per sampled step is enough
     }
+    double loss_sum = device_loss_sum.item<double>();
     // The ranks agree on the loss and on whether to stop after this step (a signal may reach
     // them at different steps); every later decision is then the same on every rank.
     bool stop_agreed = false;
