@@ -153,7 +153,9 @@ void LlamaModelImpl::initialize(uint64_t seed) {
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(embedding, tokens);
   for (const auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
-  return lm_head->forward(final_norm->forward(h));
+  // The LM head's GEMM gives BF16 on CUDA; logits and the loss over them stay float32
+  // (docs/design.md §4). On the CPU they are float32 already and this is no copy.
+  return lm_head->forward(final_norm->forward(h)).to(at::kFloat);
 }
 
 at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -35,15 +35,19 @@ inline constexpr bool kHasCuda = MXABLATE_TRAINER_CUDA != 0;
 
 // Causal attention of q (B, H, T, D) with k, v (B, H, T, D), every matmul on BF16 operands with
 // FP32 accumulation and an FP32 softmax. CUDA with torch >= 2.0: the fused kernel
-// (scaled_dot_product_attention on bf16). Elsewhere (1.13 has no public one, and the CPU must
-// emulate BF16): the same computation spelled out, operands rounded to BF16.
+// (scaled_dot_product_attention on bf16), whose BF16 output is returned as it is (docs/design.md
+// §4: attention runs in BF16); inputs that are BF16 already are not converted. Elsewhere (1.13
+// has no public one, and the CPU must emulate BF16): the same computation spelled out, operands
+// rounded to BF16, the result float32.
 inline at::Tensor causal_attention_bf16(const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v) {
 #if MXABLATE_TRAINER_TORCH_AT_LEAST(2, 0)
   if (q.is_cuda()) {
-    return at::scaled_dot_product_attention(q.to(at::kBFloat16), k.to(at::kBFloat16),
-                                            v.to(at::kBFloat16), {}, 0.0, /*is_causal=*/true)
-        .to(at::kFloat);
+    const auto bf16 = [](const at::Tensor& t) {
+      return t.scalar_type() == at::kBFloat16 ? t : t.to(at::kBFloat16);
+    };
+    return at::scaled_dot_product_attention(bf16(q), bf16(k), bf16(v), {}, 0.0,
+                                            /*is_causal=*/true);
   }
 #endif
   const auto bf16 = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); };
