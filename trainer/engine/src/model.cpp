@@ -58,14 +58,11 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   const auto heads = [&](const at::Tensor& y, int64_t n) {
     return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, D)
   };
-  at::Tensor qh = rope_->apply(heads(q->forward(x), n_heads_));
-  at::Tensor kh = rope_->apply(heads(k->forward(x), n_kv_heads_));
-  at::Tensor vh = heads(v->forward(x), n_kv_heads_);
-  if (n_kv_heads_ != n_heads_) {  // grouped-query attention: each KV head serves a group
-    const int64_t group = n_heads_ / n_kv_heads_;
-    kh = kh.repeat_interleave(group, 1);
-    vh = vh.repeat_interleave(group, 1);
-  }
+  const at::Tensor qh = rope_->apply(heads(q->forward(x), n_heads_));
+  const at::Tensor kh = rope_->apply(heads(k->forward(x), n_kv_heads_));
+  const at::Tensor vh = heads(v->forward(x), n_kv_heads_);
+  // Grouped-query attention: each K/V head serves n_heads / n_kv_heads query heads; the compat
+  // header repeats them only where the kernel cannot take them as they are.
   const at::Tensor out = compat::causal_attention_bf16(qh, kh, vh);
   return o->forward(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
 }
@@ -153,7 +150,9 @@ void LlamaModelImpl::initialize(uint64_t seed) {
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(embedding, tokens);
   for (const auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
-  return lm_head->forward(final_norm->forward(h));
+  // The LM head's GEMM gives BF16 on CUDA; logits and the loss over them stay float32
+  // (docs/design.md §4). On the CPU they are float32 already and this is no copy.
+  return lm_head->forward(final_norm->forward(h)).to(at::kFloat);
 }
 
 at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -75,7 +75,7 @@ at::ScalarType gemm_dtype(const at::Tensor& t) { return t.is_cuda() ? at::kBFloa
 // float32, computed in one pass: LibTorch's to(bf16).to(float) makes two, and on the LM head's
 // gradient (tokens x vocabulary) that was a large share of a smoke-model step.
 at::Tensor round_to_bf16(const at::Tensor& t) {
-  if (t.is_cuda()) return t.to(at::kBFloat16);
+  if (t.is_cuda()) return t.to(at::kBFloat16);  // the tensor itself when it is BF16 already
   const at::Tensor src = t.to(at::kFloat).contiguous();
   at::Tensor out = at::empty_like(src);
   const auto* in = reinterpret_cast<const uint32_t*>(src.data_ptr<float>());
@@ -205,13 +205,19 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
                                        use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction);
     const Quantized qw = quantize_uses(w, s, use(!hopper_f, GemmKind::kFprop, Operand::kB),
                                        use(w_cols, GemmKind::kDgrad, Operand::kB));
+    // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
+    // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, xq, w, occ_fraction)
-                            : at::mm(qx.rows, qw.rows.t()).to(at::kFloat);
+                            : at::mm(qx.rows, qw.rows.t());
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
     ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateCapsule>(state));
     ctx->saved_data["want_dx"] = want_dx;
     ctx->saved_data["want_dw"] = want_dw;
+    // Autograd wants each gradient in its input's dtype: dX in x's (BF16 or float32), dW in the
+    // float32 master weight's.
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
     // Saved for Wgrad: Q(X) down columns, or X itself for the FP8 path (clamped under OCC); for
     // Dgrad likewise W. Under OCC the residual's non-zeros (a small share of X); under DGE W
     // itself (the parameter: nothing is copied), whose scales backward recomputes.
@@ -239,7 +245,11 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     const at::Tensor& w_for_dge = saved[2];
     OccResidual residual{saved[3], saved[4], ctx->saved_data["occ_rows"].toInt(),
                          ctx->saved_data["occ_cols"].toInt()};
-    const at::Tensor dy = grads[0].contiguous().to(at::kFloat);
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    // dY as it comes (BF16 on CUDA): the quantizers read BF16 directly, and plain-BF16 operands
+    // that are BF16 already need no rounding pass.
+    const at::Tensor dy = grads[0].contiguous();
     const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
     const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
 
@@ -251,11 +261,13 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     at::Tensor dx, dw;
     if (want_dx) {  // Dgrad: dX = dY W, reducing over N
       dx = hopper_d ? hopper_gemm(s, GemmKind::kDgrad, dy, w_for_dgrad)
-                    : at::mm(qdy.rows, w_for_dgrad).to(at::kFloat);
+                    : at::mm(qdy.rows, w_for_dgrad);
+      dx = dx.to(x_dtype);
     }
     if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
-                    : at::mm(qdy.cols.t(), x_for_wgrad).to(at::kFloat);
+                    : at::mm(qdy.cols.t(), x_for_wgrad);
+      dw = dw.to(w_dtype);  // once: the master weight is float32
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {

@@ -7,7 +7,10 @@
 //
 // Numerics of the emulated path: the quantized (dequantized) operands are exactly representable
 // in BF16; on CUDA they are multiplied as BF16 with FP32 accumulation (cuBLAS), on the CPU as
-// float32 — the same exact products, FP32 accumulation. Outputs and gradients are float32.
+// float32 — the same exact products, FP32 accumulation. Y is the GEMM's result: BF16 on CUDA,
+// float32 on the CPU (float32 also where an OCC residual is added, or the FP8 path returns it);
+// dY is taken in whatever dtype it arrives; dX has x's dtype and dW the weight's (float32).
+// See docs/design.md §4 for the trainer's dtype convention.
 #pragma once
 
 #include <torch/nn/module.h>
