@@ -28,7 +28,7 @@ constexpr int kMaxWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // RMSNorm backward: at most this many blocks, hence dweight partials (a function of the shape
 // only: the partials' summation order must not depend on the GPU).
-constexpr int64_t kRmsNormPartials = 512;
+constexpr int64_t kRmsNormPartials = 1024;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(Bf16 v) { return bf16_bits_to_float(v); }
@@ -106,14 +106,29 @@ __global__ void rmsnorm_backward_kernel(const DT* __restrict__ dy, const XT* __r
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) partial[blockIdx.x * cols + j] = acc[j];
 }
 
-// dweight[j] = the partials of column j summed in block order.
+// dweight[j] = the sum of column j's partials, in a fixed order: a block covers kSumCols columns
+// with kSumGroups groups of threads; group k adds partials k, k + kSumGroups, ... (coalesced rows,
+// independent loads), then thread k = 0 adds the groups' sums in group order.
+constexpr int kSumCols = 32;
+constexpr int kSumGroups = kThreads / kSumCols;
+
 __global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t parts, int64_t cols,
                                     float* __restrict__ out) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
+  __shared__ float group_sum[kSumGroups][kSumCols];
+  const int c = static_cast<int>(threadIdx.x % kSumCols), k = static_cast<int>(threadIdx.x / kSumCols);
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumCols + c;
   float total = 0.0f;
-  for (int64_t b = 0; b < parts; ++b) total += partial[b * cols + j];
-  out[j] = total;
+  if (j < cols) {
+#pragma unroll 4
+    for (int64_t b = k; b < parts; b += kSumGroups) total += partial[b * cols + j];
+  }
+  group_sum[k][c] = total;
+  __syncthreads();
+  if (k == 0 && j < cols) {
+    float sum = 0.0f;
+    for (int g = 0; g < kSumGroups; ++g) sum += group_sum[g][c];
+    out[j] = sum;
+  }
 }
 
 // ---- SwiGLU (ATen's silu and silu_backward formulas, operation for operation) -----------------
@@ -338,7 +353,7 @@ void rmsnorm_backward(const RmsNormBackwardJob& job, void* stream) {
     });
   });
   check_launch("rmsnorm_backward");
-  sum_partials_kernel<<<blocks_for(job.cols, kThreads), kThreads, 0, s>>>(partial, parts, job.cols, job.dweight);
+  sum_partials_kernel<<<blocks_for(job.cols, kSumCols), kThreads, 0, s>>>(partial, parts, job.cols, job.dweight);
   check_launch("rmsnorm_backward (dweight)");
 }
 

@@ -77,17 +77,26 @@ void check_identical(const Pass& a, const Pass& b) {
   }
 }
 
-// The fused and unfused models differ by float32 roundings (other association in the reductions,
-// RMSNorm's and SwiGLU's outputs rounded to BF16 once by the fused op rather than by the next
-// GEMM); each may flip a BF16 rounding of a GEMM operand downstream (2^-8 relative on that
-// element), so the gradients agree to about 1e-3 normwise, and a wrong gradient would be off by
-// order one.
-void check_close(const Pass& fused, const Pass& unfused) {
+// The fused and unfused models differ by float32 roundings: other association in the reductions
+// (rstd, logsumexp, the backward formulas), and on CUDA RMSNorm's and SwiGLU's outputs rounded to
+// BF16 by the fused op rather than by the next GEMM, with their gradients arriving (and summed
+// over q/k/v, gate/up) in BF16. Tolerances, normwise per parameter gradient (a wiring mistake is
+// off by order one):
+//   - kBf16Grad: BF16 GEMMs. On the CPU the difference measured 8e-6 at most; on CUDA a rounding
+//     difference can flip a BF16 rounding of an operand (2^-8 on that element) and the gradient
+//     sums run in BF16: about 1e-3 expected.
+//   - kMxfp4Grad: MXFP4 GEMMs. An element that lands on the other side of an FP4 rounding midpoint
+//     moves by a whole FP4 step (up to a quarter of its magnitude), and the flips compound through
+//     every Dgrad down to block 0: measured 3e-2 on the CPU.
+constexpr double kBf16Grad = 1e-2;
+constexpr double kMxfp4Grad = 1e-1;
+
+void check_close(const Pass& fused, const Pass& unfused, double grad_tolerance) {
   CHECK(fused.loss.item<double>() == Approx(unfused.loss.item<double>()).epsilon(1e-4));
   REQUIRE(fused.names == unfused.names);
   for (size_t i = 0; i < fused.grads.size(); ++i) {
     INFO(fused.names[i] << ": relative error " << rel_error(fused.grads[i], unfused.grads[i]));
-    CHECK(rel_error(fused.grads[i], unfused.grads[i]) < 1e-2);
+    CHECK(rel_error(fused.grads[i], unfused.grads[i]) < grad_tolerance);
   }
 }
 
@@ -104,9 +113,10 @@ TEST_CASE("On the CPU the model keeps the unfused ops by default, bit for bit", 
 
 TEST_CASE("The fused ops' CPU references wired into the model give the unfused loss and gradients",
           "[trainer][fused]") {
-  check_close(forward_backward(FusedOps::kAlways, at::kCPU), forward_backward(FusedOps::kNever, at::kCPU));
+  // The CPU references are close to exact here: hold them to 1e-4.
+  check_close(forward_backward(FusedOps::kAlways, at::kCPU), forward_backward(FusedOps::kNever, at::kCPU), 1e-4);
   check_close(forward_backward(FusedOps::kAlways, at::kCPU, false, mxfp4_config()),
-              forward_backward(FusedOps::kNever, at::kCPU, false, mxfp4_config()));
+              forward_backward(FusedOps::kNever, at::kCPU, false, mxfp4_config()), kMxfp4Grad);
 }
 
 TEST_CASE("Checkpointed blocks recompute the fused ops bit for bit", "[trainer][fused][checkpointing]") {
@@ -118,9 +128,10 @@ TEST_CASE("Checkpointed blocks recompute the fused ops bit for bit", "[trainer][
 TEST_CASE("On CUDA the fused model gives the unfused loss and gradients", "[trainer][fused][gpu]") {
   const std::string why = no_cuda_reason();
   if (!why.empty()) MXABLATE_SKIP(why);
-  check_close(forward_backward(FusedOps::kOnCuda, at::kCUDA), forward_backward(FusedOps::kNever, at::kCUDA));
+  check_close(forward_backward(FusedOps::kOnCuda, at::kCUDA), forward_backward(FusedOps::kNever, at::kCUDA),
+              kBf16Grad);
   check_close(forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config()),
-              forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config()));
+              forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config()), kMxfp4Grad);
 }
 
 TEST_CASE("On CUDA the fused MXFP4 model repeats bit for bit, checkpointed or not", "[trainer][fused][gpu]") {
