@@ -32,19 +32,6 @@ at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const QuantSpec& sp
   return result;
 }
 
-[[noreturn]] void throw_no_gpu_kernels(const at::Tensor& x) {
-  throw std::invalid_argument(
-      "tensor on " + x.device().str() +
-      " but this build of mxablate_kernels_torch has no GPU kernels (configure with "
-      "-DMXABLATE_CUDA=ON against a CUDA LibTorch)");
-}
-
-void check_device_supported(const at::Tensor& x) {
-  if (x.is_cpu()) return;
-  if (x.is_cuda() && compat::kHasCudaKernels) return;
-  throw_no_gpu_kernels(x);
-}
-
 at::ScalarType checked_out_dtype(const at::Tensor& x, std::optional<at::ScalarType> out_dtype) {
   const at::ScalarType t = out_dtype.value_or(x.scalar_type());
   if (t != at::kFloat && t != at::kBFloat16)
@@ -58,7 +45,7 @@ at::ScalarType checked_out_dtype(const at::Tensor& x, std::optional<at::ScalarTy
 at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
                          QuantTelemetry* telemetry, std::optional<at::ScalarType> out_dtype) {
   detail::check_quantizable(x, axis, spec, "fake_quantize input");
-  check_device_supported(x);
+  detail::check_device_supported(x);
   const at::ScalarType dtype = checked_out_dtype(x, out_dtype);
 #if MXABLATE_KERNELS_TORCH_CUDA
   if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, spec, key, telemetry, dtype);
@@ -72,7 +59,7 @@ BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
                             std::optional<at::ScalarType> out_dtype) {
   detail::check_quantizable(x, Axis::kRows, rows.spec, "fake_quantize_both input (rows)");
   detail::check_quantizable(x, Axis::kCols, cols.spec, "fake_quantize_both input (cols)");
-  check_device_supported(x);
+  detail::check_device_supported(x);
   const at::ScalarType dtype = checked_out_dtype(x, out_dtype);
 #if MXABLATE_KERNELS_TORCH_CUDA
   if (x.is_cuda())

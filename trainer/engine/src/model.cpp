@@ -17,6 +17,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& optio
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  if (use_fused(fused_ops_, x.device())) return fused_rms_norm(x, weight, eps_, gemm_input_dtype(x.device()));
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
 }
 
@@ -36,6 +37,7 @@ at::Tensor RotaryEmbedding::apply(const at::Tensor& x) {
   }
   const at::Tensor& cos = it->second.first;
   const at::Tensor& sin = it->second.second;
+  if (use_fused(fused_ops_, x.device())) return fused_rope(x, cos, sin);
   const int64_t half = head_dim_ / 2;
   const at::Tensor x1 = x.narrow(-1, 0, half);
   const at::Tensor x2 = x.narrow(-1, half, half);
@@ -75,7 +77,10 @@ SwiGLUImpl::SwiGLUImpl(const ModelShape& s, int first_layer, const LinearPlan& p
 }
 
 at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
-  return down->forward(at::silu(gate->forward(x)) * up->forward(x));
+  if (!use_fused(fused_ops_, x.device())) return down->forward(at::silu(gate->forward(x)) * up->forward(x));
+  const at::Tensor g = gate->forward(x);
+  const at::Tensor u = up->forward(x);
+  return down->forward(fused_swiglu(g, u, gemm_input_dtype(x.device())));
 }
 
 BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,
@@ -115,10 +120,16 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   embedding = register_parameter("embedding", at::empty({options.vocab_size, s.d_model}, f32));
   blocks = register_module("blocks", torch::nn::ModuleList());
   const LinearPlan bf16 = plain_bf16_plan();
-  for (int b = 0; b < s.n_layers; ++b)
-    blocks->push_back(
-        Block(s, b, bf16, options.session, rope, build, options.activation_checkpointing));
+  rope->set_fused_ops(options.fused_ops);
+  for (int b = 0; b < s.n_layers; ++b) {
+    Block block(s, b, bf16, options.session, rope, build, options.activation_checkpointing);
+    block->attn_norm->set_fused_ops(options.fused_ops);
+    block->mlp_norm->set_fused_ops(options.fused_ops);
+    block->mlp->set_fused_ops(options.fused_ops);
+    blocks->push_back(block);
+  }
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));
+  final_norm->set_fused_ops(options.fused_ops);
   lm_head = register_module("lm_head", MXLinear(s.d_model, options.vocab_size,
                                                 static_cast<int>(s.n_layers * 7), bf16,
                                                 options.session, build));
@@ -157,7 +168,9 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
 
 at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   const at::Tensor logits = forward(tokens);
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  const at::Tensor rows = logits.reshape({-1, logits.size(-1)});
+  if (use_fused(options_.fused_ops, logits.device())) return fused_cross_entropy(rows, targets.reshape({-1}));
+  return at::cross_entropy_loss(rows, targets.reshape({-1}));
 }
 
 int64_t LlamaModelImpl::parameter_count() const {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <utility>
 
+#include "mxablate/trainer/fused_ops.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/mx_linear.h"
@@ -32,16 +33,22 @@ struct ModelOptions {
   // Each block keeps only its input and is recomputed in backward (block_checkpoint.h): less
   // memory, about one more forward, the same bits.
   bool activation_checkpointing = false;
+  // RMSNorm, RoPE, SwiGLU's silu*mul and the loss through the fused kernels (fused_ops.h): by
+  // default on CUDA only, so CPU results keep the unfused expressions' bits.
+  FusedOps fused_ops = FusedOps::kOnCuda;
 };
 
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
+  // Fused: the output is gemm_input_dtype (its consumer is a GEMM), the gradient float32.
   at::Tensor forward(const at::Tensor& x);
+  void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
   at::Tensor weight;
 
  private:
   double eps_;
+  FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -49,12 +56,14 @@ TORCH_MODULE(RMSNorm);
 class RotaryEmbedding {
  public:
   RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
-  // x: (B, H, T, head_dim)
+  // x: (B, H, T, head_dim), any strides; fused: a contiguous result in x's dtype.
   at::Tensor apply(const at::Tensor& x);
+  void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
 
  private:
   int64_t head_dim_;
   double theta_;
+  FusedOps fused_ops_ = FusedOps::kOnCuda;
   std::map<std::pair<int64_t, std::string>, std::pair<at::Tensor, at::Tensor>> cache_;
 };
 
@@ -77,7 +86,11 @@ class SwiGLUImpl : public torch::nn::Module {
   SwiGLUImpl(const ModelShape& shape, int first_layer, const LinearPlan& plan,
              const std::shared_ptr<QuantSession>& session, at::Device device);
   at::Tensor forward(const at::Tensor& x);
+  void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
   MXLinear gate{nullptr}, up{nullptr}, down{nullptr};
+
+ private:
+  FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
 TORCH_MODULE(SwiGLU);
 

@@ -1,0 +1,85 @@
+// LibTorch adapters of the fused common-path ops (docs/design.md §4): RMSNorm, SwiGLU, RoPE and
+// cross-entropy, forward and backward as separate calls (the trainer's autograd functions pair
+// them). A CUDA tensor goes through the raw kernels (mxablate/kernels/gpu/fused_ops_gpu.h) on
+// LibTorch's current stream; a CPU tensor through the reference, plain ATen ops written to be
+// obviously right, which is what the kernels are tested against.
+//
+// Activations are float32 or bfloat16; all arithmetic is float32 whatever the storage; a bf16
+// result is the float32 one rounded to nearest-even. The CPU forward references are the unfused
+// formulas the model used before, operation for operation, so on float32 CPU tensors they give
+// the same bits. Every function throws std::invalid_argument with one sentence when shapes,
+// dtypes or devices do not fit.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace mxablate::kernels {
+
+// ---- RMSNorm over the last dimension: y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps) ----
+
+struct RmsNormOutput {
+  at::Tensor y;     // x's shape, out_dtype
+  at::Tensor rstd;  // x's shape without the last dimension, float32 (saved for backward)
+};
+
+// x (..., d) float32 or bf16; weight (d) float32; out_dtype float32 or bf16.
+RmsNormOutput rms_norm_forward(const at::Tensor& x, const at::Tensor& weight, double eps,
+                               at::ScalarType out_dtype);
+
+struct RmsNormGrads {
+  at::Tensor dx;       // x's shape, float32 (the residual stream's dtype)
+  at::Tensor dweight;  // (d) float32; deterministic: the same bits on every call
+};
+
+// dy (x's shape, float32 or bf16), and the forward's x, weight and rstd. On CUDA, d <= 8192.
+RmsNormGrads rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& rstd);
+
+// ---- SwiGLU: h = silu(g) * u, elementwise --------------------------------------------------------
+
+// g, u: the same shape and dtype (float32 or bf16).
+at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
+
+struct SwiGluGrads {
+  at::Tensor dg, du;  // g's shape and dtype
+};
+
+SwiGluGrads swiglu_backward(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u);
+
+// ---- RoPE, rotate-half layout ---------------------------------------------------------------------
+
+enum class RopeDirection {
+  kForward,  // by +angle: y1 = x1 cos - x2 sin, y2 = x1 sin + x2 cos
+  kInverse,  // by -angle (the forward's backward): y1 = x1 cos + x2 sin, y2 = x2 cos - x1 sin
+};
+
+// x: (B, H, T, D) float32 or bf16, any strides (a (B, T, H, D) projection viewed as (B, H, T, D)
+// is read in place when its D is contiguous); cos, sin: (T, D/2) float32 on x's device. Returns
+// the rotation as a contiguous (B, H, T, D) tensor of out_dtype.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RopeDirection direction,
+                at::ScalarType out_dtype);
+
+// The same, written into `out` (x's sizes, float32 or bf16, non-overlapping and dense, stride 1
+// along D), so a backward can return the gradient in its input's own layout.
+void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RopeDirection direction,
+               const at::Tensor& out);
+
+// ---- Cross-entropy of logits rows against int64 targets --------------------------------------------
+
+struct CrossEntropyOutput {
+  at::Tensor loss;  // (rows) float32: logsumexp(row) - row[target]
+  at::Tensor lse;   // (rows) float32: saved for backward
+};
+
+// logits (rows, vocab) float32 or bf16; targets (rows) int64 in [0, vocab). CPU: an out-of-range
+// target is refused. CUDA: checking would synchronize the stream, so a row with an out-of-range
+// target gets loss NaN instead (nothing out of bounds is read), which the trainer's divergence
+// check reports.
+CrossEntropyOutput cross_entropy_forward(const at::Tensor& logits, const at::Tensor& targets);
+
+// The gradient of mean(loss) times `grad` (a one-element tensor: the upstream gradient of the
+// mean): (softmax(row) - onehot(target)) * grad / rows, in the logits' dtype.
+at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& targets,
+                                  const at::Tensor& lse);
+
+}  // namespace mxablate::kernels

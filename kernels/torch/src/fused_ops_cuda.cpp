@@ -1,0 +1,167 @@
+// CUDA tensors -> the raw fused kernels, on LibTorch's current stream (docs/design.md §4).
+#include "fused_ops_cuda.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include <vector>
+
+#include "mxablate/kernels/gpu/fused_ops_gpu.h"
+#include "torch_compat.h"
+
+namespace mxablate::kernels::detail {
+namespace {
+
+gpu::FloatType float_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat ? gpu::FloatType::kFloat32 : gpu::FloatType::kBFloat16;
+}
+gpu::FloatType float_type(at::ScalarType t) {
+  return t == at::kFloat ? gpu::FloatType::kFloat32 : gpu::FloatType::kBFloat16;
+}
+
+std::vector<int64_t> rows_shape(const at::Tensor& x) {
+  return std::vector<int64_t>(x.sizes().begin(), x.sizes().end() - 1);
+}
+
+}  // namespace
+
+RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                    at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous(), w = weight.contiguous();
+  RmsNormOutput out{at::empty(in.sizes(), in.options().dtype(out_dtype)),
+                    at::empty(rows_shape(in), in.options().dtype(at::kFloat))};
+  gpu::RmsNormForwardJob job;
+  job.x = in.data_ptr();
+  job.x_type = float_type(in);
+  job.weight = w.data_ptr<float>();
+  job.cols = in.size(-1);
+  job.rows = in.numel() / job.cols;
+  job.eps = static_cast<float>(eps);
+  job.y = out.y.data_ptr();
+  job.y_type = float_type(out_dtype);
+  job.rstd = out.rstd.data_ptr<float>();
+  gpu::rmsnorm_forward(job, compat::current_stream(in));
+  return out;
+}
+
+RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& rstd) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor d = dy.contiguous(), in = x.contiguous(), w = weight.contiguous(), r = rstd.contiguous();
+  const int64_t cols = in.size(-1), rows = in.numel() / cols;
+  RmsNormGrads out{at::empty(in.sizes(), in.options().dtype(at::kFloat)),
+                   at::empty({cols}, in.options().dtype(at::kFloat))};
+  const auto bytes = static_cast<int64_t>(gpu::rmsnorm_backward_workspace_bytes(rows, cols));
+  const at::Tensor workspace = at::empty({bytes / static_cast<int64_t>(sizeof(float))}, in.options().dtype(at::kFloat));
+  gpu::RmsNormBackwardJob job;
+  job.dy = d.data_ptr();
+  job.dy_type = float_type(d);
+  job.x = in.data_ptr();
+  job.x_type = float_type(in);
+  job.weight = w.data_ptr<float>();
+  job.rstd = r.data_ptr<float>();
+  job.rows = rows;
+  job.cols = cols;
+  job.dx = out.dx.data_ptr<float>();
+  job.dweight = out.dweight.data_ptr<float>();
+  job.workspace = workspace.data_ptr();
+  gpu::rmsnorm_backward(job, compat::current_stream(in));
+  return out;
+}
+
+at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(g.device());
+  const at::Tensor gc = g.contiguous(), uc = u.contiguous();
+  at::Tensor h = at::empty(gc.sizes(), gc.options().dtype(out_dtype));
+  gpu::SwiGluForwardJob job;
+  job.g = gc.data_ptr();
+  job.u = uc.data_ptr();
+  job.in_type = float_type(gc);
+  job.n = gc.numel();
+  job.h = h.data_ptr();
+  job.h_type = float_type(out_dtype);
+  gpu::swiglu_forward(job, compat::current_stream(gc));
+  return h;
+}
+
+SwiGluGrads swiglu_backward_cuda(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u) {
+  const c10::cuda::CUDAGuard guard(g.device());
+  const at::Tensor dc = dh.contiguous(), gc = g.contiguous(), uc = u.contiguous();
+  SwiGluGrads out{at::empty(gc.sizes(), gc.options()), at::empty(gc.sizes(), gc.options())};
+  gpu::SwiGluBackwardJob job;
+  job.dh = dc.data_ptr();
+  job.dh_type = float_type(dc);
+  job.g = gc.data_ptr();
+  job.u = uc.data_ptr();
+  job.in_type = float_type(gc);
+  job.n = gc.numel();
+  job.dg = out.dg.data_ptr();
+  job.du = out.du.data_ptr();
+  job.grad_type = float_type(gc);
+  gpu::swiglu_backward(job, compat::current_stream(gc));
+  return out;
+}
+
+void rope_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse,
+               const at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  // The kernel reads any (batch, heads, seq) strides but needs head_dim contiguous.
+  const at::Tensor in = x.stride(3) == 1 ? x : x.contiguous();
+  const at::Tensor c = cos.contiguous(), s = sin.contiguous();
+  gpu::RopeJob job;
+  job.x = in.data_ptr();
+  job.x_type = float_type(in);
+  job.y = out.data_ptr();
+  job.y_type = float_type(out);
+  for (int k = 0; k < 3; ++k) {
+    job.x_strides[k] = in.stride(k);
+    job.y_strides[k] = out.stride(k);
+  }
+  job.batch = in.size(0);
+  job.heads = in.size(1);
+  job.seq = in.size(2);
+  job.head_dim = in.size(3);
+  job.cos = c.data_ptr<float>();
+  job.sin = s.data_ptr<float>();
+  job.inverse = inverse;
+  gpu::rope(job, compat::current_stream(in));
+}
+
+CrossEntropyOutput cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& targets) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const at::Tensor l = logits.contiguous(), t = targets.contiguous();
+  const at::TensorOptions f32 = l.options().dtype(at::kFloat);
+  CrossEntropyOutput out{at::empty({l.size(0)}, f32), at::empty({l.size(0)}, f32)};
+  gpu::CrossEntropyForwardJob job;
+  job.logits = l.data_ptr();
+  job.logits_type = float_type(l);
+  job.targets = t.data_ptr<int64_t>();
+  job.rows = l.size(0);
+  job.vocab = l.size(1);
+  job.loss = out.loss.data_ptr<float>();
+  job.lse = out.lse.data_ptr<float>();
+  gpu::cross_entropy_forward(job, compat::current_stream(l));
+  return out;
+}
+
+at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad, const at::Tensor& logits,
+                                       const at::Tensor& targets, const at::Tensor& lse) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const at::Tensor l = logits.contiguous(), t = targets.contiguous(), s = lse.contiguous();
+  const at::Tensor g = grad.to(at::kFloat).contiguous();
+  at::Tensor dlogits = at::empty(l.sizes(), l.options());
+  gpu::CrossEntropyBackwardJob job;
+  job.logits = l.data_ptr();
+  job.logits_type = float_type(l);
+  job.targets = t.data_ptr<int64_t>();
+  job.lse = s.data_ptr<float>();
+  job.grad = g.data_ptr<float>();
+  job.rows = l.size(0);
+  job.vocab = l.size(1);
+  job.dlogits = dlogits.data_ptr();
+  gpu::cross_entropy_backward(job, compat::current_stream(l));
+  return dlogits;
+}
+
+}  // namespace mxablate::kernels::detail

@@ -1,0 +1,24 @@
+// The CUDA side of the fused-op adapters: at::Tensor on a CUDA device -> the raw kernels
+// (mxablate/kernels/gpu/fused_ops_gpu.h) on LibTorch's current stream. Arguments are checked by
+// the callers in fused_ops.cpp. Compiled only with MXABLATE_KERNELS_TORCH_CUDA.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "mxablate/kernels/torch/fused_ops.h"
+
+namespace mxablate::kernels::detail {
+
+RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                    at::ScalarType out_dtype);
+RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& rstd);
+at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
+SwiGluGrads swiglu_backward_cuda(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u);
+void rope_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse,
+               const at::Tensor& out);
+CrossEntropyOutput cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& targets);
+at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad, const at::Tensor& logits,
+                                       const at::Tensor& targets, const at::Tensor& lse);
+
+}  // namespace mxablate::kernels::detail

@@ -1,0 +1,214 @@
+// The fused common-path kernels on CUDA tensors against the unfused LibTorch computation in
+// float32 on the same GPU (docs/design.md §4). Tolerances:
+//   - bf16 outputs: within one bf16 ulp of the float32 reference rounded to bf16 (the fused
+//     kernel rounds its own float32 result once; the two float32 results differ in the last bits);
+//   - float32 outputs that are products (RMSNorm's y, SwiGLU's h, per-row losses): elementwise
+//     relative 1e-5; RoPE's are the same four products and two sums as ATen's, so bit for bit;
+//   - gradients that subtract nearly equal terms (RMSNorm's dx, SwiGLU's dg, CE's dlogits):
+//     normwise relative 1e-5, since elementwise relative error is unbounded near a cancellation.
+// Also: dweight and every other output are the same bits on a second call (no atomics).
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "mxablate/kernels/torch/fused_ops.h"
+
+using namespace mxablate::kernels;
+
+namespace {
+
+const at::TensorOptions kCuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+
+at::Tensor randn(at::IntArrayRef shape, uint64_t seed, double scale = 1.0) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return (at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * scale).to(at::kCUDA);
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
+  return ca.scalar_type() == cb.scalar_type() && ca.sizes() == cb.sizes() &&
+         std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.nbytes())) == 0;
+}
+
+double rel_error(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.cpu().to(at::kDouble), w = want.cpu().to(at::kDouble);
+  return ((g - w).norm() / w.norm()).item<double>();
+}
+
+// max |got - want| / |want| over elements (float32 results that are products: no cancellation).
+double max_elementwise_rel(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.cpu().to(at::kDouble), w = want.cpu().to(at::kDouble);
+  const at::Tensor denom = w.abs().clamp_min(std::numeric_limits<float>::min());
+  return ((g - w).abs() / denom).max().item<double>();
+}
+
+// bf16 bit patterns as ordered integers: neighbours in value differ by one.
+at::Tensor ordered_bf16(const at::Tensor& t) {
+  const at::Tensor bits = t.cpu().contiguous().view(at::kShort).to(at::kInt);
+  const at::Tensor magnitude = bits.bitwise_and(0x7FFF);
+  return at::where(bits.lt(0), -magnitude, magnitude);
+}
+
+// Every element of the bf16 `got` within one bf16 ulp of the float32 `want` rounded to bf16.
+bool within_one_bf16_ulp(const at::Tensor& got, const at::Tensor& want) {
+  if (got.scalar_type() != at::kBFloat16 || got.sizes() != want.sizes()) return false;
+  const at::Tensor diff = (ordered_bf16(got) - ordered_bf16(want.to(at::kBFloat16))).abs();
+  return diff.max().item<int>() <= 1;
+}
+
+at::Tensor unfused_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+at::Tensor unfused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+}
+
+// Rows of ordinary activations, then a huge row and a tiny one (the sum of squares stays finite
+// and normal in float32 for both).
+at::Tensor norm_input(int64_t rows, int64_t cols, uint64_t seed) {
+  at::Tensor x = randn({rows, cols}, seed);
+  x.select(0, 0).mul_(1.0e15);
+  x.select(0, rows - 1).mul_(1.0e-18);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("fused RMSNorm on CUDA equals the unfused formula", "[gpu][fused]") {
+  const double eps = 1e-5;
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{37, 771}, {1000, 768}, {5, 64}, {3, 4099}}) {
+    INFO(rows << " x " << cols);
+    const at::Tensor x = norm_input(rows, cols, 21);
+    const at::Tensor w = randn({cols}, 22, 0.1) + 1.0;
+    const at::Tensor want = unfused_rms_norm(x, w, eps);
+    const RmsNormOutput f32 = rms_norm_forward(x, w, eps, at::kFloat);
+    CHECK(max_elementwise_rel(f32.y, want) < 1e-5);
+    CHECK(within_one_bf16_ulp(rms_norm_forward(x, w, eps, at::kBFloat16).y, want));
+    // bf16 input: against the reference on its exact float32 values.
+    const at::Tensor xb = x.to(at::kBFloat16);
+    CHECK(within_one_bf16_ulp(rms_norm_forward(xb, w, eps, at::kBFloat16).y, unfused_rms_norm(xb.to(at::kFloat), w, eps)));
+
+    const at::Tensor xg = x.clone().requires_grad_(true), wg = w.clone().requires_grad_(true);
+    const at::Tensor dy = randn({rows, cols}, 23);
+    unfused_rms_norm(xg, wg, eps).backward(dy);
+    const RmsNormGrads g = rms_norm_backward(dy, x, w, f32.rstd);
+    CHECK(rel_error(g.dx, xg.grad()) < 1e-5);
+    CHECK(rel_error(g.dweight, wg.grad()) < 1e-5);
+    const RmsNormGrads again = rms_norm_backward(dy, x, w, f32.rstd);
+    CHECK(same_bits(again.dweight, g.dweight));
+    CHECK(same_bits(again.dx, g.dx));
+    // A bf16 gradient from a bf16 output: the reference on its exact float32 values.
+    const at::Tensor dyb = dy.to(at::kBFloat16);
+    CHECK(rel_error(rms_norm_backward(dyb, x, w, f32.rstd).dx, rms_norm_backward(dyb.to(at::kFloat), x, w, f32.rstd).dx) < 1e-6);
+  }
+}
+
+TEST_CASE("fused RMSNorm refuses rows longer than its shared-memory partials on CUDA", "[gpu][fused]") {
+  const at::Tensor x = randn({2, 8193}, 24), w = at::ones({8193}, kCuda);
+  const RmsNormOutput f = rms_norm_forward(x, w, 1e-5, at::kFloat);  // forward has no limit
+  CHECK_THROWS_WITH(rms_norm_backward(x, x, w, f.rstd),
+                    "rmsnorm_backward: rows longer than 8192 are not supported, got 8193");
+}
+
+TEST_CASE("fused SwiGLU on CUDA equals silu(g) * u and its autograd", "[gpu][fused]") {
+  for (int64_t n : {int64_t{1}, int64_t{1023}, int64_t{3} * 5 * 1377}) {
+    INFO(n);
+    const at::Tensor g = randn({n}, 31, 4.0), u = randn({n}, 32);
+    const at::Tensor want = at::silu(g) * u;
+    CHECK(max_elementwise_rel(swiglu_forward(g, u, at::kFloat), want) < 1e-5);
+    CHECK(within_one_bf16_ulp(swiglu_forward(g, u, at::kBFloat16), want));
+    const at::Tensor gb = g.to(at::kBFloat16), ub = u.to(at::kBFloat16);
+    CHECK(within_one_bf16_ulp(swiglu_forward(gb, ub, at::kBFloat16), at::silu(gb.to(at::kFloat)) * ub.to(at::kFloat)));
+
+    const at::Tensor gg = g.clone().requires_grad_(true), ug = u.clone().requires_grad_(true);
+    const at::Tensor dh = randn({n}, 33);
+    (at::silu(gg) * ug).backward(dh);
+    const SwiGluGrads grads = swiglu_backward(dh, g, u);
+    CHECK(rel_error(grads.dg, gg.grad()) < 1e-5);
+    CHECK(max_elementwise_rel(grads.du, ug.grad()) < 1e-5);
+    const SwiGluGrads gbf = swiglu_backward(dh.to(at::kBFloat16), gb, ub);
+    const SwiGluGrads gref = swiglu_backward(dh.to(at::kBFloat16).to(at::kFloat), gb.to(at::kFloat), ub.to(at::kFloat));
+    CHECK(within_one_bf16_ulp(gbf.dg, gref.dg));
+    CHECK(within_one_bf16_ulp(gbf.du, gref.du));
+    CHECK(same_bits(swiglu_backward(dh, g, u).dg, grads.dg));
+  }
+}
+
+TEST_CASE("fused RoPE on CUDA equals the unfused rotation bit for bit, both directions", "[gpu][fused]") {
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 17, 3, 64}, {1, 5, 1, 2}, {3, 9, 4, 6}}) {
+    const int64_t b = shape[0], t = shape[1], h = shape[2], d = shape[3];
+    INFO(b << " " << t << " " << h << " " << d);
+    const at::Tensor inv = at::pow(10000.0, -at::arange(0, d / 2, at::kDouble) * 2.0 / static_cast<double>(d));
+    const at::Tensor angles = at::outer(at::arange(0, t, at::kDouble), inv);
+    const at::Tensor cos = angles.cos().to(kCuda), sin = angles.sin().to(kCuda);
+    // The model's layout: a (B, T, H, D) projection viewed as (B, H, T, D).
+    const at::Tensor base = randn({b, t, h, d}, 41);
+    const at::Tensor x = base.transpose(1, 2);
+    const at::Tensor want = unfused_rope(x, cos, sin);
+    const at::Tensor y = rope(x, cos, sin, RopeDirection::kForward, at::kFloat);
+    CHECK(y.is_contiguous());
+    CHECK(same_bits(y, want));  // x1 cos - x2 sin etc.: the same operations, no FMA either side
+    CHECK(same_bits(rope(x, cos, sin, RopeDirection::kForward, at::kBFloat16), want.to(at::kBFloat16)));
+    const at::Tensor xb = x.to(at::kBFloat16);
+    CHECK(same_bits(rope(xb, cos, sin, RopeDirection::kForward, at::kBFloat16),
+                    unfused_rope(xb.to(at::kFloat), cos, sin).to(at::kBFloat16)));
+
+    const at::Tensor bg = base.clone().requires_grad_(true);
+    const at::Tensor dy = randn({b, h, t, d}, 42);
+    unfused_rope(bg.transpose(1, 2), cos, sin).backward(dy);
+    const at::Tensor dx = at::empty_strided(x.sizes(), x.strides(), kCuda);
+    rope_into(dy, cos, sin, RopeDirection::kInverse, dx);
+    CHECK(at::equal(dx.cpu(), bg.grad().transpose(1, 2).cpu()));
+  }
+}
+
+TEST_CASE("fused cross-entropy on CUDA equals at::cross_entropy_loss and its gradient", "[gpu][fused]") {
+  for (const auto& [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{37, 1000}, {4, 50257}, {65, 7}, {1, 3}}) {
+    INFO(rows << " x " << vocab);
+    at::Tensor logits = randn({rows, vocab}, 51, 3.0);
+    logits.select(0, 0).mul_(1.0e4);  // huge magnitudes: the max subtraction matters
+    if (rows > 1) logits.select(0, 1).mul_(1.0e-30);  // tiny: nearly uniform softmax
+    at::Generator gen = at::detail::createCPUGenerator(52);
+    const at::Tensor targets = at::randint(vocab, {rows}, gen, at::TensorOptions().dtype(at::kLong)).to(at::kCUDA);
+    const at::Tensor lg = logits.clone().requires_grad_(true);
+    const at::Tensor want_rows = at::cross_entropy_loss(logits, targets, {}, at::Reduction::None);
+    at::cross_entropy_loss(lg, targets).backward();
+
+    const CrossEntropyOutput out = cross_entropy_forward(logits, targets);
+    // logsumexp - x[t] cancels: the error scales with the row's largest magnitude, not the loss.
+    const at::Tensor scale = logits.abs().amax(1).clamp_min(1.0);
+    CHECK(((out.loss - want_rows).abs() / scale).max().item<double>() < 1e-5);
+    CHECK(out.loss.mean().item<double>() == Approx(at::cross_entropy_loss(logits, targets).item<double>()).epsilon(1e-5));
+    const at::Tensor one = at::ones({}, kCuda);
+    const at::Tensor dl = cross_entropy_backward(one, logits, targets, out.lse);
+    CHECK(rel_error(dl, lg.grad()) < 1e-5);
+    CHECK(same_bits(cross_entropy_backward(one, logits, targets, out.lse), dl));
+    CHECK(same_bits(cross_entropy_forward(logits, targets).loss, out.loss));
+
+    // bf16 logits: bf16 gradients within one ulp of the float32 computation on the same values.
+    const at::Tensor lb = logits.to(at::kBFloat16);
+    const CrossEntropyOutput ob = cross_entropy_forward(lb, targets);
+    const CrossEntropyOutput of = cross_entropy_forward(lb.to(at::kFloat), targets);
+    CHECK(same_bits(ob.lse, of.lse));
+    CHECK(within_one_bf16_ulp(cross_entropy_backward(one, lb, targets, ob.lse),
+                              cross_entropy_backward(one, lb.to(at::kFloat), targets, of.lse)));
+  }
+}
+
+TEST_CASE("fused cross-entropy on CUDA gives an out-of-range target's row NaN", "[gpu][fused]") {
+  const at::Tensor logits = randn({3, 10}, 61);
+  const at::Tensor targets = at::tensor({1, 10, -3}, at::kLong).to(at::kCUDA);
+  const at::Tensor loss = cross_entropy_forward(logits, targets).loss.cpu();
+  CHECK(std::isfinite(loss[0].item<float>()));
+  CHECK(std::isnan(loss[1].item<float>()));
+  CHECK(std::isnan(loss[2].item<float>()));
+}

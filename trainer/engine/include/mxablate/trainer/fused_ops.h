@@ -1,0 +1,41 @@
+// The model's fused common path (docs/design.md §4): autograd functions over the fused RMSNorm,
+// SwiGLU, RoPE and cross-entropy of kernels/torch (fused_ops.h), and the rule for when the model
+// uses them. Each function's forward and backward are one kernel each on CUDA (RMSNorm's backward
+// adds a small fixed-order reduction for dweight); all are deterministic, so a block recomputed
+// by activation checkpointing gives the same bits as its first pass.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace mxablate::trainer {
+
+// Where the model runs the fused ops instead of the unfused LibTorch expressions.
+enum class FusedOps : uint8_t {
+  kOnCuda,  // CUDA tensors fused; CPU tensors unfused, so CPU results keep their bits (default)
+  kNever,   // unfused everywhere: the reference the fused model is tested against
+  kAlways,  // CPU tensors through the adapters' CPU references too (tests of the wiring)
+};
+
+bool use_fused(FusedOps mode, const at::Device& device);
+
+// The dtype of an activation whose only consumer is a GEMM (a norm's output, SwiGLU's h): BF16
+// on CUDA, the GEMM's operand type; float32 on the CPU, where the GEMMs emulate BF16 in float32.
+at::ScalarType gemm_input_dtype(const at::Device& device);
+
+// x * rstd * weight over the last dimension; dx comes back float32 (the residual stream's dtype).
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype);
+
+// silu(g) * u.
+at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
+
+// Rotate-half RoPE of x (B, H, T, D) (any strides) with cos, sin (T, D/2): a contiguous
+// (B, H, T, D) result in x's dtype; the gradient comes back in x's own layout.
+at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// Mean cross-entropy of logits (rows, vocab) against int64 targets (rows); the logits'
+// gradient has their dtype.
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace mxablate::trainer

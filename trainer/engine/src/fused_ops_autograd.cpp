@@ -1,0 +1,117 @@
+// Autograd functions pairing the fused ops' forward and backward adapters (docs/design.md §4).
+#include <torch/autograd.h>
+
+#include <vector>
+
+#include "mxablate/kernels/torch/fused_ops.h"
+#include "mxablate/trainer/fused_ops.h"
+
+namespace mxablate::trainer {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps,
+                            at::ScalarType out_dtype) {
+    kernels::RmsNormOutput out = kernels::rms_norm_forward(x, weight, eps, out_dtype);
+    ctx->save_for_backward({x, weight, out.rstd});
+    return out.y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const variable_list saved = ctx->get_saved_variables();
+    kernels::RmsNormGrads g = kernels::rms_norm_backward(grads[0], saved[0], saved[1], saved[2]);
+    return {g.dx, g.dweight, at::Tensor(), at::Tensor()};
+  }
+};
+
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
+    ctx->save_for_backward({g, u});
+    return kernels::swiglu_forward(g, u, out_dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const variable_list saved = ctx->get_saved_variables();
+    kernels::SwiGluGrads g = kernels::swiglu_backward(grads[0], saved[0], saved[1]);
+    return {g.dg, g.du, at::Tensor()};
+  }
+};
+
+// Keeps only the tables and x's layout: the backward is the rotation by -angle of the gradient.
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    // The gradient goes back in x's layout (a transposed projection, typically) when that layout
+    // is dense; otherwise contiguous.
+    const bool dense = x.is_non_overlapping_and_dense() && x.stride(3) == 1;
+    ctx->saved_data["strides"] = dense ? x.strides().vec() : std::vector<int64_t>{};
+    ctx->saved_data["dtype"] = x.scalar_type();
+    return kernels::rope(x, cos, sin, kernels::RopeDirection::kForward, x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const variable_list saved = ctx->get_saved_variables();
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const std::vector<int64_t> strides = ctx->saved_data["strides"].toIntVector();
+    const at::TensorOptions options = grads[0].options().dtype(ctx->saved_data["dtype"].toScalarType());
+    const at::Tensor dx = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+    kernels::rope_into(grads[0], saved[0], saved[1], kernels::RopeDirection::kInverse, dx);
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+};
+
+class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets) {
+    kernels::CrossEntropyOutput out = kernels::cross_entropy_forward(logits, targets);
+    ctx->save_for_backward({logits, targets, out.lse});
+    return out.loss.mean();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    const variable_list saved = ctx->get_saved_variables();
+    return {kernels::cross_entropy_backward(grads[0], saved[0], saved[1], saved[2]), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool use_fused(FusedOps mode, const at::Device& device) {
+  switch (mode) {
+    case FusedOps::kOnCuda: return device.is_cuda();
+    case FusedOps::kNever: return false;
+    case FusedOps::kAlways: return true;
+  }
+  return false;
+}
+
+at::ScalarType gemm_input_dtype(const at::Device& device) { return device.is_cuda() ? at::kBFloat16 : at::kFloat; }
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype) {
+  return RmsNormFunction::apply(x, weight, eps, out_dtype);
+}
+
+at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
+  return SwiGluFunction::apply(g, u, out_dtype);
+}
+
+at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RopeFunction::apply(x, cos, sin);
+}
+
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+  return CrossEntropyFunction::apply(logits, targets);
+}
+
+}  // namespace mxablate::trainer
