@@ -8,6 +8,8 @@
 // Numerics of the emulated path: the quantized (dequantized) operands are exactly representable
 // in BF16; on CUDA they are multiplied as BF16 with FP32 accumulation (cuBLAS), on the CPU as
 // float32 — the same exact products, FP32 accumulation. Outputs and gradients are float32.
+// GEMMs routed to FP8 tensor cores (QuantSession::routes) multiply the same values: per-tensor
+// FP8 codes (fp8-tensorwise) or MXFP4 re-expressed as E4M3 (hopper-fp8), FP32 accumulation.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -19,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/linear_plan.h"
@@ -39,9 +42,10 @@ class QuantSession {
 
   uint64_t seed = 0;
   uint32_t step = 0;
-  // kHopperFP8 sends GEMMs whose operands are both MXFP4 to the FP8 tensor-core path; all other
-  // GEMMs (and every GEMM under kEmulated) use the exact emulation.
-  kernels::GemmPath gemm_path = kernels::GemmPath::kEmulated;
+  // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer:
+  // FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on the Hopper FP8 path, the rest
+  // (and everything by default) the exact emulation.
+  contract::GemmRoutes routes;
   // While true, every low-precision operand quantization appends a Record.
   bool collect_telemetry = false;
 
