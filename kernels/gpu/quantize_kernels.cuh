@@ -589,7 +589,10 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const KernelParams p) {
   load_tile<InT>(p, r0, c0, tile);
   __syncthreads();
   if (p.axes[0].enabled && p.axes[0].amax_slot) axis_amax<Axis::kRows>(p, p.axes[0], tile, r0, c0, scratch);
-  if (p.axes[1].enabled && p.axes[1].amax_slot) axis_amax<Axis::kCols>(p, p.axes[1], tile, r0, c0, scratch);
+  // Unrotated axes read the same values: the launcher then gives both one slot (shares_amax).
+  const bool shared = p.axes[0].enabled && p.axes[1].amax_slot == p.axes[0].amax_slot;
+  if (p.axes[1].enabled && p.axes[1].amax_slot && !shared)
+    axis_amax<Axis::kCols>(p, p.axes[1], tile, r0, c0, scratch);
 }
 
 }  // namespace mxablate::kernels::gpu::detail

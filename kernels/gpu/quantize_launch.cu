@@ -75,6 +75,14 @@ AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
   return a;
 }
 
+// Both axes of one launch can share one per-tensor amax when neither is rotated: they then
+// reduce the same values (an FP8 or NVFP4 tensor quantized along rows and down columns, as X
+// and W are for Fprop and Wgrad/Dgrad), so the amax pass runs once instead of twice.
+bool shares_amax(const AxisParams& rows, const AxisParams& cols) {
+  return rows.enabled && cols.enabled && rows.amax_slot != nullptr && cols.amax_slot != nullptr &&
+         rows.spec.hadamard == HadamardMode::kNone && cols.spec.hadamard == HadamardMode::kNone;
+}
+
 KernelVariant variant_of(const AxisParams& a) {
   KernelVariant v;
   v.telemetry = a.out.telemetry != nullptr;
@@ -149,6 +157,7 @@ void quantize(const QuantizeJob& job, void* stream_handle) {
     launch(second, stream);
     return;
   }
+  if (shares_amax(rows, cols)) cols.amax_slot = rows.amax_slot;
   p.axes[0] = rows;
   p.axes[1] = cols;
   launch(p, stream);

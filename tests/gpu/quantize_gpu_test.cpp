@@ -208,6 +208,32 @@ TEST_CASE("GPU quantize of both axes in one pass equals two reference calls", "[
   }
 }
 
+TEST_CASE("GPU per-tensor formats on both axes: one amax pass when unrotated, one per axis when rotated", "[gpu]") {
+  // Unrotated axes of one launch share the amax slot (the FP8 arm's X, W and dY); rotated ones
+  // reduce their own rotated values. Ragged shapes, NaN/Inf, zeros and subnormals included.
+  const RngKey rows_key{5, 1, 2, GemmKind::kFprop, Operand::kA}, cols_key{5, 1, 2, GemmKind::kWgrad, Operand::kB};
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3}, nv{QuantFormat::kNVFP4};
+  const QuantSpec e5m2_sr{QuantFormat::kFP8E5M2, ScaleRule::kFloor, Rounding::kStochastic};
+  const QuantSpec e4m3_h16{QuantFormat::kFP8E4M3, ScaleRule::kFloor, Rounding::kNearest, HadamardMode::kDeterministic, 16};
+  for (const Shape s : {Shape{384, 512}, Shape{160, 96}, Shape{96, 102}}) {
+    for (Specials specials : {Specials::kFiniteOnly, Specials::kAll}) {
+      const std::vector<float> x = test_matrix(s.rows, s.cols, 41, specials);
+      for (bool bf16_input : {false, true}) {
+        for (const QuantSpec& spec : {e4m3, e5m2_sr, nv}) {
+          if (!check_shape(spec, s.rows, s.cols, Axis::kRows).empty() ||
+              !check_shape(spec, s.rows, s.cols, Axis::kCols).empty())
+            continue;
+          check_gpu_call(x, s.rows, s.cols, bf16_input, {{Axis::kRows, spec, rows_key}, {Axis::kCols, spec, cols_key}}, true);
+          check_gpu_call(x, s.rows, s.cols, bf16_input, {{Axis::kRows, spec, rows_key}, {Axis::kCols, spec, cols_key}}, false);
+        }
+        if (s.rows % 16 == 0 && s.cols % 16 == 0)
+          check_gpu_call(x, s.rows, s.cols, bf16_input,
+                         {{Axis::kRows, e4m3_h16, rows_key}, {Axis::kCols, e4m3_h16, cols_key}}, false);
+      }
+    }
+  }
+}
+
 TEST_CASE("GPU 2-D blocks: W along rows and down columns in one launch, each equal to the reference", "[gpu]") {
   // The CPU tests (tests/kernels/blocks_2d_test.cpp) show that the reference gives both axes the
   // same values; here both axes run in one fused launch (one tile pass shared by the two), with

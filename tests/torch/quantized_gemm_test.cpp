@@ -6,6 +6,7 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "test_tensors.h"
 
@@ -102,6 +103,50 @@ TEST_CASE("quantized_gemm refuses what it cannot do, in one sentence", "[torch][
   CHECK(parse_gemm_path("hopper-fp8") == GemmPath::kHopperFP8);
   CHECK(to_string(GemmPath::kEmulated) == "emulated");
   CHECK_FALSE(parse_gemm_path("fast").has_value());
+}
+
+TEST_CASE("the fp8-tensorwise path is named, refused on the CPU saying why, and checks shapes", "[torch][gemm]") {
+  CHECK(parse_gemm_path("fp8-tensorwise") == GemmPath::kFP8Tensorwise);
+  CHECK(to_string(GemmPath::kFP8Tensorwise) == "fp8-tensorwise");
+  const std::string why = gemm_path_unavailable_reason(GemmPath::kFP8Tensorwise, at::kCPU);
+  CHECK(why.rfind("FP8 tensor cores need a CUDA device and the GPU kernels, this is cpu", 0) == 0);
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3};
+  const at::Tensor x = at::randn({32, 64}), w = at::randn({48, 64});
+  const GemmOperand a{x, Axis::kRows, e4m3, {}}, b{w, Axis::kRows, e4m3, {}};
+  try {
+    quantized_gemm(a, b, GemmPath::kFP8Tensorwise);
+    FAIL("the CPU ran the fp8-tensorwise path");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == why);
+  }
+  // The emulation of the same GEMM runs anywhere: it is the reference the GPU path is held to.
+  CHECK(quantized_gemm(a, b, GemmPath::kEmulated).sizes() == at::IntArrayRef({32, 48}));
+  const AxisQuantization rows{e4m3, {}};
+  try {
+    fp8_quantize(x, &rows, nullptr);
+    FAIL("fp8_quantize ran on the CPU");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) ==
+          "fp8_quantize: FP8 codes for tensor cores need a CUDA tensor and the GPU kernels, got a tensor "
+          "on cpu (the emulated path runs anywhere)");
+  }
+  const AxisQuantization mx{QuantSpec{QuantFormat::kMXFP4}, {}};
+  try {
+    fp8_quantize(x, nullptr, &mx);
+    FAIL("fp8_quantize took an MXFP4 spec");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "fp8_quantize: the format must be fp8-e4m3 or fp8-e5m2, got mxfp4 (cols)");
+  }
+  CHECK_THROWS_AS(fp8_quantize(x, nullptr, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(fp8_tensorwise_mm(x, x, w, w, at::kFloat), std::invalid_argument);
+  // cuBLASLt's FP8 kernels: K and N multiples of 16, any M.
+  CHECK(fp8_tensorwise_shape_problem(16384, 768, 3072).empty());
+  CHECK(fp8_tensorwise_shape_problem(7, 16, 32).empty());
+  CHECK(fp8_tensorwise_shape_problem(64, 48, 40) ==
+        "FP8 tensor cores need K and N to be multiples of 16, got K 40, N 48");
+  CHECK(fp8_tensorwise_shape_problem(64, 24, 32) ==
+        "FP8 tensor cores need K and N to be multiples of 16, got K 32, N 24");
+  CHECK_FALSE(fp8_tensorwise_shape_problem(0, 16, 16).empty());
 }
 
 TEST_CASE("the SR pre-scales of both operands are divided back out of the product", "[torch][gemm]") {

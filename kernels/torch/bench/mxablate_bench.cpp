@@ -5,7 +5,10 @@
 //      once, outputs written once), fraction of the copy ceiling, and speed-up over the
 //      composite-operator emulation (LibTorch tensor ops) of the same function;
 //   3. GEMMs: BF16 cuBLAS vs the exact emulation vs the Hopper FP8 path, at 4096³, 8192³ and
-//      the layer shapes of a ~125 M-parameter model.
+//      the layer shapes of a ~125 M-parameter model (M = 16384 tokens, K/N in {768, 3072}, and
+//      Wgrad's K = tokens), each path timed with its quantization (quantize + GEMM);
+//   4. the FP8 arm (per-tensor E4M3/E5M2): the exact emulation vs FP8 tensor cores
+//      (fp8-tensorwise, quantize + GEMM) vs the FP8 GEMM alone, at the same shapes.
 //
 // Usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm]
 //   --only CONFIG runs that quantize configuration alone (by its table name; for profiling).
@@ -27,6 +30,7 @@
 
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "mxablate/kernels/torch/composite_emulation.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 
 namespace mk = mxablate::kernels;
@@ -188,6 +192,7 @@ std::vector<QuantConfig> quant_configs() {
   const mk::QuantSpec mx_sr_h16{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic, HadamardMode::kDeterministic, 16};
   const mk::QuantSpec nv{QuantFormat::kNVFP4};
   const mk::QuantSpec e4m3{QuantFormat::kFP8E4M3};
+  const mk::QuantSpec e5m2{QuantFormat::kFP8E5M2};
   using O = AxisSetup::Output;
   return {
       {"mxfp4 rows", at::kBFloat16, {{Axis::kRows, mx}}},
@@ -206,6 +211,13 @@ std::vector<QuantConfig> quant_configs() {
       {"mxfp4 rows, f32 in/out", at::kFloat, {{Axis::kRows, mx}}},
       {"nvfp4 rows (2 passes)", at::kBFloat16, {{Axis::kRows, nv}}},
       {"fp8-e4m3 rows (2 passes)", at::kBFloat16, {{Axis::kRows, e4m3}}},
+      // The FP8 arm's quantizer: the amax pass, then codes in one or both layouts a GEMM needs
+      // (X: Fprop rows + Wgrad cols; dY in float32: Dgrad rows + Wgrad cols, E5M2).
+      {"fp8-e4m3 rows -> codes (2 passes)", at::kBFloat16, {{Axis::kRows, e4m3, O::kPacked}}},
+      {"fp8-e4m3 rows+cols -> codes (2 passes)", at::kBFloat16,
+       {{Axis::kRows, e4m3, O::kPacked}, {Axis::kCols, e4m3, O::kPacked}}},
+      {"fp8-e5m2 rows+cols -> codes, f32 in (2 passes)", at::kFloat,
+       {{Axis::kRows, e5m2, O::kPacked}, {Axis::kCols, e5m2, O::kPacked}}},
   };
 }
 
@@ -217,6 +229,54 @@ struct GemmShape {
 };
 
 double tflops(const GemmShape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 1e-3) / 1e12; }
+
+std::string rate_cell(const GemmShape& s, double ms, double bf16_ms) {
+  return fixed(tflops(s, ms), 0) + " (" + fixed(bf16_ms / ms, 2) + "x)";
+}
+
+// ---- 4. the FP8 arm's GEMMs -------------------------------------------------------------
+
+// Per-tensor FP8 operands (a E5M2 like dY, b E4M3 like W: Dgrad's pairing; Fprop's E4M3 x E4M3
+// runs at the same rate): the exact emulation, FP8 tensor cores with the quantization (amax and
+// codes of both operands), and the FP8 GEMM alone on codes made once, with and without cuBLAS's
+// fast accumulation (the trainer uses FP32 accumulation).
+void fp8_arm_gemms(Report& r, const std::vector<GemmShape>& shapes, int reps) {
+  r.line("## GEMM C = A Bᵀ, the FP8 arm: per-tensor E5M2 x E4M3 (TFLOP/s; ratio to BF16 cuBLAS in the same run)");
+  r.line("");
+  r.line("| shape (M x N x K) | BF16 | exact emulation | fp8-tensorwise (quantize + GEMM) | FP8 GEMM alone | alone, fast accum |");
+  r.line("|---|---:|---:|---:|---:|---:|");
+  for (const GemmShape& s : shapes) {
+    const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+    const at::Tensor a = at::randn({s.m, s.k}, opt), b = at::randn({s.n, s.k}, opt);
+    const mk::GemmOperand ga{a, mk::Axis::kRows, {mk::QuantFormat::kFP8E5M2}, {1, 0, 0, mk::GemmKind::kDgrad, mk::Operand::kA}};
+    const mk::GemmOperand gb{b, mk::Axis::kRows, {mk::QuantFormat::kFP8E4M3}, {1, 0, 0, mk::GemmKind::kDgrad, mk::Operand::kB}};
+    const double bf16_ms = median_ms([&] { (void)at::mm(a, b.t()); }, reps);
+    const double emu_ms = median_ms([&] { (void)mk::quantized_gemm(ga, gb, mk::GemmPath::kEmulated); }, reps);
+    std::string tc_cell = "n/a", alone_cell = "n/a", fast_cell = "n/a";
+    const std::string unavailable = mk::gemm_path_unavailable_reason(mk::GemmPath::kFP8Tensorwise, a.device());
+    if (unavailable.empty()) {
+      const double tc_ms = median_ms([&] { (void)mk::quantized_gemm(ga, gb, mk::GemmPath::kFP8Tensorwise); }, reps);
+      const mk::AxisQuantization qa{ga.spec, ga.key}, qb{gb.spec, gb.key};
+      const mk::Fp8Codes ca = mk::fp8_quantize(a, &qa, nullptr), cb = mk::fp8_quantize(b, &qb, nullptr);
+      const double alone_ms = median_ms(
+          [&] { (void)mk::fp8_tensorwise_mm(ca.rows, ca.rows_scale, cb.rows, cb.rows_scale, at::kBFloat16); }, reps);
+      const double fast_ms = median_ms(
+          [&] {
+            (void)at::_scaled_mm(ca.rows, cb.rows.t(), ca.rows_scale, cb.rows_scale, std::nullopt, std::nullopt,
+                                 at::kBFloat16, /*use_fast_accum=*/true);
+          },
+          reps);
+      tc_cell = rate_cell(s, tc_ms, bf16_ms);
+      alone_cell = rate_cell(s, alone_ms, bf16_ms);
+      fast_cell = rate_cell(s, fast_ms, bf16_ms);
+    } else {
+      std::cerr << "mxablate-bench: fp8-tensorwise skipped: " << unavailable << "\n";
+    }
+    r.line("| " + s.name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+           " | " + fixed(tflops(s, bf16_ms), 0) + " | " + rate_cell(s, emu_ms, bf16_ms) + " | " + tc_cell + " | " +
+           alone_cell + " | " + fast_cell + " |");
+  }
+}
 
 }  // namespace
 
@@ -287,7 +347,8 @@ int main(int argc, char** argv) try {
                                 {"8192³", 8192, 8192, 8192},
                                 {"125M attn-out (tokens x 768 x 768)", tokens, 768, 768},
                                 {"125M MLP-up (tokens x 3072 x 768)", tokens, 3072, 768},
-                                {"125M MLP-down (tokens x 768 x 3072)", tokens, 768, 3072}};
+                                {"125M MLP-down (tokens x 768 x 3072)", tokens, 768, 3072},
+                                {"125M MLP-up Wgrad (3072 x 768 x tokens)", 3072, 768, tokens}};
   if (quick && shapes.size() > 1) shapes.erase(shapes.begin() + 1);
   for (const GemmShape& s : shapes) {
     const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
@@ -318,6 +379,8 @@ int main(int argc, char** argv) try {
            " | " + fixed(tflops(s, bf16_ms), 0) + " | " + fixed(tflops(s, emu_ms), 0) + " (" +
            fixed(bf16_ms / emu_ms, 2) + "x) | " + fp8_cell + " | " + fp8_alone_cell + " | " + inexact_cell + " |");
   }
+  r.line("");
+  fp8_arm_gemms(r, shapes, reps);
   if (!markdown_path.empty()) {
     std::ofstream out(markdown_path);
     out << r.md.str();

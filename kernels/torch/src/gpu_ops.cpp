@@ -157,6 +157,63 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
 #endif
 }
 
+std::string fp8_tensorwise_unavailable_reason(const at::Device& device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (prop->major * 10 + prop->minor < 89)
+    return "FP8 tensor cores need compute capability 8.9 or later, " + std::string(prop->name) + " has " +
+           std::to_string(prop->major) + "." + std::to_string(prop->minor);
+  return {};
+}
+
+Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
+                       QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry) {
+#if MXABLATE_TORCH_HAS_FP8
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
+  const auto dtype = [](const QuantSpec& spec) {
+    return spec.format == QuantFormat::kFP8E5M2 ? compat::kFloat8E5M2 : compat::kFloat8E4M3;
+  };
+  // Both decode scales in one allocation: [rows scale, pad, pad, pad, cols scale, ...].
+  const at::Tensor scales = at::empty({8}, in.options().dtype(at::kFloat));
+  Fp8Codes result;
+  gpu::AxisJob rows_job, cols_job;
+  gpu::QuantizeJob job = job_for(in, scratch);
+  if (rows) {
+    rows_job = {rows->spec, rows->key, {}};
+    result.rows = at::empty({in.size(0), in.size(1)}, in.options().dtype(dtype(rows->spec)));
+    result.rows_scale = scales.narrow(0, 0, 1);
+    rows_job.out.packed = static_cast<uint8_t*>(result.rows.data_ptr());
+    rows_job.out.tensor_scale = scales.data_ptr<float>();
+    if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
+    job.along_rows = &rows_job;
+  }
+  if (cols) {
+    cols_job = {cols->spec, cols->key, {}};
+    result.cols = at::empty({in.size(1), in.size(0)}, in.options().dtype(dtype(cols->spec)));
+    result.cols_scale = scales.narrow(0, 4, 1);
+    cols_job.out.packed = static_cast<uint8_t*>(result.cols.data_ptr());
+    cols_job.out.tensor_scale = scales.data_ptr<float>() + 4;
+    if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
+    job.down_cols = &cols_job;
+  }
+  gpu::quantize(job, compat::current_stream(in));
+  if (rows_telemetry || cols_telemetry) {
+    const HostCounters c = read_counters(scratch);
+    if (rows_telemetry) *rows_telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
+    if (cols_telemetry) *cols_telemetry = gpu::to_quant_telemetry(c.telemetry[1]);
+  }
+  return result;
+#else
+  (void)x;
+  (void)rows;
+  (void)cols;
+  (void)rows_telemetry;
+  (void)cols_telemetry;
+  throw std::invalid_argument("FP8 tensors need LibTorch >= 2.1, this is " + std::string(compat::torch_version()));
+#endif
+}
+
 ScaleCodesGpu scale_codes_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key) {
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();

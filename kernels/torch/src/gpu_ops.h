@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 
 namespace mxablate::kernels::detail {
@@ -36,6 +37,14 @@ std::string hopper_fp8_unavailable_reason(const at::Device& device);
 
 Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry,
                                     bool want_counts);
+
+// Empty when `device` has FP8 tensor cores for per-tensor FP8 GEMMs (compute capability 8.9 and
+// later), else why not.
+std::string fp8_tensorwise_unavailable_reason(const at::Device& device);
+
+// Per-tensor FP8 codes of x along rows and/or down columns in one pass (fp8_gemm.h, Fp8Codes).
+Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
+                       QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry);
 
 // The block scale codes of one quantization (no values): (lines x length/block) bytes, E8M0 for
 // MXFP4, E4M3 for NVFP4, and NVFP4's global scale as a one-element float tensor on the device.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "tensor_checks.h"
 #include "torch_compat.h"
 #if MXABLATE_KERNELS_TORCH_CUDA
@@ -17,10 +18,11 @@
 namespace mxablate::kernels {
 namespace {
 
-constexpr std::array<std::pair<GemmPath, std::string_view>, 3> kPathNames{
+constexpr std::array<std::pair<GemmPath, std::string_view>, 4> kPathNames{
     {{GemmPath::kEmulated, "emulated"},
      {GemmPath::kHopperFP8, "hopper-fp8"},
-     {GemmPath::kNativeMXFP4, "native-mxfp4"}}};
+     {GemmPath::kNativeMXFP4, "native-mxfp4"},
+     {GemmPath::kFP8Tensorwise, "fp8-tensorwise"}}};
 
 // The operand as the GEMM sees it: (M or N) x K.
 int64_t outer_dim(const GemmOperand& op) { return op.tensor.size(op.axis == Axis::kRows ? 0 : 1); }
@@ -101,6 +103,32 @@ at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmRepor
 #endif
 }
 
+// Both operands per-tensor FP8, quantized to codes (each along its own axis: the codes are then
+// the (M or N) x K operand itself) and multiplied on FP8 tensor cores.
+at::Tensor fp8_tensorwise_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
+  for (const GemmOperand* op : {&a, &b}) {
+    if (op->spec.format != QuantFormat::kFP8E4M3 && op->spec.format != QuantFormat::kFP8E5M2)
+      throw std::invalid_argument("the fp8-tensorwise GEMM path needs fp8-e4m3 or fp8-e5m2 operands, got " +
+                                  std::string(to_string(op->spec.format)));
+  }
+  if (a.spec.format == QuantFormat::kFP8E5M2 && b.spec.format == QuantFormat::kFP8E5M2)
+    throw std::invalid_argument("the fp8-tensorwise GEMM path has no e5m2 x e5m2 kernel");
+  const std::string shape = fp8_tensorwise_shape_problem(outer_dim(a), outer_dim(b), reduction_dim(a));
+  if (!shape.empty()) throw std::invalid_argument("the fp8-tensorwise GEMM path: " + shape);
+  const auto codes = [](const GemmOperand& op, QuantTelemetry* telemetry, at::Tensor& scale) {
+    const AxisQuantization q{op.spec, op.key};
+    const bool rows = op.axis == Axis::kRows;
+    Fp8Codes c = fp8_quantize(op.tensor, rows ? &q : nullptr, rows ? nullptr : &q, rows ? telemetry : nullptr,
+                              rows ? nullptr : telemetry);
+    scale = rows ? c.rows_scale : c.cols_scale;
+    return rows ? c.rows : c.cols;
+  };
+  at::Tensor sa, sb;
+  const at::Tensor ca = codes(a, report ? &report->a : nullptr, sa);
+  const at::Tensor cb = codes(b, report ? &report->b : nullptr, sb);
+  return fp8_tensorwise_mm(ca, sa, cb, sb, a.tensor.scalar_type(), sr_prescale_fold(a.spec, b.spec));
+}
+
 }  // namespace
 
 float sr_prescale_fold(const QuantSpec& a, const QuantSpec& b) {
@@ -137,6 +165,17 @@ std::string gemm_path_unavailable_reason(GemmPath path, const at::Device& device
     case GemmPath::kNativeMXFP4:
       return "native MXFP4 GEMMs need gfx950 or sm_100 tensor cores; no kernel is built for them "
              "(see kernels/torch/README.md, 'native MXFP4 seam')";
+    case GemmPath::kFP8Tensorwise:
+      if (!gpu_kernels_here)
+        return "FP8 tensor cores need a CUDA device and the GPU kernels, this is " + device.str() +
+               (compat::kHasCudaKernels ? "" : " in a build without them");
+      if (!MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM)
+        return "FP8 tensor-core GEMMs need LibTorch >= 2.5, this is " + std::string(compat::torch_version());
+#if MXABLATE_KERNELS_TORCH_CUDA
+      return detail::fp8_tensorwise_unavailable_reason(device);
+#else
+      return {};
+#endif
   }
   return "unknown GEMM path";
 }
@@ -150,6 +189,7 @@ at::Tensor quantized_gemm(const GemmOperand& a, const GemmOperand& b, GemmPath p
   switch (path) {
     case GemmPath::kEmulated: return emulated_gemm(a, b, report);
     case GemmPath::kHopperFP8: return hopper_fp8_gemm(a, b, report);
+    case GemmPath::kFP8Tensorwise: return fp8_tensorwise_gemm(a, b, report);
     case GemmPath::kNativeMXFP4: break;
   }
   throw std::invalid_argument("unknown GEMM path");

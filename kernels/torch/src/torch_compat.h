@@ -13,6 +13,9 @@
 // Float8 dtypes themselves in 2.1.
 #define MXABLATE_TORCH_HAS_FP8 MXABLATE_TORCH_AT_LEAST(2, 1)
 #define MXABLATE_TORCH_HAS_BLOCKWISE_SCALED_MM MXABLATE_TORCH_AT_LEAST(2, 9)
+// at::_scaled_mm with tensor-wise float32 scales returning one tensor (scales required, the
+// argument order used here) since torch 2.5; earlier releases returned (out, amax).
+#define MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM MXABLATE_TORCH_AT_LEAST(2, 5)
 
 // MXABLATE_KERNELS_TORCH_CUDA is defined by kernels/torch/CMakeLists.txt when the GPU kernels are
 // built and LibTorch has CUDA.
@@ -28,6 +31,7 @@ inline constexpr bool kHasCudaKernels = MXABLATE_KERNELS_TORCH_CUDA != 0;
 // The E4M3 dtype, when this LibTorch has one.
 #if MXABLATE_TORCH_HAS_FP8
 inline constexpr at::ScalarType kFloat8E4M3 = at::kFloat8_e4m3fn;
+inline constexpr at::ScalarType kFloat8E5M2 = at::kFloat8_e5m2;
 #endif
 
 #if MXABLATE_KERNELS_TORCH_CUDA

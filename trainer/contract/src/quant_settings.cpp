@@ -17,8 +17,8 @@ constexpr NameTable<GemmPrecision, 4> kPrecisionNames{{{GemmPrecision::kBF16, "b
 constexpr NameTable<OperandClass, 3> kOperandClassNames{{{OperandClass::kActivation, "activation"},
                                                          {OperandClass::kWeight, "weight"},
                                                          {OperandClass::kGrad, "grad"}}};
-constexpr NameTable<GemmPath, 2> kGemmPathNames{
-    {{GemmPath::kEmulated, "emulated"}, {GemmPath::kFP8, "fp8"}}};
+constexpr NameTable<GemmPath, 3> kGemmPathNames{
+    {{GemmPath::kAuto, "auto"}, {GemmPath::kEmulated, "emulated"}, {GemmPath::kFP8, "fp8"}}};
 constexpr NameTable<Device, 2> kDeviceNames{{{Device::kCPU, "cpu"}, {Device::kCUDA, "cuda"}}};
 
 // Glob match with backtracking over the last `*` (linear in practice for layer names).

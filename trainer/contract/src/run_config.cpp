@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quant_spec.h"
 
 namespace mxablate::contract {
@@ -311,7 +312,7 @@ void validate_runnable(const RunConfig& c) {
     require(value <= kLargestFloatInteger, name, "must be at most 9e15", value);
   // The trainer resolves the GEMM path before the first step, whatever the precisions.
   if (c.quant.gemm_path == GemmPath::kFP8 && c.device != Device::kCUDA)
-    throw ConfigError("quant.gemm_path: \"fp8\" (MXFP4 operands on Hopper FP8 tensor cores) "
+    throw ConfigError("quant.gemm_path: \"fp8\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) "
                       "needs device: cuda, this run's device is \"" +
                       std::string(to_string(c.device)) + "\"");
 }
@@ -531,6 +532,16 @@ json model_json(const ModelChoice& m, JsonKeys keys) {
   return out;
 }
 
+// gemm_path as the run's identity (the compact JSON, whose hash is the run id) spells it: a
+// config without an FP8 GEMM computes the same bits under auto and emulated (gemm_route.h), so
+// auto is written "emulated" there, as every config was before auto existed, and those runs
+// keep their ids. A config with an FP8 GEMM writes "auto": its FP8 GEMMs may run on FP8 tensor
+// cores, another computation than the emulated runs of earlier releases, so another id.
+GemmPath identity_gemm_path(const RunConfig& c) {
+  if (c.quant.gemm_path == GemmPath::kAuto && !has_fp8_gemm(c)) return GemmPath::kEmulated;
+  return c.quant.gemm_path;
+}
+
 json config_json(const RunConfig& c, JsonKeys keys) {
   const bool all_keys = keys != JsonKeys::kCompact;
   const bool examples = keys == JsonKeys::kKeyTree;
@@ -539,7 +550,7 @@ json config_json(const RunConfig& c, JsonKeys keys) {
   target["stop_at_target"] = c.target.stop_at_target;
   json quant = json::object();
   write_layer_quant(block_settings(c), keys, quant);
-  quant["gemm_path"] = name_json(to_string(c.quant.gemm_path));
+  quant["gemm_path"] = name_json(to_string(keys == JsonKeys::kCompact ? identity_gemm_path(c) : c.quant.gemm_path));
   quant["bf16_first_blocks"] = c.quant.bf16_first_blocks;
   quant["bf16_last_blocks"] = c.quant.bf16_last_blocks;
   json out{

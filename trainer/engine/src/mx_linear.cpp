@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/trainer/dge.h"
 #include "mxablate/trainer/occ.h"
 #include "mxablate/trainer/plan_rules.h"
@@ -135,11 +136,53 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   return out;
 }
 
-// The Hopper FP8 path takes a GEMM when asked for and both its operands are MXFP4.
+// The Hopper FP8 path takes a GEMM when its precision is routed there and both its operands are
+// MXFP4.
 bool uses_hopper(const LinearState& s, GemmKind g) {
-  if (s.session->gemm_path != kernels::GemmPath::kHopperFP8) return false;
+  if (s.session->routes.of(s.plan[g].precision) != contract::GemmRoute::kHopperFP8) return false;
   const auto& ops = s.plan[g].operand;
   return ops[0].format == kernels::QuantFormat::kMXFP4 && ops[1].format == kernels::QuantFormat::kMXFP4;
+}
+
+bool is_fp8(kernels::QuantFormat f) {
+  return f == kernels::QuantFormat::kFP8E4M3 || f == kernels::QuantFormat::kFP8E5M2;
+}
+
+// FP8 tensor cores take a GEMM when its precision is routed there and both operands are
+// per-tensor FP8 (E4M3 x E4M3 or one of them E5M2: the FP8 plan never pairs two gradients).
+bool uses_fp8_tensorwise(const LinearState& s, GemmKind g) {
+  if (s.session->routes.of(s.plan[g].precision) != contract::GemmRoute::kFP8Tensorwise) return false;
+  const auto& ops = s.plan[g].operand;
+  return is_fp8(ops[0].format) && is_fp8(ops[1].format) &&
+         !(ops[0].format == kernels::QuantFormat::kFP8E5M2 && ops[1].format == kernels::QuantFormat::kFP8E5M2);
+}
+
+// The FP8 codes of t for the uses routed to FP8 tensor cores (at most one along rows, one down
+// columns), in one pass over t; telemetry recorded as quantize_uses records it.
+kernels::Fp8Codes fp8_codes_for(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
+                                std::optional<OperandUse> cols,
+                                std::optional<double> rows_occ_fraction = std::nullopt) {
+  if (!rows && !cols) return {};
+  std::optional<kernels::AxisQuantization> rq, cq;
+  if (rows) rq = kernels::AxisQuantization{spec_of(s, *rows), s.key(rows->gemm, rows->operand)};
+  if (cols) cq = kernels::AxisQuantization{spec_of(s, *cols), s.key(cols->gemm, cols->operand)};
+  const bool rows_tel = rq && wants_telemetry(s, rq->spec);
+  const bool cols_tel = cq && wants_telemetry(s, cq->spec);
+  QuantTelemetry rt, ct;
+  kernels::Fp8Codes codes = kernels::fp8_quantize(t, rq ? &*rq : nullptr, cq ? &*cq : nullptr,
+                                                  rows_tel ? &rt : nullptr, cols_tel ? &ct : nullptr);
+  if (rows_tel) s.session->record(s.layer, rows->gemm, rows->operand, rt, rows_occ_fraction);
+  if (cols_tel) s.session->record(s.layer, cols->gemm, cols->operand, ct);
+  return codes;
+}
+
+// a (M x K) and b (N x K) FP8 codes on FP8 tensor cores, out in the GEMM dtype (BF16 on CUDA)
+// like the emulated route;
+// the SR pre-scales are divided back out as quantized_gemm does (docs/design.md §3).
+at::Tensor fp8_tensorwise_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& a_scale,
+                               const at::Tensor& b, const at::Tensor& b_scale) {
+  const auto& ops = s.plan[g].operand;
+  return kernels::fp8_tensorwise_mm(a, a_scale, b, b_scale, gemm_dtype(a_scale), kernels::sr_prescale_fold(ops[0], ops[1]));
 }
 
 at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& b,
@@ -187,27 +230,38 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     const bool hopper_f = uses_hopper(s, GemmKind::kFprop);
     const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
     const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
+    const bool fp8_f = uses_fp8_tensorwise(s, GemmKind::kFprop);
+    const bool fp8_d = uses_fp8_tensorwise(s, GemmKind::kDgrad);
+    const bool fp8_w = uses_fp8_tensorwise(s, GemmKind::kWgrad);
 
     // Quantize X and W for Fprop and, when a gradient will be wanted, for Wgrad (X down
     // columns) and Dgrad (W down columns) now, in one pass each; backward keeps only those.
     const auto use = [](bool wanted, GemmKind g, Operand o) {
       return wanted ? std::optional<OperandUse>(OperandUse{g, o}) : std::nullopt;
     };
-    const bool x_cols = want_dw && !hopper_w;
-    const bool w_cols = want_dx && !hopper_d;
+    const bool x_cols = want_dw && !hopper_w && !fp8_w;
+    const bool w_cols = want_dx && !hopper_d && !fp8_d;
+    const bool emulated_f = !hopper_f && !fp8_f;
     // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §4).
     std::optional<OccSplit> occ;
     if (s.plan.occ) occ = occ_split(x, s.plan.occ->quantile);
     const at::Tensor& xq = occ ? occ->clamped : x;
     const std::optional<double> occ_fraction =
         occ ? std::optional<double>(occ->residual.fraction()) : std::nullopt;
-    const Quantized qx = quantize_uses(xq, s, use(!hopper_f, GemmKind::kFprop, Operand::kA),
+    const Quantized qx = quantize_uses(xq, s, use(emulated_f, GemmKind::kFprop, Operand::kA),
                                        use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction);
-    const Quantized qw = quantize_uses(w, s, use(!hopper_f, GemmKind::kFprop, Operand::kB),
+    const Quantized qw = quantize_uses(w, s, use(emulated_f, GemmKind::kFprop, Operand::kB),
                                        use(w_cols, GemmKind::kDgrad, Operand::kB));
+    // FP8 tensor cores: X's codes along rows (Fprop) and down columns (Wgrad), W's along rows
+    // (Fprop) and down columns (Dgrad), each tensor's in one pass; backward keeps the codes.
+    const kernels::Fp8Codes cx = fp8_codes_for(xq, s, use(fp8_f, GemmKind::kFprop, Operand::kA),
+                                               use(want_dw && fp8_w, GemmKind::kWgrad, Operand::kB), occ_fraction);
+    const kernels::Fp8Codes cw = fp8_codes_for(w, s, use(fp8_f, GemmKind::kFprop, Operand::kB),
+                                               use(want_dx && fp8_d, GemmKind::kDgrad, Operand::kB));
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, xq, w, occ_fraction)
+                   : fp8_f  ? fp8_tensorwise_gemm(s, GemmKind::kFprop, cx.rows, cx.rows_scale, cw.rows, cw.rows_scale)
                             : at::mm(qx.rows, qw.rows.t());
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
@@ -218,17 +272,21 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // float32 master weight's.
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
-    // Saved for Wgrad: Q(X) down columns, or X itself for the FP8 path (clamped under OCC); for
+    // Saved for Wgrad: Q(X) down columns, X's FP8 codes down columns and their scale (FP8 tensor
+    // cores: one byte per element), or X itself for the Hopper path (clamped under OCC); for
     // Dgrad likewise W. Under OCC the residual's non-zeros (a small share of X); under DGE W
     // itself (the parameter: nothing is copied), whose scales backward recomputes.
     const bool keep_residual = want_dw && occ && occ->residual.nnz() > 0;
     ctx->saved_data["occ_rows"] = keep_residual ? occ->residual.rows : int64_t{0};
     ctx->saved_data["occ_cols"] = keep_residual ? occ->residual.cols : int64_t{0};
-    ctx->save_for_backward({x_cols ? qx.cols : (want_dw ? xq : at::Tensor()),
-                            w_cols ? qw.cols : (want_dx ? w : at::Tensor()),
+    const at::Tensor x_saved = !want_dw ? at::Tensor() : fp8_w ? cx.cols : x_cols ? qx.cols : xq;
+    const at::Tensor w_saved = !want_dx ? at::Tensor() : fp8_d ? cw.cols : w_cols ? qw.cols : w;
+    ctx->save_for_backward({x_saved, w_saved,
                             want_dw && s.plan.dge ? w : at::Tensor(),
                             keep_residual ? occ->residual.indices : at::Tensor(),
-                            keep_residual ? occ->residual.values : at::Tensor()});
+                            keep_residual ? occ->residual.values : at::Tensor(),
+                            want_dw && fp8_w ? cx.cols_scale : at::Tensor(),
+                            want_dx && fp8_d ? cw.cols_scale : at::Tensor()});
     return y;
   }
 
@@ -247,25 +305,34 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
                          ctx->saved_data["occ_cols"].toInt()};
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    const at::Tensor& x_scale = saved[5];  // FP8 tensor cores: the decode scale of x_for_wgrad
+    const at::Tensor& w_scale = saved[6];  // and of w_for_dgrad
     // dY as it comes (BF16 on CUDA): the quantizers read BF16 directly, and plain-BF16 operands
     // that are BF16 already need no rounding pass.
     const at::Tensor dy = grads[0].contiguous();
     const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
     const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
+    const bool fp8_d = uses_fp8_tensorwise(s, GemmKind::kDgrad);
+    const bool fp8_w = uses_fp8_tensorwise(s, GemmKind::kWgrad);
 
     const auto use = [](bool wanted, GemmKind g) {
       return wanted ? std::optional<OperandUse>(OperandUse{g, Operand::kA}) : std::nullopt;
     };
-    const Quantized qdy = quantize_uses(dy, s, use(want_dx && !hopper_d, GemmKind::kDgrad),
-                                        use(want_dw && !hopper_w, GemmKind::kWgrad));
+    const Quantized qdy = quantize_uses(dy, s, use(want_dx && !hopper_d && !fp8_d, GemmKind::kDgrad),
+                                        use(want_dw && !hopper_w && !fp8_w, GemmKind::kWgrad));
+    // dY's codes along rows (Dgrad) and down columns (dYᵀ, Wgrad) in one pass.
+    const kernels::Fp8Codes cdy =
+        fp8_codes_for(dy, s, use(want_dx && fp8_d, GemmKind::kDgrad), use(want_dw && fp8_w, GemmKind::kWgrad));
     at::Tensor dx, dw;
     if (want_dx) {  // Dgrad: dX = dY W, reducing over N
       dx = hopper_d ? hopper_gemm(s, GemmKind::kDgrad, dy, w_for_dgrad)
+           : fp8_d  ? fp8_tensorwise_gemm(s, GemmKind::kDgrad, cdy.rows, cdy.rows_scale, w_for_dgrad, w_scale)
                     : at::mm(qdy.rows, w_for_dgrad);
       dx = dx.to(x_dtype);
     }
     if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
+           : fp8_w  ? fp8_tensorwise_gemm(s, GemmKind::kWgrad, cdy.cols, cdy.cols_scale, x_for_wgrad, x_scale)
                     : at::mm(qdy.cols.t(), x_for_wgrad);
       dw = dw.to(w_dtype);  // once: the master weight is float32
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies

@@ -14,10 +14,15 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/checkpoint.h"
@@ -63,15 +68,44 @@ at::Device resolve_device(const RunConfig& c, int local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-kernels::GemmPath resolve_gemm_path(const RunConfig& c, const at::Device& device) {
-  const kernels::GemmPath path = c.quant.gemm_path == contract::GemmPath::kFP8
-                                     ? kernels::GemmPath::kHopperFP8
-                                     : kernels::GemmPath::kEmulated;
-  const std::string why = kernels::gemm_path_unavailable_reason(path, device);
-  if (!why.empty())
-    throw ConfigError("quant.gemm_path: \"" + std::string(contract::to_string(c.quant.gemm_path)) +
-                      "\" cannot run here: " + why);
-  return path;
+// The first FP8 GEMM of any phase whose K or N FP8 tensor cores cannot take (multiples of 16),
+// as "LAYER GEMM: why"; empty when every one fits. Wgrad reduces over the micro-batch's tokens.
+std::string fp8_gemm_shape_problem(const RunConfig& c, const std::vector<LinearShape>& layers, int64_t n_layers,
+                                   int64_t tokens) {
+  for (size_t phase = 0; phase <= c.precision_schedule.size(); ++phase) {
+    const std::vector<LinearPlan> plans = layer_plans(c, layers, n_layers, phase);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LinearShape& l = layers[i];
+      for (kernels::GemmKind g : contract::kAllGemms) {
+        if (plans[i][g].precision != contract::GemmPrecision::kFP8) continue;
+        const auto [m, n, k] = g == kernels::GemmKind::kFprop   ? std::tuple{tokens, l.out_features, l.in_features}
+                               : g == kernels::GemmKind::kDgrad ? std::tuple{tokens, l.in_features, l.out_features}
+                                                       : std::tuple{l.out_features, l.in_features, tokens};
+        const std::string why = kernels::fp8_tensorwise_shape_problem(m, n, k);
+        if (!why.empty()) return l.name + " " + gemm_name(g) + ": " + why;
+      }
+    }
+  }
+  return {};
+}
+
+// How each GEMM precision runs here (contract/gemm_route.h holds the rule): what the device and
+// this build can run, as the kernels say, then the rule. A GEMM path the config demands but the
+// device lacks is a ConfigError; auto's fallback to emulation is said on rank 0's stderr (and in
+// run_start).
+contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& device,
+                                         const std::vector<LinearShape>& layers, int64_t n_layers,
+                                         int64_t tokens, bool say_fallback) {
+  contract::GemmRouteSupport support;
+  support.fp8_tensorwise = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kFP8Tensorwise, device);
+  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = fp8_gemm_shape_problem(c, layers, n_layers, tokens);
+  support.hopper_fp8 = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kHopperFP8, device);
+  const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
+  const std::string& fallback = routes.by_precision[static_cast<size_t>(contract::GemmPrecision::kFP8)].fallback;
+  if (say_fallback && !fallback.empty() && contract::has_fp8_gemm(c))
+    std::cerr << "mxablate-train: quant.gemm_path " << contract::to_string(c.quant.gemm_path)
+              << ": the fp8 GEMMs run emulated: " << fallback << "\n";
+  return routes;
 }
 
 // Everything a run needs, built from the config before the first step; any problem here is a
@@ -85,6 +119,7 @@ struct RunSetup {
   std::string data_dir;
   std::unique_ptr<data::TokenDataset> dataset;
   std::vector<LinearShape> layers;
+  contract::GemmRoutes routes;  // how each GEMM precision runs here
   LlamaModel model{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<TrainBatches> batches;
@@ -131,7 +166,9 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
-  session->gemm_path = resolve_gemm_path(config, s.device);
+  s.routes = resolve_gemm_routes(config, s.device, s.layers, s.shape.n_layers,
+                                 s.plan.micro_batch_tokens, rank.rank == 0);
+  session->routes = s.routes;
   ModelOptions mo;
   mo.shape = s.shape;
   mo.vocab_size = vocab;
@@ -322,6 +359,9 @@ class TrainingRun {
         {"ranks", s_.rank.world},
         {"run_id", s_.config.run_id},
         {"arm", s_.config.arm},
+        // Which engine computed each GEMM precision (and why auto fell back, if it did): a
+        // result is attributable to the FP8 tensor cores or the emulation.
+        {"gemm_routes", contract::gemm_routes_json(s_.config.quant.gemm_path, s_.routes)},
     };
     events_->run_start(progress(), std::move(details));
     if (mllog_.enabled()) {

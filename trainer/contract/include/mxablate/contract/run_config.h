@@ -73,7 +73,9 @@ struct QuantConfig {
   double sr_prescale = 1.0;  // [2^-24, 1]: operands under SR scaled by it first (0.75)
   std::optional<DgeConfig> dge;
   std::optional<OccConfig> occ;
-  GemmPath gemm_path = GemmPath::kEmulated;  // fp8: MXFP4 operands on Hopper FP8 tensor cores
+  // auto: FP8 GEMMs on FP8 tensor cores where the device has them; emulated: the exact
+  // emulation everywhere; fp8: FP8 and MXFP4 GEMMs on FP8 tensor cores (gemm_route.h).
+  GemmPath gemm_path = GemmPath::kAuto;
   int bf16_first_blocks = 0;  // shorthand for an override keeping these first blocks in BF16
   int bf16_last_blocks = 0;   // and these last ones
 };

@@ -11,6 +11,9 @@
 // float32 on the CPU (float32 also where an OCC residual is added, or the FP8 path returns it);
 // dY is taken in whatever dtype it arrives; dX has x's dtype and dW the weight's (float32).
 // See docs/design.md §4 for the trainer's dtype convention.
+// GEMMs routed to FP8 tensor cores (QuantSession::routes) multiply the same values: per-tensor
+// FP8 codes (fp8-tensorwise, BF16 result) or MXFP4 re-expressed as E4M3 (hopper-fp8, float32
+// result), FP32 accumulation.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -22,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/linear_plan.h"
@@ -42,9 +46,10 @@ class QuantSession {
 
   uint64_t seed = 0;
   uint32_t step = 0;
-  // kHopperFP8 sends GEMMs whose operands are both MXFP4 to the FP8 tensor-core path; all other
-  // GEMMs (and every GEMM under kEmulated) use the exact emulation.
-  kernels::GemmPath gemm_path = kernels::GemmPath::kEmulated;
+  // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer:
+  // FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on the Hopper FP8 path, the rest
+  // (and everything by default) the exact emulation.
+  contract::GemmRoutes routes;
   // While true, every low-precision operand quantization appends a Record.
   bool collect_telemetry = false;
 

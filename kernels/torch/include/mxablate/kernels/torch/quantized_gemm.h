@@ -41,10 +41,17 @@ enum class GemmPath : uint8_t {
   // reports itself unavailable rather than shipping code nobody can test. It would consume the
   // packed E2M1 + E8M0 outputs of the quantizer (quantize.h layout) directly.
   kNativeMXFP4 = 2,
+  // Per-tensor FP8 operands (fp8-e4m3, fp8-e5m2; not both e5m2) as FP8 codes with tensor-wise
+  // decode scales, multiplied on FP8 tensor cores (at::_scaled_mm, CUDA torch >= 2.5, compute
+  // capability 8.9+): the FP8 baseline as the hardware runs it (fp8_gemm.h). Products are exact
+  // and accumulate in FP32, as in the emulation; only the summation order differs. K and N
+  // multiples of 16; output in a's dtype.
+  kFP8Tensorwise = 3,
 };
 
 std::string_view to_string(GemmPath path);
-std::optional<GemmPath> parse_gemm_path(std::string_view s);  // "emulated", "hopper-fp8", "native-mxfp4"
+// "emulated", "hopper-fp8", "native-mxfp4", "fp8-tensorwise"
+std::optional<GemmPath> parse_gemm_path(std::string_view s);
 
 // Empty when `path` can run on `device`, else one sentence saying why not.
 std::string gemm_path_unavailable_reason(GemmPath path, const at::Device& device);

@@ -1,0 +1,166 @@
+// quant.gemm_path and the route of each GEMM (gemm_route.h): the rule per setting, precision and
+// device; the stated fallback; run ids that stay put where auto and emulated compute the same.
+#include "catch.h"
+#include "config_error.h"
+#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/run_config.h"
+
+using namespace mxablate::contract;
+using nlohmann::json;
+
+namespace {
+
+using mxablate::test::error_of;
+using mxablate::test::valid;
+
+constexpr auto kBF16 = GemmPrecision::kBF16, kFP8 = GemmPrecision::kFP8,
+               kMX = GemmPrecision::kMXFP4, kNV = GemmPrecision::kNVFP4;
+
+const GemmRouteSupport kHopper{};  // both tensor-core routes available
+const GemmRouteSupport kCpu{"FP8 tensor cores need a CUDA device, this run is on cpu",
+                            "the hopper-fp8 path needs a CUDA device and the GPU kernels"};
+
+std::string refusal(GemmPath setting, GemmPrecision p, const GemmRouteSupport& s) {
+  try {
+    resolve_gemm_route(setting, p, s);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+RunConfig with(GemmPrecision f, GemmPrecision d, GemmPrecision w) {
+  RunConfig c;
+  c.precision = {f, d, w};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("gemm_path defaults to auto and parses auto, emulated and fp8 only") {
+  CHECK(RunConfig{}.quant.gemm_path == GemmPath::kAuto);
+  CHECK(parse_gemm_path("auto") == GemmPath::kAuto);
+  CHECK(parse_gemm_path("emulated") == GemmPath::kEmulated);
+  CHECK(parse_gemm_path("fp8") == GemmPath::kFP8);
+  CHECK_FALSE(parse_gemm_path("Auto").has_value());
+  json j = valid();
+  j["quant"]["gemm_path"] = "fast";
+  CHECK(error_of(j) == "quant.gemm_path: expected one of auto, emulated, fp8, got \"fast\"");
+  j["quant"]["gemm_path"] = "auto";
+  CHECK(run_config_from_json(j).quant.gemm_path == GemmPath::kAuto);
+}
+
+TEST_CASE("auto runs FP8 GEMMs on FP8 tensor cores where the device has them, everything else emulated") {
+  for (GemmPrecision p : {kBF16, kMX, kNV}) {
+    INFO(to_string(p));
+    CHECK(resolve_gemm_route(GemmPath::kAuto, p, kHopper).route == GemmRoute::kEmulated);
+    CHECK(resolve_gemm_route(GemmPath::kAuto, p, kHopper).fallback.empty());
+  }
+  const GemmRouteChoice fp8 = resolve_gemm_route(GemmPath::kAuto, kFP8, kHopper);
+  CHECK(fp8.route == GemmRoute::kFP8Tensorwise);
+  CHECK(fp8.fallback.empty());
+}
+
+TEST_CASE("auto on a device without FP8 tensor cores emulates FP8 GEMMs and says why") {
+  const GemmRouteChoice fp8 = resolve_gemm_route(GemmPath::kAuto, kFP8, kCpu);
+  CHECK(fp8.route == GemmRoute::kEmulated);
+  CHECK(fp8.fallback == kCpu.fp8_tensorwise);
+  const GemmRoutes routes = resolve_gemm_routes(GemmPath::kAuto, kCpu);
+  CHECK(routes.of(kFP8) == GemmRoute::kEmulated);
+  CHECK(routes.of(kMX) == GemmRoute::kEmulated);
+  CHECK(gemm_routes_json(GemmPath::kAuto, routes) ==
+        json{{"setting", "auto"},
+             {"bf16", "emulated"},
+             {"fp8", "emulated"},
+             {"mxfp4", "emulated"},
+             {"nvfp4", "emulated"},
+             {"fallback", {{"fp8", kCpu.fp8_tensorwise}}}});
+}
+
+TEST_CASE("emulated forces the emulation for every precision, whatever the device has") {
+  for (GemmPrecision p : {kBF16, kFP8, kMX, kNV}) {
+    INFO(to_string(p));
+    const GemmRouteChoice c = resolve_gemm_route(GemmPath::kEmulated, p, kHopper);
+    CHECK(c.route == GemmRoute::kEmulated);
+    CHECK(c.fallback.empty());  // asked for, not a fallback
+  }
+  const GemmRoutes routes = resolve_gemm_routes(GemmPath::kEmulated, kCpu);
+  CHECK_FALSE(gemm_routes_json(GemmPath::kEmulated, routes).contains("fallback"));
+}
+
+TEST_CASE("fp8 demands tensor cores for FP8 and MXFP4 GEMMs and refuses a device without them") {
+  const GemmRoutes routes = resolve_gemm_routes(GemmPath::kFP8, kHopper);
+  CHECK(routes.of(kFP8) == GemmRoute::kFP8Tensorwise);
+  CHECK(routes.of(kMX) == GemmRoute::kHopperFP8);
+  CHECK(routes.of(kBF16) == GemmRoute::kEmulated);
+  CHECK(routes.of(kNV) == GemmRoute::kEmulated);
+  CHECK(gemm_routes_json(GemmPath::kFP8, routes) == json{{"setting", "fp8"},
+                                                         {"bf16", "emulated"},
+                                                         {"fp8", "fp8-tensorwise"},
+                                                         {"mxfp4", "hopper-fp8"},
+                                                         {"nvfp4", "emulated"}});
+  CHECK(refusal(GemmPath::kFP8, kFP8, kCpu) ==
+        "quant.gemm_path: \"fp8\" cannot run the fp8 GEMMs here: " + kCpu.fp8_tensorwise +
+            " (gemm_path: auto or emulated runs them emulated)");
+  CHECK(refusal(GemmPath::kFP8, kMX, kCpu) ==
+        "quant.gemm_path: \"fp8\" cannot run the mxfp4 GEMMs here: " + kCpu.hopper_fp8 +
+            " (gemm_path: auto or emulated runs them emulated)");
+  // A device with per-tensor FP8 but not the Hopper blockwise path (sm_89, or an older torch).
+  const GemmRouteSupport ada{"", "the hopper-fp8 path needs compute capability 9.0"};
+  CHECK(resolve_gemm_route(GemmPath::kFP8, kFP8, ada).route == GemmRoute::kFP8Tensorwise);
+  CHECK_THROWS_AS(resolve_gemm_routes(GemmPath::kFP8, ada), ConfigError);
+  CHECK(resolve_gemm_routes(GemmPath::kAuto, ada).of(kFP8) == GemmRoute::kFP8Tensorwise);
+}
+
+TEST_CASE("route names round-trip") {
+  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8})
+    CHECK(parse_gemm_route(to_string(r)) == r);
+  CHECK(to_string(GemmRoute::kFP8Tensorwise) == "fp8-tensorwise");
+  CHECK_FALSE(parse_gemm_route("fp8").has_value());
+}
+
+TEST_CASE("has_fp8_gemm sees FP8 in the blocks, a schedule phase or an override") {
+  CHECK_FALSE(has_fp8_gemm(RunConfig{}));
+  CHECK_FALSE(has_fp8_gemm(with(kMX, kMX, kMX)));
+  CHECK(has_fp8_gemm(with(kBF16, kBF16, kFP8)));
+  RunConfig scheduled = with(kMX, kMX, kMX);
+  scheduled.precision_schedule = {{0.9, {kBF16, kFP8, kBF16}}};
+  CHECK(has_fp8_gemm(scheduled));
+  RunConfig overridden = with(kMX, kMX, kMX);
+  overridden.overrides = {{"lm_head", {}}};
+  CHECK_FALSE(has_fp8_gemm(overridden));
+  overridden.overrides[0].patch.dgrad = kFP8;
+  CHECK(has_fp8_gemm(overridden));
+}
+
+TEST_CASE("auto keeps the run id of every config without an FP8 GEMM, FP8 arms get their own") {
+  // The compact JSON is the run id's input: where auto and emulated compute the same bits it
+  // spells auto "emulated", as every config was written before auto existed.
+  CHECK(to_json(RunConfig{})["quant"]["gemm_path"] == "emulated");
+  CHECK(to_json(with(kMX, kMX, kMX))["quant"]["gemm_path"] == "emulated");
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  CHECK(to_json(fp8)["quant"]["gemm_path"] == "auto");
+  RunConfig forced = fp8;
+  forced.quant.gemm_path = GemmPath::kEmulated;
+  CHECK(to_json(forced)["quant"]["gemm_path"] == "emulated");
+  CHECK(to_json(forced) != to_json(fp8));
+  RunConfig hopper = with(kMX, kMX, kMX);
+  hopper.quant.gemm_path = GemmPath::kFP8;
+  hopper.device = Device::kCUDA;
+  CHECK(to_json(hopper)["quant"]["gemm_path"] == "fp8");
+  // Read back, each computes what it was written for.
+  CHECK(run_config_from_json(to_json(fp8)).quant.gemm_path == GemmPath::kAuto);
+  CHECK(run_config_from_json(to_json(forced)).quant.gemm_path == GemmPath::kEmulated);
+  // The comparison JSON and the schema keep the setting as given.
+  CHECK(to_json_full(RunConfig{})["quant"]["gemm_path"] == "auto");
+  CHECK(config_key_tree()["quant"]["gemm_path"] == "auto");
+}
+
+TEST_CASE("fp8 on the CPU is refused at the boundary, naming both GEMM kinds it would move") {
+  json j = valid();
+  j["quant"]["gemm_path"] = "fp8";
+  CHECK(error_of(j) == "quant.gemm_path: \"fp8\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) needs "
+                       "device: cuda, this run's device is \"cpu\"");
+  j["quant"]["gemm_path"] = "auto";  // auto on the CPU: emulated, said at run start
+  CHECK(error_of(j) == "no error");
+}

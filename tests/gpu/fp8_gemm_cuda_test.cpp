@@ -1,0 +1,243 @@
+// The FP8 arm on FP8 tensor cores (fp8_gemm.h): the GPU's per-tensor FP8 codes equal the CPU
+// reference bit for bit (both formats, float32 and bf16 inputs, both layouts alone and in one
+// pass, NaN/Inf/zeros/subnormal-range values, ragged shapes), and the fp8-tensorwise GEMM equals
+// the FP32 product of the decoded codes times the scales, and the exact emulation, within the
+// tolerances stated at each check.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fp8_gemm.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "reference.h"
+
+using namespace mxablate::kernels;
+
+namespace {
+
+// Gaussian values with an outlier column, a zero run, the float32 maximum, a subnormal, and
+// optionally a NaN and a -Inf; `scale` shifts the whole tensor (1e-40: subnormal range).
+at::Tensor fp8_test_input(int64_t rows, int64_t cols, uint64_t seed, bool with_nonfinite, float scale = 1.0f) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  at::Tensor x = at::randn({rows, cols}, gen, at::TensorOptions().dtype(at::kFloat)).mul_(scale);
+  auto a = x.accessor<float, 2>();
+  if (cols > 3) x.select(1, 3).mul_(300.0);
+  for (int64_t c = 0; c < std::min<int64_t>(32, cols); ++c) a[0][c] = 0.0f;
+  if (scale == 1.0f) a[rows - 1][cols - 1] = 3.0e38f;
+  a[rows / 2][0] = 1.0e-42f;
+  if (with_nonfinite) {
+    a[std::min<int64_t>(1, rows - 1)][cols / 2] = std::numeric_limits<float>::quiet_NaN();
+    a[rows - 1][0] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+// The CPU reference's FP8 codes (line by line along `axis`) and decode scale of x (float32).
+struct RefCodes {
+  std::vector<uint8_t> codes;
+  float scale = 0;
+  QuantTelemetry telemetry;
+};
+
+RefCodes reference_codes(const at::Tensor& x, Axis axis, const AxisQuantization& q) {
+  const at::Tensor in = x.to(at::kFloat).contiguous();
+  RefCodes r;
+  r.codes.resize(packed_bytes(q.spec.format, in.size(0), in.size(1)));
+  QuantOutputs out;
+  out.packed = r.codes.data();
+  out.tensor_scale = &r.scale;
+  r.telemetry = quantize(in.data_ptr<float>(), in.size(0), in.size(1), axis, q.spec, q.key, out);
+  return r;
+}
+
+std::vector<uint8_t> code_bytes(const at::Tensor& codes) {
+  const at::Tensor host = codes.cpu().contiguous().view(at::kByte);
+  const auto* p = host.data_ptr<uint8_t>();
+  return std::vector<uint8_t>(p, p + host.numel());
+}
+
+bool same_float_bits(const at::Tensor& one_float, float want) {
+  const float got = one_float.cpu().item<float>();
+  return std::memcmp(&got, &want, 4) == 0;
+}
+
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.cpu().to(at::kDouble), w = want.cpu().to(at::kDouble);
+  return ((g - w).norm() / w.norm()).item<double>();
+}
+
+// sum_k code_a * code_b * d_a * d_b in float64 on the host: the products of FP8 values and
+// their sums are exact there (to far below any tolerance used here).
+at::Tensor decoded_product(const at::Tensor& a_codes, const at::Tensor& a_scale, const at::Tensor& b_codes,
+                           const at::Tensor& b_scale, double fold = 1.0) {
+  const at::Tensor a = a_codes.cpu().to(at::kDouble), b = b_codes.cpu().to(at::kDouble);
+  const double sa = a_scale.cpu().item<float>(), sb = b_scale.cpu().item<float>();
+  return at::mm(a, b.t()) * (sa * sb * fold);
+}
+
+std::string fp8_gemm_unavailable() {
+  return gemm_path_unavailable_reason(GemmPath::kFP8Tensorwise, at::Device(at::kCUDA, 0));
+}
+
+}  // namespace
+
+TEST_CASE("fp8_quantize on CUDA writes the CPU reference's codes and scale, bit for bit", "[gpu][torch][fp8]") {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Tile multiples; ragged both ways; columns not a multiple of 4 (scalar loads); short lines.
+  const std::vector<Shape> shapes{{128, 256}, {160, 96}, {96, 102}, {64, 48}, {1, 16}};
+  QuantSpec e4m3_sr{QuantFormat::kFP8E4M3, ScaleRule::kFloor, Rounding::kStochastic};
+  e4m3_sr.sr_prescale = 0.75f;
+  const std::vector<QuantSpec> specs{{QuantFormat::kFP8E4M3}, {QuantFormat::kFP8E5M2}, e4m3_sr,
+                                     {QuantFormat::kFP8E5M2, ScaleRule::kFloor, Rounding::kStochastic}};
+  int call = 0;
+  for (const Shape s : shapes) {
+    for (int variant = 0; variant < 4; ++variant) {
+      // Finite; with NaN/Inf; all zeros; subnormal range (the scale's lower clamp).
+      at::Tensor x = variant == 2 ? at::zeros({s.rows, s.cols})
+                                  : fp8_test_input(s.rows, s.cols, 7 + call, variant == 1, variant == 3 ? 1e-40f : 1.0f);
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor in = x.to(dtype);  // the reference quantizes the same (bf16) values
+        for (const QuantSpec& spec : specs) {
+          ++call;
+          const AxisQuantization rows{spec, {11, 3, 2, GemmKind::kFprop, Operand::kA}};
+          const AxisQuantization cols{spec, {11, 3, 2, GemmKind::kWgrad, Operand::kB}};
+          const RefCodes want_rows = reference_codes(in, Axis::kRows, rows);
+          const RefCodes want_cols = reference_codes(in, Axis::kCols, cols);
+          INFO(mxablate::test::describe(spec, Axis::kRows, s.rows, s.cols) << " " << c10::toString(dtype) << " variant " << variant);
+          const at::Tensor cuda_in = in.to(at::kCUDA);
+          // Both layouts in one call (telemetry on every other call), then each alone.
+          QuantTelemetry rt, ct;
+          const bool tel = call % 2 == 0;
+          const Fp8Codes both = fp8_quantize(cuda_in, &rows, &cols, tel ? &rt : nullptr, tel ? &ct : nullptr);
+          const Fp8Codes r_only = fp8_quantize(cuda_in, &rows, nullptr);
+          const Fp8Codes c_only = fp8_quantize(cuda_in, nullptr, &cols);
+          CHECK(both.rows.sizes() == at::IntArrayRef({s.rows, s.cols}));
+          CHECK(both.cols.sizes() == at::IntArrayRef({s.cols, s.rows}));
+          CHECK(c10::toString(both.rows.scalar_type()) ==
+                std::string(spec.format == QuantFormat::kFP8E4M3 ? "Float8_e4m3fn" : "Float8_e5m2"));
+          CHECK(code_bytes(both.rows) == want_rows.codes);
+          CHECK(code_bytes(both.cols) == want_cols.codes);
+          CHECK(code_bytes(r_only.rows) == want_rows.codes);
+          CHECK(code_bytes(c_only.cols) == want_cols.codes);
+          CHECK(same_float_bits(both.rows_scale, want_rows.scale));
+          CHECK(same_float_bits(both.cols_scale, want_cols.scale));
+          CHECK(same_float_bits(r_only.rows_scale, want_rows.scale));
+          CHECK(same_float_bits(c_only.cols_scale, want_cols.scale));
+          CHECK_FALSE(r_only.cols.defined());
+          if (tel) {
+            std::string why_rows, why_cols;
+            const bool rows_match = mxablate::test::telemetry_matches(rt, want_rows.telemetry, &why_rows);
+            const bool cols_match = mxablate::test::telemetry_matches(ct, want_cols.telemetry, &why_cols);
+            INFO("rows: " << why_rows << " cols: " << why_cols);
+            CHECK(rows_match);
+            CHECK(cols_match);
+          }
+          if (variant == 1) CHECK(std::isnan(both.rows_scale.cpu().item<float>()));
+          if (variant == 2) CHECK(both.rows_scale.cpu().item<float>() == 1.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the fp8-tensorwise GEMM equals the decoded codes' product and the exact emulation", "[gpu][torch][fp8][gemm]") {
+  const std::string unavailable = fp8_gemm_unavailable();
+  if (!unavailable.empty()) MXABLATE_SKIP("fp8-tensorwise GEMM not run: " << unavailable);
+  // The three training GEMMs' layouts (fp8_gemm.h), K and N multiples of 16, M ragged.
+  const int64_t tokens = 272, k_in = 384, n_out = 512;
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3}, e5m2{QuantFormat::kFP8E5M2};
+  QuantSpec e5m2_sr{QuantFormat::kFP8E5M2, ScaleRule::kFloor, Rounding::kStochastic};
+  e5m2_sr.sr_prescale = 0.75f;
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    at::manual_seed(3);
+    const auto opt = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+    const at::Tensor x = at::randn({tokens, k_in}, opt), w = at::randn({n_out, k_in}, opt) * 0.05,
+                     dy = at::randn({tokens, n_out}, opt) * 1e-3;
+    struct Case {
+      const char* name;
+      GemmOperand a, b;
+    };
+    const std::vector<Case> cases{
+        {"fprop", {x, Axis::kRows, e4m3, {1, 0, 0, GemmKind::kFprop, Operand::kA}},
+         {w, Axis::kRows, e4m3, {1, 0, 0, GemmKind::kFprop, Operand::kB}}},
+        {"dgrad", {dy, Axis::kRows, e5m2, {1, 0, 0, GemmKind::kDgrad, Operand::kA}},
+         {w, Axis::kCols, e4m3, {1, 0, 0, GemmKind::kDgrad, Operand::kB}}},
+        {"wgrad", {dy, Axis::kCols, e5m2, {1, 0, 0, GemmKind::kWgrad, Operand::kA}},
+         {x, Axis::kCols, e4m3, {1, 0, 0, GemmKind::kWgrad, Operand::kB}}},
+        {"dgrad, SR with pre-scale 3/4", {dy, Axis::kRows, e5m2_sr, {1, 0, 0, GemmKind::kDgrad, Operand::kA}},
+         {w, Axis::kCols, e4m3, {1, 0, 0, GemmKind::kDgrad, Operand::kB}}},
+    };
+    for (const Case& c : cases) {
+      INFO(c.name << ", " << c10::toString(dtype) << " operands");
+      const AxisQuantization qa{c.a.spec, c.a.key}, qb{c.b.spec, c.b.key};
+      const bool a_rows = c.a.axis == Axis::kRows, b_rows = c.b.axis == Axis::kRows;
+      const Fp8Codes ca = fp8_quantize(c.a.tensor, a_rows ? &qa : nullptr, a_rows ? nullptr : &qa);
+      const Fp8Codes cb = fp8_quantize(c.b.tensor, b_rows ? &qb : nullptr, b_rows ? nullptr : &qb);
+      const at::Tensor& codes_a = a_rows ? ca.rows : ca.cols;
+      const at::Tensor& codes_b = b_rows ? cb.rows : cb.cols;
+      const at::Tensor& scale_a = a_rows ? ca.rows_scale : ca.cols_scale;
+      const at::Tensor& scale_b = b_rows ? cb.rows_scale : cb.cols_scale;
+      const double fold = sr_prescale_fold(c.a.spec, c.b.spec);
+      const at::Tensor exact = decoded_product(codes_a, scale_a, codes_b, scale_b, fold);
+      // Float32 output: FP32 accumulation in another order than float64's, relative ~1e-6.
+      const at::Tensor f32 = fp8_tensorwise_mm(codes_a, scale_a, codes_b, scale_b, at::kFloat, static_cast<float>(fold));
+      CHECK(f32.scalar_type() == at::kFloat);
+      CHECK(relative_error(f32, exact) < 1e-5);
+      // Through quantized_gemm: the same codes (the quantizer is deterministic), output in the
+      // operands' dtype: bf16 adds one rounding of each output (relative 2^-9 per element).
+      const at::Tensor tc = quantized_gemm(c.a, c.b, GemmPath::kFP8Tensorwise);
+      CHECK(tc.scalar_type() == dtype);
+      CHECK(relative_error(tc, exact) < (dtype == at::kFloat ? 1e-5 : 4e-3));
+      // The emulation multiplies the dequantized values code * d, rounded to float32 (float32
+      // operands) or to bf16 (bf16 operands: relative <= 2^-9 per operand element, d being no
+      // power of two), then rounds the output likewise: within 1e-5 and 6e-3 respectively.
+      const at::Tensor emulated = quantized_gemm(c.a, c.b, GemmPath::kEmulated);
+      CHECK(emulated.scalar_type() == tc.scalar_type());
+      CHECK(relative_error(tc, emulated) < (dtype == at::kFloat ? 1e-5 : 6e-3));
+    }
+  }
+}
+
+TEST_CASE("the fp8-tensorwise GEMM of a non-finite operand is NaN everywhere, as the emulation's", "[gpu][torch][fp8][gemm]") {
+  const std::string unavailable = fp8_gemm_unavailable();
+  if (!unavailable.empty()) MXABLATE_SKIP("fp8-tensorwise GEMM not run: " << unavailable);
+  at::Tensor x = at::randn({64, 128});
+  x[5][7] = std::numeric_limits<float>::infinity();
+  const GemmOperand a{x.to(at::kCUDA).to(at::kBFloat16), Axis::kRows, {QuantFormat::kFP8E4M3}, {}};
+  const GemmOperand b{at::randn({32, 128}).to(at::kCUDA).to(at::kBFloat16), Axis::kRows, {QuantFormat::kFP8E4M3}, {}};
+  CHECK(quantized_gemm(a, b, GemmPath::kFP8Tensorwise).isnan().all().item<bool>());
+  CHECK(quantized_gemm(a, b, GemmPath::kEmulated).isnan().all().item<bool>());
+}
+
+TEST_CASE("the fp8-tensorwise GEMM refuses what FP8 tensor cores cannot do, in one sentence", "[gpu][torch][fp8][gemm]") {
+  const std::string unavailable = fp8_gemm_unavailable();
+  if (!unavailable.empty()) MXABLATE_SKIP("fp8-tensorwise GEMM not run: " << unavailable);
+  const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3}, e5m2{QuantFormat::kFP8E5M2};
+  const at::Tensor a = at::randn({64, 128}, opt), b = at::randn({48, 128}, opt), odd = at::randn({40, 128}, opt);
+  const auto message = [](const GemmOperand& x, const GemmOperand& y) {
+    try {
+      quantized_gemm(x, y, GemmPath::kFP8Tensorwise);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message({a, Axis::kRows, e5m2, {}}, {b, Axis::kRows, e5m2, {}}) ==
+        "the fp8-tensorwise GEMM path has no e5m2 x e5m2 kernel");
+  CHECK(message({a, Axis::kRows, e4m3, {}}, {odd, Axis::kRows, e4m3, {}}) ==
+        "the fp8-tensorwise GEMM path: FP8 tensor cores need K and N to be multiples of 16, got K 128, N 40");
+  CHECK(message({a, Axis::kRows, {QuantFormat::kMXFP4}, {}}, {b, Axis::kRows, e4m3, {}}) ==
+        "the fp8-tensorwise GEMM path needs fp8-e4m3 or fp8-e5m2 operands, got mxfp4");
+}

@@ -1,0 +1,68 @@
+// Which engine computes each GEMM of a run: the one rule that turns quant.gemm_path, a GEMM's
+// precision and what the device offers into a route (docs/design.md §3). The trainer resolves
+// every precision once before the first step, records the result in run_start and looks the
+// route up per GEMM; nothing else decides it.
+//
+//   precision   auto                                  emulated   fp8
+//   fp8         fp8-tensorwise if the device has it,  emulated   fp8-tensorwise (required)
+//               else emulated (the fallback is said)
+//   mxfp4       emulated                              emulated   hopper-fp8 (required)
+//   bf16/nvfp4  emulated                              emulated   emulated
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mxablate/contract/quant_settings.h"
+#include "mxablate/contract/run_config.h"
+
+namespace mxablate::contract {
+
+enum class GemmRoute : uint8_t {
+  kEmulated,       // dequantized operands, BF16 GEMM with FP32 accumulation: the exact reference
+  kFP8Tensorwise,  // per-tensor FP8 codes on FP8 tensor cores (_scaled_mm, tensor-wise scales)
+  kHopperFP8,      // MXFP4 re-expressed as E4M3 with 1x128 scales on FP8 tensor cores
+};
+
+std::string_view to_string(GemmRoute v);  // "emulated", "fp8-tensorwise", "hopper-fp8"
+std::optional<GemmRoute> parse_gemm_route(std::string_view s);
+
+// What this process can run: for each tensor-core route, empty when it can run here, else one
+// sentence saying why not (the trainer asks the kernels; on the CPU both say so).
+struct GemmRouteSupport {
+  std::string fp8_tensorwise;
+  std::string hopper_fp8;
+};
+
+struct GemmRouteChoice {
+  GemmRoute route = GemmRoute::kEmulated;
+  // Set when `auto` preferred FP8 tensor cores and fell back to emulation: why (said in the log
+  // and in run_start, never silent).
+  std::string fallback;
+};
+
+// The rule of the table above for one precision. Throws ConfigError ("quant.gemm_path: ...")
+// when the setting demands a route that cannot run here.
+GemmRouteChoice resolve_gemm_route(GemmPath setting, GemmPrecision precision,
+                                   const GemmRouteSupport& support);
+
+// Every precision's route, resolved once per run (so `fp8` on a device without the Hopper path
+// is refused whatever the run's precisions, as before).
+struct GemmRoutes {
+  std::array<GemmRouteChoice, 4> by_precision;  // indexed by GemmPrecision
+  GemmRoute of(GemmPrecision p) const { return by_precision[static_cast<size_t>(p)].route; }
+};
+GemmRoutes resolve_gemm_routes(GemmPath setting, const GemmRouteSupport& support);
+
+// {"setting": "auto", "fp8": "fp8-tensorwise", "mxfp4": "emulated", …, "fallback": {"fp8": why}}
+// for run_start ("fallback" only when one happened).
+nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes);
+
+// True when any GEMM the config can plan is FP8: the blocks' precision, a schedule phase or an
+// override. Without one, `auto` and `emulated` compute the same bits.
+bool has_fp8_gemm(const RunConfig& c);
+
+}  // namespace mxablate::contract

@@ -1,0 +1,78 @@
+#include "mxablate/contract/gemm_route.h"
+
+#include "mxablate/kernels/name_table.h"
+
+namespace mxablate::contract {
+namespace {
+
+using kernels::NameTable;
+
+constexpr NameTable<GemmRoute, 3> kRouteNames{{{GemmRoute::kEmulated, "emulated"},
+                                               {GemmRoute::kFP8Tensorwise, "fp8-tensorwise"},
+                                               {GemmRoute::kHopperFP8, "hopper-fp8"}}};
+
+constexpr GemmPrecision kPrecisions[] = {GemmPrecision::kBF16, GemmPrecision::kFP8,
+                                         GemmPrecision::kMXFP4, GemmPrecision::kNVFP4};
+
+[[noreturn]] void refuse(GemmPrecision precision, const std::string& why) {
+  throw ConfigError("quant.gemm_path: \"fp8\" cannot run the " + std::string(to_string(precision)) +
+                    " GEMMs here: " + why + " (gemm_path: auto or emulated runs them emulated)");
+}
+
+}  // namespace
+
+std::string_view to_string(GemmRoute v) { return kernels::name_of(kRouteNames, v); }
+std::optional<GemmRoute> parse_gemm_route(std::string_view s) { return kernels::parse_from(kRouteNames, s); }
+
+GemmRouteChoice resolve_gemm_route(GemmPath setting, GemmPrecision precision,
+                                   const GemmRouteSupport& support) {
+  if (setting == GemmPath::kEmulated) return {};
+  switch (precision) {
+    case GemmPrecision::kFP8:
+      if (support.fp8_tensorwise.empty()) return {GemmRoute::kFP8Tensorwise, {}};
+      if (setting == GemmPath::kFP8) refuse(precision, support.fp8_tensorwise);
+      return {GemmRoute::kEmulated, support.fp8_tensorwise};
+    case GemmPrecision::kMXFP4:
+      if (setting != GemmPath::kFP8) return {};
+      if (!support.hopper_fp8.empty()) refuse(precision, support.hopper_fp8);
+      return {GemmRoute::kHopperFP8, {}};
+    case GemmPrecision::kBF16:
+    case GemmPrecision::kNVFP4:
+      return {};
+  }
+  return {};
+}
+
+GemmRoutes resolve_gemm_routes(GemmPath setting, const GemmRouteSupport& support) {
+  GemmRoutes r;
+  for (GemmPrecision p : kPrecisions)
+    r.by_precision[static_cast<size_t>(p)] = resolve_gemm_route(setting, p, support);
+  return r;
+}
+
+nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes) {
+  nlohmann::json out = {{"setting", std::string(to_string(setting))}};
+  nlohmann::json fallback = nlohmann::json::object();
+  for (GemmPrecision p : kPrecisions) {
+    const GemmRouteChoice& c = routes.by_precision[static_cast<size_t>(p)];
+    out[std::string(to_string(p))] = std::string(to_string(c.route));
+    if (!c.fallback.empty()) fallback[std::string(to_string(p))] = c.fallback;
+  }
+  if (!fallback.empty()) out["fallback"] = fallback;
+  return out;
+}
+
+bool has_fp8_gemm(const RunConfig& c) {
+  const auto fp8 = [](const PrecisionConfig& p) {
+    return p.fprop == GemmPrecision::kFP8 || p.dgrad == GemmPrecision::kFP8 || p.wgrad == GemmPrecision::kFP8;
+  };
+  if (fp8(c.precision)) return true;
+  for (const PrecisionPhase& phase : c.precision_schedule)
+    if (fp8(phase.precision)) return true;
+  for (const LayerOverride& o : c.overrides)
+    for (const auto& p : {o.patch.fprop, o.patch.dgrad, o.patch.wgrad})
+      if (p == GemmPrecision::kFP8) return true;
+  return false;
+}
+
+}  // namespace mxablate::contract
