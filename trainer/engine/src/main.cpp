@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "mxablate/contract/run_config.h"
+#include "mxablate/contract/standby.h"
 #include "mxablate/trainer/trainer.h"
 
 int main(int argc, char** argv) {
@@ -55,6 +57,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "mxablate-train: " << e.what() << " (see --help)\n";
+    return exit_code::kBadConfig;
+  }
+  try {
+    options.standby_fd = mxablate::contract::standby_fd_from_environment();
+  } catch (const mxablate::contract::ConfigError& e) {
+    std::cerr << "mxablate-train: " << e.what() << "\n";
     return exit_code::kBadConfig;
   }
   return run_trainer(options);
