@@ -65,11 +65,12 @@ TEST_CASE("reopening a store applies nothing, an older one gets only the missing
       migrations()[1],
       migrations()[2],
       migrations()[3],
-      {5, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
-      {6, "add a table", "CREATE TABLE extra (x INTEGER);"},
+      migrations()[4],
+      {6, "add a note column", "ALTER TABLE runs ADD COLUMN note TEXT;"},
+      {7, "add a table", "CREATE TABLE extra (x INTEGER);"},
   };
   CHECK(migrate(db, extended) == 2);
-  CHECK(schema_version(db) == 6);
+  CHECK(schema_version(db) == 7);
   Statement st(db, "SELECT note FROM runs");  // the column exists now
   CHECK_FALSE(st.step());
   CHECK(migrate(db, extended) == 0);
