@@ -1,7 +1,9 @@
 #include "mxablate/orchestrator/executor_local.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "mxablate/contract/standby.h"
 #include "mxablate/orchestrator/boost_process.h"
 #include "mxablate/results/store.h"
 
@@ -32,8 +35,10 @@ std::string timestamp() {
 // A child that should start in its own process group and die with us.
 struct ChildSetup {
   pid_t parent;
+  int inherit_fd = -1;  // a standby's end of its descriptor: kept open across exec
   template <typename Exec>
   void operator()(Exec&) const {
+    if (inherit_fd >= 0) ::fcntl(inherit_fd, F_SETFD, 0);
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(127);  // the orchestrator died before prctl took effect
@@ -166,16 +171,26 @@ std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu) {
 
 struct LocalExecutor::Child {
   std::string run_id;
-  std::vector<size_t> slots;
+  std::vector<size_t> slots;  // held (busy_); a standby holds its slot only once it has freed
   int pid = 0;
   bp::child process;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // A standby: the slot it waits for, and our end of its descriptor (-1 once closed).
+  std::optional<size_t> standby_for;
+  int go_fd = -1;
+  void close_go() {
+    if (go_fd >= 0) ::close(go_fd);
+    go_fd = -1;
+  }
 };
 
 LocalExecutor::LocalExecutor(std::vector<Slot> slots)
-    : slots_(std::move(slots)), busy_(slots_.size(), false), host_(local_host_name()) {}
+    : slots_(std::move(slots)), busy_(slots_.size(), false), standby_on_(slots_.size()),
+      host_(local_host_name()) {}
 
 LocalExecutor::~LocalExecutor() {
   for (auto& [run_id, child] : children_) {
+    child->close_go();
     ::kill(-child->pid, SIGKILL);
     ::kill(child->pid, SIGKILL);
     std::error_code ec;
@@ -233,16 +248,29 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
                                   : std::string("no free slot"));
   std::vector<Slot> parts;
   for (size_t i : taken) parts.push_back(slots_[i]);
-  const Slot slot = combine_slots(parts);
+  auto child = spawn(r, combine_slots(parts), -1);
+  child->slots = taken;
+  busy_ = std::move(busy);
+  return record(std::move(child), combine_slots(parts));
+}
 
+Launched LocalExecutor::record(std::unique_ptr<Child> child, const Slot& slot) {
+  Launched launched{fmt::format("pid:{}", child->pid), slot.label, host_, slot.device};
+  children_[child->run_id] = std::move(child);
+  return launched;
+}
+
+std::unique_ptr<LocalExecutor::Child> LocalExecutor::spawn(const LaunchRequest& r, const Slot& slot,
+                                                           int standby_fd) {
   const auto open_log = [&](const char* name) {
     const std::filesystem::path path = r.run_dir / name;
     std::FILE* f = std::fopen(path.c_str(), "ae");
     if (!f)
       throw LaunchError(fmt::format("cannot open {} for appending: {}", path.string(),
                                     std::strerror(errno)));
-    std::fprintf(f, "=== mxablate: attempt %d%s in slot %s at %s ===\n", r.attempt,
-                 r.resume ? " (resume)" : "", slot.label.c_str(), timestamp().c_str());
+    std::fprintf(f, "=== mxablate: attempt %d%s%s in slot %s at %s ===\n", r.attempt,
+                 r.resume ? " (resume)" : "", standby_fd >= 0 ? " (prestarted)" : "",
+                 slot.label.c_str(), timestamp().c_str());
     std::fflush(f);
     return f;
   };
@@ -259,16 +287,17 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
   for (const auto& [k, v] : slot.env) env[k] = v;
   env["MXABLATE_ATTEMPT"] = std::to_string(r.attempt);
   env["MXABLATE_SLOT"] = slot.label;
+  if (standby_fd >= 0) env[contract::kStandbyFdEnv] = std::to_string(standby_fd);
+  else if (env.find(contract::kStandbyFdEnv) != env.end()) env.erase(contract::kStandbyFdEnv);
   std::vector<std::string> args{"--run-dir", r.run_dir.string()};
   if (r.resume) args.push_back("--resume");
 
   auto child = std::make_unique<Child>();
   child->run_id = r.run_id;
-  child->slots = taken;
   try {
     child->process = bp::child(r.trainer.string(), bp::args(args), env, bp::std_in < bp::null,
                                bp::std_out > out, bp::std_err > err,
-                               bp::extend::on_exec_setup(ChildSetup{::getpid()}));
+                               bp::extend::on_exec_setup(ChildSetup{::getpid(), standby_fd}));
   } catch (const std::exception& e) {
     std::fclose(out);
     std::fclose(err);
@@ -278,10 +307,71 @@ Launched LocalExecutor::launch(const LaunchRequest& r) {
   std::fclose(err);
   child->pid = child->process.id();
   ::setpgid(child->pid, child->pid);  // also from this side: no window where a signal misses
-  busy_ = std::move(busy);
-  Launched launched{fmt::format("pid:{}", child->pid), slot.label, host_, slot.device};
-  children_[r.run_id] = std::move(child);
-  return launched;
+  return child;
+}
+
+std::optional<size_t> LocalExecutor::standby_slot() const {
+  // The busy slot without a standby whose trainer started first (the likeliest to end first).
+  std::optional<size_t> best;
+  std::chrono::steady_clock::time_point best_start{};
+  for (const auto& [run_id, c] : children_) {
+    if (c->standby_for) continue;
+    for (size_t i : c->slots)
+      if (standby_on_[i].empty() && (!best || c->started < best_start)) {
+        best = i;
+        best_start = c->started;
+      }
+  }
+  return best;
+}
+
+bool LocalExecutor::standby_room() const { return standby_slot().has_value(); }
+
+Launched LocalExecutor::prestart(const LaunchRequest& r) {
+  if (!prestartable(r))
+    throw LaunchError(r.run_id + ": only a fresh start of a one-rank run is prestarted");
+  if (children_.count(r.run_id)) throw LaunchError(r.run_id + " is already running");
+  const std::optional<size_t> slot = standby_slot();
+  if (!slot) throw LaunchError("no busy slot without a standby");
+  int fds[2] = {-1, -1};  // [0]: ours (the go byte), [1]: the trainer's
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    throw LaunchError(fmt::format("cannot create the standby descriptor: {}", std::strerror(errno)));
+  std::unique_ptr<Child> child;
+  try {
+    child = spawn(r, slots_[*slot], fds[1]);
+  } catch (...) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw;
+  }
+  ::close(fds[1]);
+  child->go_fd = fds[0];
+  child->standby_for = *slot;
+  standby_on_[*slot] = r.run_id;
+  return record(std::move(child), slots_[*slot]);
+}
+
+bool LocalExecutor::standby_ready(const std::string& run_id) const {
+  const auto it = children_.find(run_id);
+  return it != children_.end() && it->second->standby_for && !it->second->slots.empty();
+}
+
+void LocalExecutor::release(const std::string& run_id) {
+  if (!standby_ready(run_id)) return;
+  Child& c = *children_.at(run_id);
+  // MSG_NOSIGNAL: a standby that has died meanwhile must not kill us with SIGPIPE; its end comes
+  // through collect_exits as the released attempt's.
+  [[maybe_unused]] const ssize_t n = ::send(c.go_fd, &contract::kStandbyGo, 1, MSG_NOSIGNAL);
+  c.close_go();
+  c.standby_for.reset();
+  c.started = std::chrono::steady_clock::now();
+}
+
+void LocalExecutor::abandon(const std::string& run_id) {
+  const auto it = children_.find(run_id);
+  if (it == children_.end() || !it->second->standby_for) return;
+  it->second->close_go();  // end of file: it exits without writing anything
+  signal_child(run_id, SIGTERM);  // and at once, if still in its setup
 }
 
 std::vector<AttemptExit> LocalExecutor::collect_exits() {
@@ -295,6 +385,7 @@ std::vector<AttemptExit> LocalExecutor::collect_exits() {
     }
     AttemptExit e;
     e.run_id = c.run_id;
+    c.close_go();
     const int status = c.process.native_exit_code();
     if (WIFSIGNALED(status)) {
       e.signal = WTERMSIG(status);
@@ -303,7 +394,17 @@ std::vector<AttemptExit> LocalExecutor::collect_exits() {
     }
     // The trainer's own children (a launcher's ranks) must not outlive it in our slots.
     ::kill(-c.pid, SIGKILL);
-    for (size_t i : c.slots) busy_[i] = false;
+    if (c.standby_for && c.slots.empty()) standby_on_[*c.standby_for].clear();
+    for (size_t i : c.slots) {
+      if (!c.standby_for && !standby_on_[i].empty()) {
+        // The slot's standby takes it over, held until the sweep releases it (no other run
+        // may start in it meanwhile).
+        children_.at(standby_on_[i])->slots = {i};
+        standby_on_[i].clear();
+        continue;
+      }
+      busy_[i] = false;
+    }
     exits.push_back(std::move(e));
     it = children_.erase(it);
   }

@@ -97,6 +97,14 @@ struct SweepRunner::Impl {
   std::map<std::string, int> attempts_used;
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
+  // Prestarted runs waiting for their slot (docs/design.md §5, "Busy slots"): off the queue, still
+  // pending in the store; an attempt only once released (or once they end on their own).
+  struct Standby {
+    LaunchRequest request;
+    Launched launched;
+    bool abandoned = false;  // told to exit (the sweep is stopping): its run stays pending
+  };
+  std::map<std::string, Standby> standbys;
   std::map<std::string, int64_t> prepared_seq;  // between prepare and record
   // The first run in order that did not fit the free slots, and since when it waits.
   std::optional<std::pair<std::string, Clock::time_point>> waiting;
@@ -345,20 +353,87 @@ struct SweepRunner::Impl {
     }
   }
 
-  void record_launch(const LaunchRequest& req, const Launched& l) {
+  void record_launch(const LaunchRequest& req, const Launched& l, bool prestarted = false) {
     const std::string& run_id = req.run_id;
     const bool resume = req.resume;
     const int64_t start_seq = prepared_seq.at(run_id);
     const auto now = Clock::now();
-    const int attempt = store.begin_attempt(
-        run_id, {executor.name(), l.executor_ref, l.slot, l.host, l.device, resume, start_seq});
+    const int attempt = store.begin_attempt(run_id, {executor.name(), l.executor_ref, l.slot, l.host,
+                                                     l.device, resume, start_seq, prestarted});
     ++attempts_used[run_id];
     start_tracking(run_id, attempt, start_seq).started = now;
     if (hooks.launched) hooks.launched(run_id, now);
-    progress.message(fmt::format("launched {} [{}] in {}{}", label(run_id), run_id, l.slot,
+    progress.message(fmt::format("{} {} [{}] in {}{}", prestarted ? "released" : "launched",
+                                 label(run_id), run_id, l.slot,
                                  resume ? fmt::format(", resuming (attempt {})", attempt)
                                         : attempt > 1 ? fmt::format(" (attempt {})", attempt)
                                                       : std::string()));
+  }
+
+  // Busy slots (docs/design.md §5): the next runs in plan order, each a fresh start of one rank,
+  // start as standbys on busy slots (one per slot) and set up while those slots still train.
+  void prestart_next() {
+    if (!opt.prestart || stopping) return;
+    while (!queue.empty() && executor.standby_room()) {
+      const std::string run_id = queue.front();
+      LaunchRequest probe;
+      probe.ranks = ranks_of(run_id);
+      probe.resume = store.has_checkpoint(run_id);
+      // Nothing behind a run that cannot wait as a standby is prestarted: plan order holds.
+      if (!prestartable(probe)) return;
+      queue.pop_front();
+      std::optional<LaunchRequest> req = prepare_launch(run_id);
+      if (!req) continue;
+      try {
+        const Launched l = executor.prestart(*req);
+        standbys.emplace(run_id, Standby{*req, l});
+        if (hooks.prestarted) hooks.prestarted(run_id, Clock::now());
+        progress.message(fmt::format("prestarted {} [{}] on {}: it sets up now and trains once "
+                                     "the slot frees",
+                                     label(run_id), run_id, l.slot));
+      } catch (const LaunchError& e) {
+        fail_before_launch(run_id, e.what());  // its own run's failure
+      }
+    }
+  }
+
+  // Standbys whose slot has freed become attempts: recorded first, then told to go, so that an
+  // orchestrator dying in between leaves an open attempt to recover, never an unrecorded trainer.
+  void release_ready() {
+    for (auto it = standbys.begin(); it != standbys.end();) {
+      if (it->second.abandoned || !executor.standby_ready(it->first)) {
+        ++it;
+        continue;
+      }
+      record_launch(it->second.request, it->second.launched, true);
+      executor.release(it->first);
+      it = standbys.erase(it);
+    }
+  }
+
+  // A standby's process ended before it was released.
+  void standby_ended(const AttemptExit& exit) {
+    const auto it = standbys.find(exit.run_id);
+    const Standby s = std::move(it->second);
+    standbys.erase(it);
+    if (s.abandoned) {
+      // Told to exit; it wrote nothing, so its run stays pending for the next `mxablate run`.
+      progress.message(fmt::format("{} [{}]: its standby trainer ended ({}); the run stays pending",
+                                   label(exit.run_id), exit.run_id, exit.describe()));
+      return;
+    }
+    // It ended during its own setup (a bad config, a crash): an attempt of its own run, decided
+    // like any other (exit 2 fails the run, a crash is retried), never the running run's.
+    record_launch(s.request, s.launched, true);
+    finish(exit);
+  }
+
+  void abandon_standbys(bool kill) {
+    for (auto& [run_id, s] : standbys) {
+      if (!s.abandoned) executor.abandon(run_id);
+      s.abandoned = true;
+      if (kill) executor.kill(run_id);
+    }
   }
 
   void ingest(Active& a) {
@@ -460,6 +535,7 @@ struct SweepRunner::Impl {
         executor.request_stop(run_id);
         if (!a.kill_at) a.kill_at = now + opt.grace;
       }
+      abandon_standbys(false);
     }
     if (n >= 2 && !killed_all && !detached) {
       killed_all = true;
@@ -467,6 +543,7 @@ struct SweepRunner::Impl {
         a.killed = true;
         executor.kill(run_id);
       }
+      abandon_standbys(true);
     }
   }
 
@@ -524,6 +601,7 @@ struct SweepRunner::Impl {
       return;
     }
     for (auto& [run_id, a] : active) executor.request_stop(run_id);
+    abandon_standbys(false);
     const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(opt.grace,
                                                                              std::chrono::seconds(30));
     while (executor.running() > 0 && Clock::now() < deadline) {
@@ -531,6 +609,7 @@ struct SweepRunner::Impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     for (auto& [run_id, a] : active) executor.kill(run_id);
+    abandon_standbys(true);
     while (executor.running() > 0) {
       executor.collect_exits();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -561,16 +640,21 @@ struct SweepRunner::Impl {
       build_queue();
       while (true) {
         handle_stop_requests();
-        for (const AttemptExit& e : executor.collect_exits()) finish(e);
+        for (const AttemptExit& e : executor.collect_exits()) {
+          if (standbys.count(e.run_id)) standby_ended(e);
+          else finish(e);
+        }
         if (!stopping) {
+          release_ready();  // first: a freed slot goes to the run prestarted on it
           const std::vector<std::string> batch = pick_launches();
           if (!batch.empty()) launch(batch);
+          prestart_next();
         }
         for (auto& [run_id, a] : active) ingest(a);
         check_timeouts();
         progress.update(snapshot());
         if (detached) break;
-        if (active.empty() && (queue.empty() || stopping)) break;
+        if (active.empty() && standbys.empty() && (queue.empty() || stopping)) break;
         waker.wait_for(opt.poll);
       }
     } catch (const std::exception& e) {

@@ -51,6 +51,7 @@ struct RunOptions {
   int poll_ms = 200;
   std::string progress = "auto";
   std::string executor = "local";
+  bool no_prestart = false;
   SlurmRunOptions slurm;
   const CLI::App* command = nullptr;
 };
@@ -189,9 +190,11 @@ void run_sweep(const RunOptions& o) {
   if (!on_slurm && o.slurm.any_given(o.command))
     throw InputError("--partition, --gpus-per-run, --time, --max-parallel, --sbatch-arg and "
                      "--slurm-poll need --executor slurm");
-  if (on_slurm && (!o.gpus.empty() || o.cpu > 0 || o.per_gpu != 1 || timeout_ms > 0))
-    throw InputError("--gpus, --cpu, --per-gpu and --timeout are for the local executor; with "
-                     "--executor slurm use --gpus-per-run, --max-parallel and --time");
+  if (on_slurm && (!o.gpus.empty() || o.cpu > 0 || o.per_gpu != 1 || timeout_ms > 0 ||
+                   o.no_prestart))
+    throw InputError("--gpus, --cpu, --per-gpu, --timeout and --no-prestart are for the local "
+                     "executor; with --executor slurm use --gpus-per-run, --max-parallel and "
+                     "--time");
   if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
   const RecipeInput input = load_checked_recipe_input(o.recipe);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
@@ -246,6 +249,7 @@ void run_sweep(const RunOptions& o) {
   options.grace = std::chrono::milliseconds(grace_ms);
   options.poll = std::chrono::milliseconds(o.poll_ms);
   options.backfill = std::chrono::milliseconds(backfill_ms);
+  options.prestart = !o.no_prestart;
   std::cout << fmt::format("sweep {}: {} runs {}; results in {}, runs in {}\n",
                            input.plan.sweep, input.plan.runs.size(),
                            on_slurm ? fmt::format("as Slurm job arrays{}",
@@ -330,6 +334,10 @@ void register_run_command(CLI::App& app) {
                   "local: runs in slots on this machine; slurm: job arrays on a Slurm cluster "
                   "(runs directory and trainer on a shared filesystem)")
       ->capture_default_str();
+  cmd->add_flag("--no-prestart", o->no_prestart,
+                "start each run only when its slot is free (default: the next run of a busy slot "
+                "is prestarted and sets up meanwhile, holding a second copy of its model and "
+                "optimizer on the device; turn it off when they do not fit twice)");
   add_slurm_run_options(cmd, o->slurm);
   o->command = cmd;
   cmd->callback([o] { run_sweep(*o); });

@@ -10,9 +10,12 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "mxablate/analysis/escape.h"
+#include "mxablate/orchestrator/busy_time.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/results/query.h"
+#include "mxablate/results/schema.h"
+#include "mxablate/results/store.h"
 #include "read_database.h"
 #include "slurm_status.h"
 
@@ -46,6 +49,46 @@ std::string axis_value_text(const std::string& stored) {
   if (v.is_discarded()) return stored;
   if (v.is_string()) return v.get<std::string>();
   return v.dump();
+}
+
+std::string percent(std::optional<double> fraction) {
+  return fraction ? fmt::format("{:.1f}%", 100.0 * *fraction) : std::string("-");
+}
+
+// Attempts keep their timings from schema version 5 on (results/schema.cpp).
+constexpr int kTimingsSchema = 5;
+
+// Busy slots (docs/design.md §5): per slot and over all, train + eval time over the sweep's wall
+// time so far. An older store, without timings, shows nothing.
+void print_busy(results::Database& db, int64_t sweep_id) {
+  if (results::schema_version(db) < kTimingsSchema) return;
+  Statement st(db,
+               "SELECT a.slot, a.launched_at, a.ended_at, a.train_s + a.eval_s FROM attempts a "
+               "JOIN runs r USING (run_id) WHERE r.sweep_id = ?1 ORDER BY a.launched_at");
+  st.bind(1, sweep_id);
+  std::vector<AttemptSpan> spans;
+  while (st.step()) {
+    AttemptSpan a;
+    a.slot = st.is_null(0) ? "?" : st.get_text(0);
+    if (st.is_null(1)) continue;
+    a.launched_at = st.get_double(1);
+    if (!st.is_null(2)) a.ended_at = st.get_double(2);
+    if (!st.is_null(3)) a.busy_s = st.get_double(3);
+    spans.push_back(std::move(a));
+  }
+  if (spans.empty()) return;
+  const BusySummary b = summarize_busy(spans, results::unix_now());
+  std::string per_slot;
+  for (const auto& [slot, busy] : b.slots)
+    per_slot += fmt::format("{}{} {}", per_slot.empty() ? "" : ", ", escape::terminal(slot),
+                            percent(b.fraction(slot)));
+  std::cout << fmt::format("  busy: {}; all slots {} of {} (train + eval time over the sweep's "
+                           "wall time so far){}\n",
+                           per_slot, percent(b.overall()), format_duration(b.wall_s),
+                           b.untimed > 0 ? fmt::format("; {} ended attempt(s) without timings "
+                                                       "count as idle",
+                                                       b.untimed)
+                                         : std::string());
 }
 
 void print_sweep(results::Database& db, int64_t sweep_id, const std::string& name,
@@ -87,14 +130,23 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
   const SlurmColumn slurm = slurm_column(db, sweep_id);
   std::vector<std::string> headers{"run_id", "arm"};
   headers.insert(headers.end(), axes.begin(), axes.end());
-  for (const char* h : {"status", "att", "step", "tokens", "val_loss", "best", "wall", "note"})
+  for (const char* h :
+       {"status", "att", "step", "tokens", "val_loss", "best", "wall", "busy", "note"})
     headers.push_back(h);
   if (!slurm.by_run.empty()) headers.insert(headers.end() - 1, "slurm");
   TextTable table(headers);
   Statement runs(db,
                  "SELECT run_id, arm, status, attempts, step, tokens, max_tokens, final_val_loss, "
                  "best_val_loss, COALESCE(wall_s, CASE WHEN started_at IS NOT NULL THEN "
-                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error "
+                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error, " +
+                     // The run's own busy fraction: its timed attempts' train + eval time over
+                     // their spans (a prestarted attempt's span starts when it was released).
+                     std::string(results::schema_version(db) >= kTimingsSchema
+                                     ? "(SELECT SUM(MIN(a.train_s + a.eval_s, a.ended_at - a.launched_at)) / "
+                                       "SUM(a.ended_at - a.launched_at) FROM attempts a WHERE "
+                                       "a.run_id = runs.run_id AND a.train_s >= 0 AND a.eval_s >= 0 "
+                                       "AND a.ended_at > a.launched_at) "
+                                     : "NULL ") +
                  "FROM runs WHERE sweep_id = ?1 AND (?2 OR plan_index IS NOT NULL) "
                  "ORDER BY plan_index IS NULL, plan_index, arm_index");
   runs.bind(1, sweep_id).bind(2, all ? 1 : 0);
@@ -116,6 +168,7 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     row.push_back(opt_loss(runs, 7));
     row.push_back(opt_loss(runs, 8));
     row.push_back(runs.is_null(9) ? "-" : format_duration(runs.get_double(9)));
+    row.push_back(runs.is_null(11) ? "-" : percent(std::min(1.0, runs.get_double(11))));
     if (!slurm.by_run.empty()) {
       const auto it = slurm.by_run.find(runs.get_text(0));
       row.push_back(it == slurm.by_run.end() || it->second.empty() ? "-" : it->second);
@@ -125,6 +178,7 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     table.add_row(row);
   }
   std::cout << table.render(2);
+  print_busy(db, sweep_id);
   if (!slurm.note.empty()) std::cout << "  " << escape::terminal(slurm.note) << "\n";
 }
 

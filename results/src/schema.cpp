@@ -277,7 +277,21 @@ SELECT s.name AS sweep, r.arm, MIN(r.arm_index) AS arm_index,
  ORDER BY s.sweep_id, MIN(r.arm_index);
 )sql";
 
-constexpr std::array<Migration, 4> kMigrations{{
+// Version 5, busy slots (docs/design.md §5): where each attempt's time went, from its own run_end
+// (the trainer's setup_s, standby_s, train_s, eval_s, checkpoint_s; NULL when it wrote none: a
+// crash, an older trainer), and whether it was prestarted (waited as a standby for its slot, so
+// its setup overlapped the run before it). Per attempt, because a resume discards the run_end of
+// the attempt it continues.
+constexpr const char* kSchemaV5 = R"sql(
+ALTER TABLE attempts ADD COLUMN prestarted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN setup_s REAL;
+ALTER TABLE attempts ADD COLUMN standby_s REAL;
+ALTER TABLE attempts ADD COLUMN train_s REAL;
+ALTER TABLE attempts ADD COLUMN eval_s REAL;
+ALTER TABLE attempts ADD COLUMN checkpoint_s REAL;
+)sql";
+
+constexpr std::array<Migration, 5> kMigrations{{
     {1, "initial schema: sweeps, runs, run_axes, attempts, evals, train_steps, quant_stats, "
         "events; views run_summary, run_tokens_to_target, arm_summary, divergence_events",
      kSchemaV1},
@@ -286,6 +300,9 @@ constexpr std::array<Migration, 4> kMigrations{{
     {4, "runs.interventions, arm_summary.interventions (each run against its baseline) and "
         "quant_stats.occ_fraction (the share of X compensated under OCC)",
      kSchemaV4},
+    {5, "attempts.prestarted, setup_s, standby_s, train_s, eval_s, checkpoint_s: where each "
+        "attempt's time went (busy = train_s + eval_s)",
+     kSchemaV5},
 }};
 
 }  // namespace

@@ -162,10 +162,11 @@ int ResultsStore::begin_attempt(const std::string& run_id, const AttemptStart& a
   upd.reset();
   Statement ins(db_,
                 "INSERT INTO attempts (run_id, attempt, executor, executor_ref, slot, host, "
-                "resumed, start_seq, launched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+                "resumed, start_seq, launched_at, prestarted) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   ins.bind(1, run_id).bind(2, attempt).bind(3, a.executor).bind(4, a.executor_ref);
   ins.bind(5, a.slot).bind(6, a.host).bind(7, a.resumed ? 1 : 0).bind(8, a.start_seq);
-  ins.bind(9, now);
+  ins.bind(9, now).bind(10, a.prestarted ? 1 : 0);
   ins.run();
   tx.commit();
   return attempt;
@@ -185,6 +186,19 @@ void ResultsStore::finish_attempt(const std::string& run_id, int attempt, const 
   Transaction tx(db_);
   end_attempt(run_id, attempt, end);
   set_status(run_id, s, error);
+  // The event passed the contract's checks (event_line.h): durations in [0, 1e8], their parts
+  // within wall_s.
+  Statement timing(db_,
+                   "UPDATE attempts SET setup_s = json_extract(e.detail, '$.setup_s'), "
+                   "standby_s = json_extract(e.detail, '$.standby_s'), "
+                   "train_s = json_extract(e.detail, '$.train_s'), "
+                   "eval_s = json_extract(e.detail, '$.eval_s'), "
+                   "checkpoint_s = json_extract(e.detail, '$.checkpoint_s') "
+                   "FROM (SELECT detail FROM events WHERE run_id = ?1 AND kind = 'run_end' AND "
+                   "      seq > (SELECT start_seq FROM attempts WHERE run_id = ?1 AND attempt = ?2) "
+                   "      ORDER BY seq DESC LIMIT 1) AS e "
+                   "WHERE attempts.run_id = ?1 AND attempts.attempt = ?2");
+  timing.bind(1, run_id).bind(2, attempt).run();
   // Wall time of a run: all its attempts, as the orchestrator saw them (a trainer's run_end
   // only knows its own attempt).
   Statement wall(db_,

@@ -360,3 +360,35 @@ TEST_CASE("a reopened writer continues after the last line a reader accepts") {
   CHECK(seqs(batch.events) == std::vector<int64_t>{1, 2});
   CHECK(batch.bad_lines.size() == 2);
 }
+
+TEST_CASE("run_end's durations: optional (older logs load), never null, negative, non-finite or "
+          "huge, and their parts within wall_s") {
+  const auto end = [](json fields) {
+    json f = {{"status", "budget_exhausted"}, {"wall_s", 10.0}};
+    for (auto& [k, v] : fields.items()) f[k] = v;
+    return line(1, "run_end", f);
+  };
+  CHECK(refusal(end(json::object())) == "");  // a log from before the fields
+  CHECK(refusal(end({{"setup_s", 2.5}, {"standby_s", 30.0}, {"train_s", 9.0}, {"eval_s", 0.5},
+                     {"checkpoint_s", 0.5}})) == "");
+  CHECK(refusal(end({{"train_s", 10.0005}})) == "");  // rounding: within 1 ms
+  CHECK(refusal(line(1, "run_start", {{"prestarted", true}})) == "");
+  for (const char* field : {"setup_s", "standby_s", "train_s", "eval_s", "checkpoint_s"}) {
+    for (const json& bad : {json(-1.0), json(nullptr), json(1e300), json(2e8), json("5"), json(true)}) {
+      INFO(field << " = " << bad.dump());
+      CHECK(refusal(end({{field, bad}})) ==
+            std::string("field '") + field + "' must be a number of seconds in [0, 1e8], got " +
+                bad.dump());
+    }
+  }
+  // Not a double at all (1e999) or not JSON (NaN): the line is refused as every such line is.
+  CHECK(refusal(R"({"seq":1,"kind":"run_end","time":1,"step":1,"tokens":1,"status":"failed","train_s":1e999})") ==
+        "a number does not fit a double");
+  CHECK_CONTAINS(refusal(R"({"seq":1,"kind":"run_end","time":1,"step":1,"tokens":1,"status":"failed","eval_s":NaN})"),
+                 ("not JSON"));
+  // Training, evaluation and checkpoints are disjoint parts of wall_s.
+  CHECK(refusal(end({{"train_s", 8.0}, {"eval_s", 1.5}, {"checkpoint_s", 1.0}})) ==
+        "train_s + eval_s + checkpoint_s (10.5) exceed wall_s (10.0)");
+  CHECK(refusal(line(1, "run_start", {{"prestarted", 1}})) ==
+        "field 'prestarted' must be true or false, got 1");
+}

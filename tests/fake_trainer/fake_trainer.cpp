@@ -19,6 +19,11 @@
 //   MXABLATE_FAKE_HANG_IGNORES_TERM=1  … and ignore SIGTERM while hanging
 //   MXABLATE_FAKE_DIVERGE_AT_STEP=S non-finite loss at step S → divergence, run_end diverged, 3
 //   MXABLATE_FAKE_FAIL_AT_STEP=S    run_end failed, exit 1 (an internal error it caught)
+//   MXABLATE_FAKE_EVAL_MS=N         sleep per evaluation (timed as eval_s)
+// Like the real trainer it honours MXABLATE_STANDBY_FD (contract/standby.h): after its "setup"
+// (the startup sleep) it waits for the orchestrator's go, or exits 4 writing nothing when the
+// descriptor is closed; and its run_end reports setup_s, standby_s, train_s, eval_s and
+// checkpoint_s the way the real trainer's does.
 #include <algorithm>
 #include <signal.h>
 #include <sys/resource.h>
@@ -41,6 +46,8 @@
 
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/contract/standby.h"
+#include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
 
@@ -148,6 +155,10 @@ int64_t peak_rss_bytes() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto process_start =
+      std::chrono::steady_clock::now() -
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(mxablate::trainer::process_age_seconds().value_or(0.0)));
   std::string run_dir_arg;
   bool resume = false;
   for (int i = 1; i < argc; ++i) {
@@ -174,11 +185,28 @@ int main(int argc, char** argv) {
   const Selected env{&config};
   if (const auto code = env.get("MXABLATE_FAKE_EXIT"))
     die(std::stoi(*code), "exiting with code " + *code + " as MXABLATE_FAKE_EXIT asks");
+  std::optional<int> standby_fd;
+  try {
+    standby_fd = standby_fd_from_environment();
+  } catch (const std::exception& e) {
+    die(2, e.what());
+  }
 
+  // "Setup", then (a standby) the wait for the slot; SIGTERM still ends the process here.
+  std::this_thread::sleep_for(std::chrono::milliseconds(env.get_int("MXABLATE_FAKE_STARTUP_MS", 0)));
+  double standby_s = 0;
+  if (standby_fd) {
+    const auto waited_from = std::chrono::steady_clock::now();
+    if (wait_for_release(*standby_fd) != StandbyRelease::kGo) die(4, abandoned_message());
+    standby_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
+  }
   std::signal(SIGTERM, on_stop);
   std::signal(SIGINT, on_stop);
   const auto started = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(env.get_int("MXABLATE_FAKE_STARTUP_MS", 0)));
+  const double setup_s =
+      std::max(0.0, std::chrono::duration<double>(started - process_start).count() - standby_s);
+  double eval_s = 0, checkpoint_s = 0;
+  const int64_t eval_ms = env.get_int("MXABLATE_FAKE_EVAL_MS", 0);
 
   const int64_t gbt = config.train.global_batch_tokens;
   const auto total_steps =
@@ -203,7 +231,8 @@ int main(int argc, char** argv) {
   }
   const auto shape = mxablate::trainer::model_shape(config.model);
   log.append(event_kind::kRunStart,
-             {{"step", step},
+             {{"prestarted", standby_fd.has_value()},
+              {"step", step},
               {"tokens", step * gbt},
               {"attempt", attempt},
               {"device", "cpu (fake trainer)"},
@@ -224,6 +253,7 @@ int main(int argc, char** argv) {
   };
   const int64_t first_step = step;
   const auto checkpoint = [&](int64_t at) {
+    const auto checkpoint_start = std::chrono::steady_clock::now();
     fs::create_directories(dir / "checkpoints");
     const fs::path file = dir / "checkpoints" / fmt::format("step-{:08}.json", at);
     {
@@ -241,16 +271,25 @@ int main(int argc, char** argv) {
       fs::remove(all.front());
       all.erase(all.begin());
     }
+    checkpoint_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count();
   };
   const auto run_end = [&](const char* status, int64_t at, const std::string& reason) {
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     json f{{"status", status},
            {"step", at},
            {"tokens", at * gbt},
-           {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()},
+           {"wall_s", wall},
+           {"setup_s", setup_s},
+           {"train_s", std::max(0.0, wall - eval_s - checkpoint_s)},
+           {"eval_s", eval_s},
+           {"checkpoint_s", checkpoint_s},
            {"tokens_per_s", tokens_per_s(at - first_step)},
            {"peak_rss_bytes", peak_rss_bytes()},
            {"peak_gpu_bytes", 0}};
     if (!reason.empty()) f["reason"] = reason;
+    if (standby_fd) f["standby_s"] = standby_s;
     log.append(event_kind::kRunEnd, f, true);
   };
 
@@ -316,6 +355,9 @@ int main(int argc, char** argv) {
                       {"operand", "a"}, {"relative_error", 0.1}, {"fraction_saturated", 0.001},
                       {"fraction_flushed", 0.02}, {"mean_error", 0.0}});
     if (step % eval_every == 0 || step == total_steps) {
+      const auto eval_start = std::chrono::steady_clock::now();
+      if (eval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(eval_ms));
+      eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
       const double v = val_loss(config, step);
       log.append(event_kind::kEval, {{"step", step}, {"tokens", tokens}, {"val_loss", v}}, true);
       if (config.target.val_loss && !reached && v <= *config.target.val_loss) {

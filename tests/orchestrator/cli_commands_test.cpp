@@ -138,10 +138,11 @@ TEST_CASE("run, then status and query read the results") {
   const ProcessResult s = f.mx({"status"});
   REQUIRE(s.code() == 0);
   const auto lines = lines_of(s.out);
-  REQUIRE(lines.size() == 6);
+  REQUIRE(lines.size() == 7);
   CHECK(lines[0].rfind("sweep cli: 4 runs, 4 budget_exhausted (recipe " + f.recipe.string(), 0) == 0);
   CHECK(lines[1].rfind("  run_id            arm  seed  status            att  step  tokens", 0) == 0);
   CHECK(contains(lines[2], "  A       1  budget_exhausted    1    12  12.3k/12.3k"));
+  CHECK(lines[6].rfind("  busy: cpu0 ", 0) == 0);  // prestart_test.cpp checks the figures
 
   ProcessResult q = f.mx({"query", "--csv", "SELECT arm, COUNT(*) AS runs, SUM(status = "
                                             "'budget_exhausted') AS done FROM runs GROUP BY arm"});

@@ -189,3 +189,51 @@ TEST_CASE("a database error leaves nothing skipped: the same lines are read agai
   CHECK(log.poll().events == 1);
   CHECK(f.scalar<int>("SELECT COUNT(*) FROM evals") == 1);
 }
+
+TEST_CASE("each attempt keeps its own run_end timings, also once a resume discards that run_end; "
+          "a run_end with hostile timings is a warning naming the file, and never stored") {
+  LogFixture f;
+  const auto end = [](int64_t seq, const char* status, json timings) {
+    json fields = {{"status", status}, {"step", 2}, {"tokens", 200}, {"wall_s", 10.0}};
+    for (auto& [k, v] : timings.items()) fields[k] = v;
+    return ev(seq, "run_end", fields);
+  };
+  // Attempt 1: checkpoints at step 2 and is interrupted.
+  int attempt = f.store.begin_attempt("run-a", {"local", "pid:1", "cpu0", "h", "cpu", false, 0});
+  f.write(ev(1, "run_start", {{"step", 0}, {"tokens", 0}}) + eval(2, 2, 3.0) +
+          ev(3, "checkpoint", {{"step", 2}, {"tokens", 200}, {"path", "/c"}}) +
+          end(4, "interrupted", {{"setup_s", 1.5}, {"train_s", 8.0}, {"eval_s", 1.0},
+                                 {"checkpoint_s", 0.5}}));
+  RunLog log(f.store.db(), "run-a", f.path);
+  CHECK(log.poll().warnings.empty());
+  f.store.finish_attempt("run-a", attempt, {4, std::nullopt, "interrupted", ""}, "interrupted",
+                         std::nullopt);
+  // Attempt 2 resumes after the checkpoint (its resume discards attempt 1's run_end) and ends
+  // with hostile timings: negative, then beyond wall_s.
+  attempt = f.store.begin_attempt("run-a", {"local", "pid:2", "cpu0", "h", "cpu", true, 4, true});
+  f.write(ev(5, "resume", {{"step", 2}, {"tokens", 200}, {"discard_after_seq", 3}}) +
+          end(6, "budget_exhausted", {{"train_s", -3.0}}) +
+          end(7, "budget_exhausted", {{"train_s", 9.0}, {"eval_s", 2.0}}));
+  const RunLog::Update up = log.poll();
+  REQUIRE(up.warnings.size() == 2);
+  CHECK(up.warnings[0] == "events.jsonl line 6: field 'train_s' must be a number of seconds in "
+                          "[0, 1e8], got -3.0; line skipped");
+  CHECK(up.warnings[1] == "events.jsonl line 7: train_s + eval_s + checkpoint_s (11.0) exceed "
+                          "wall_s (10.0); line skipped");
+  f.store.finish_attempt("run-a", attempt, {0, std::nullopt, "budget_exhausted", ""},
+                         "budget_exhausted", std::nullopt);
+  CHECK(f.scalar<int64_t>("SELECT COUNT(*) FROM events WHERE kind = 'run_end'") == 0);
+  Statement st(f.store.db(),
+               "SELECT attempt, prestarted, setup_s, train_s, eval_s, checkpoint_s, standby_s "
+               "FROM attempts ORDER BY attempt");
+  REQUIRE(st.step());
+  CHECK(st.get_int(1) == 0);
+  CHECK(st.get_double(2) == 1.5);
+  CHECK(st.get_double(3) == 8.0);
+  CHECK(st.get_double(4) == 1.0);
+  CHECK(st.get_double(5) == 0.5);
+  CHECK(st.is_null(6));
+  REQUIRE(st.step());
+  CHECK(st.get_int(1) == 1);
+  for (int c = 2; c <= 6; ++c) CHECK(st.is_null(c));  // its run_end was refused: no timings
+}

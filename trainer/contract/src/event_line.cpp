@@ -24,6 +24,7 @@ enum class Type {
   kObject,
   kRunStatus,    // one of run_status
   kSeverity,     // warning | fatal
+  kSeconds,      // a duration: a number in [0, kMaxEventSeconds], never null
 };
 
 struct Field {
@@ -44,7 +45,7 @@ const std::array<KindRule, 11> kKinds{{
     {k::kRunStart, false, true,
      {{"attempt", Type::kCount, false}, {"params", Type::kCount, false},
       {"device", Type::kText, false}, {"resumed", Type::kBool, false},
-      {"versions", Type::kObject, false}}},
+      {"versions", Type::kObject, false}, {"prestarted", Type::kBool, false}}},
     {k::kTrain, true, false,
      {{"loss", Type::kMeasure, true}, {"lr", Type::kMeasure, false},
       {"grad_norm", Type::kNonNegative, false}, {"tokens_per_s", Type::kNonNegative, false}}},
@@ -70,7 +71,10 @@ const std::array<KindRule, 11> kKinds{{
     {k::kRunEnd, false, false,
      {{"status", Type::kRunStatus, true}, {"wall_s", Type::kNonNegative, false},
       {"tokens_per_s", Type::kNonNegative, false}, {"peak_rss_bytes", Type::kCount, false},
-      {"peak_gpu_bytes", Type::kCount, false}, {"reason", Type::kText, false}}},
+      {"peak_gpu_bytes", Type::kCount, false}, {"reason", Type::kText, false},
+      {"setup_s", Type::kSeconds, false}, {"train_s", Type::kSeconds, false},
+      {"eval_s", Type::kSeconds, false}, {"checkpoint_s", Type::kSeconds, false},
+      {"standby_s", Type::kSeconds, false}}},
 }};
 
 const char* describe(Type t) {
@@ -86,6 +90,7 @@ const char* describe(Type t) {
     case Type::kObject: return "an object";
     case Type::kRunStatus: return "converged, budget_exhausted, diverged, failed or interrupted";
     case Type::kSeverity: return "warning or fatal";
+    case Type::kSeconds: return "a number of seconds in [0, 1e8]";
   }
   return "?";
 }
@@ -147,6 +152,7 @@ bool has_type(const json& v, Type t) {
     case Type::kSeverity:
       return v.is_string() && (v.get_ref<const std::string&>() == "warning" ||
                                v.get_ref<const std::string&>() == "fatal");
+    case Type::kSeconds: return !v.is_null() && number_in(0, kMaxEventSeconds);
   }
   return false;
 }
@@ -202,6 +208,21 @@ std::string json_error(const nlohmann::json::exception& e) {
 }
 
 ParsedEventLine bad(std::string why) { return {std::nullopt, std::move(why)}; }
+
+// run_end's parts of the attempt's time (docs/design.md §5, "Busy slots"): training, evaluation
+// and checkpoints are disjoint stretches of wall_s, measured on one clock, so together they cannot
+// exceed it; a log claiming more is not trusted. Empty when consistent (or wall_s is absent).
+std::string busy_beyond_wall(const json& ev) {
+  const auto wall = ev.find("wall_s");
+  if (wall == ev.end() || !wall->is_number()) return "";
+  double parts = 0;
+  for (const char* name : {"train_s", "eval_s", "checkpoint_s"})
+    if (const auto it = ev.find(name); it != ev.end() && it->is_number()) parts += it->get<double>();
+  const double limit = wall->get<double>() * (1 + 1e-9) + kEventSecondsSlack;
+  if (parts <= limit) return "";
+  return "train_s + eval_s + checkpoint_s (" + printable(json(parts).dump()) +
+         ") exceed wall_s (" + printable(wall->dump()) + ")";
+}
 
 }  // namespace
 
@@ -264,6 +285,9 @@ ParsedEventLine parse_event_line(std::string_view line, EventLineState& state) {
   if (rule->kind == std::string_view(k::kResume) &&
       ev["discard_after_seq"].get<int64_t>() >= *seq)
     return bad("discard_after_seq must be below the resume event's own seq");
+  if (rule->kind == std::string_view(k::kRunEnd)) {
+    if (std::string why = busy_beyond_wall(ev); !why.empty()) return bad(why);
+  }
   if (rule->curve && (step < state.step_floor || tokens < state.tokens_floor))
     return bad("step/tokens " + std::to_string(step) + "/" + std::to_string(tokens) +
                " go back from " + std::to_string(state.step_floor) + "/" +

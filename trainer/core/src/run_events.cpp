@@ -1,5 +1,7 @@
 #include "mxablate/trainer/run_events.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace mxablate::trainer {
@@ -111,6 +113,10 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
   f["peak_rss_bytes"] = e.peak_rss_bytes;
   f["peak_gpu_bytes"] = e.peak_gpu_bytes;
   if (!e.reason.empty()) f["reason"] = e.reason;
+  for (const auto& [name, value] : {std::pair{"setup_s", &e.setup_s}, std::pair{"standby_s", &e.standby_s},
+                                    std::pair{"train_s", &e.train_s}, std::pair{"eval_s", &e.eval_s},
+                                    std::pair{"checkpoint_s", &e.checkpoint_s}})
+    if (*value) f[name] = std::max(0.0, **value);
   return append(kind::kRunEnd, std::move(f), true);
 }
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "mxablate/contract/run_config.h"
+#include "mxablate/contract/standby.h"
 #include "mxablate/trainer/trainer.h"
 #include "step_profiler.h"
 
@@ -72,6 +74,12 @@ int main(int argc, char** argv) {
     }
     options.profile_first_step = request->first_step;
     options.profile_last_step = request->last_step;
+  }
+  try {
+    options.standby_fd = mxablate::contract::standby_fd_from_environment();
+  } catch (const mxablate::contract::ConfigError& e) {
+    std::cerr << "mxablate-train: " << e.what() << "\n";
+    return exit_code::kBadConfig;
   }
   return run_trainer(options);
 }

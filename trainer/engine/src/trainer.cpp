@@ -5,6 +5,7 @@
 #include <torch/types.h>  // clip_grad.h uses torch::Tensor without including it (1.13)
 #include <torch/nn/utils/clip_grad.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -20,6 +21,7 @@
 
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/contract/standby.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
@@ -243,6 +245,7 @@ class TrainingRun {
     // when it happened.
     enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), false);
     started_ = Clock::now();
+    setup_s_ = std::max(0.0, seconds_between(process_start_, started_) - standby_s_);
     last_train_event_ = started_;
     tokens_at_start_ = state_.tokens;
     if (!resumed_from_checkpoint) {
@@ -254,6 +257,14 @@ class TrainingRun {
     return finish(state_.target_reached ? contract::run_status::kConverged
                                         : contract::run_status::kBudgetExhausted,
                   exit_code::kSuccess, "");
+  }
+
+  // Where the time before the first step went (docs/design.md §5, "Busy slots"): the process
+  // started at `process_start`; a prestarted run then waited `standby_s` for its slot.
+  void set_setup_timing(Clock::time_point process_start, double standby_s, bool prestarted) {
+    process_start_ = process_start;
+    standby_s_ = standby_s;
+    prestarted_ = prestarted;
   }
 
   // After an exception: record the failure if the log is open.
@@ -363,6 +374,7 @@ class TrainingRun {
         // result is attributable to the FP8 tensor cores or the emulation.
         {"gemm_routes", contract::gemm_routes_json(s_.config.quant.gemm_path, s_.routes)},
     };
+    if (prestarted_) details["prestarted"] = true;
     events_->run_start(progress(), std::move(details));
     if (mllog_.enabled()) {
       mllog_.start("run_start");
@@ -414,7 +426,12 @@ class TrainingRun {
   // Evaluates, logs, checks the target and validation regressions. Returns an exit code when
   // the run must end here.
   std::optional<int> evaluate_and_judge() {
+    // The steps queued before belong to training: synchronized here, at a boundary that already
+    // synchronizes (each batch's loss is read back), never once per step.
+    compat::synchronize(s_.device);
+    const Clock::time_point eval_start = Clock::now();
     const double val_loss = evaluate();
+    eval_s_ += seconds_between(eval_start, Clock::now());
     events_->eval(progress(), val_loss);
     mllog_.point("eval_accuracy", val_loss,
                  {{"samples_count", state_.samples},
@@ -551,12 +568,15 @@ class TrainingRun {
 
   void checkpoint() {
     if (!root()) return;  // every rank holds the same state; rank 0 keeps it
+    compat::synchronize(s_.device);  // as for evaluations: the steps before are training time
+    const Clock::time_point checkpoint_start = Clock::now();
     state_.divergence = detector_.state();
     state_.events_seq = events_->last_seq();
     const std::string path = save_checkpoint(options_.run_dir, *s_.model, *s_.optimizer, state_,
                                              contract::to_json(s_.config));
     events_->checkpoint(progress(), path);
     prune_checkpoints(options_.run_dir, s_.config.checkpoint.keep);
+    checkpoint_s_ += seconds_between(checkpoint_start, Clock::now());
   }
 
   int finish(const std::string& status, int code, const std::string& reason) {
@@ -569,6 +589,12 @@ class TrainingRun {
     end.peak_rss_bytes = peak_rss_bytes();
     end.peak_gpu_bytes = compat::peak_device_bytes(s_.device);
     end.reason = reason;
+    // Busy time is train_s + eval_s: the parts of wall_s that are not checkpoints.
+    end.setup_s = setup_s_;
+    if (prestarted_) end.standby_s = standby_s_;
+    end.eval_s = eval_s_;
+    end.checkpoint_s = checkpoint_s_;
+    end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);
     events_->run_end(progress(), end);
     const bool success = code == exit_code::kSuccess;
     mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
@@ -600,6 +626,10 @@ class TrainingRun {
   int64_t tokens_at_last_train_event_ = 0;
   int64_t tokens_at_start_ = 0;
   size_t phase_ = 0;  // the precision schedule phase the model's plans are in
+  Clock::time_point process_start_ = Clock::now();
+  double standby_s_ = 0;
+  bool prestarted_ = false;
+  double setup_s_ = 0, eval_s_ = 0, checkpoint_s_ = 0;
 };
 
 }  // namespace
@@ -614,6 +644,11 @@ std::string resolve_dataset_dir(const std::string& dataset) {
 }
 
 int run_trainer(const TrainOptions& options) {
+  // Setup is timed from the process's start (before the re-exec and the libraries' loading),
+  // as far as /proc tells; from here otherwise.
+  const Clock::time_point process_start =
+      Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(process_age_seconds().value_or(0.0)));
   std::unique_ptr<RunSetup> setup;
   std::unique_ptr<TrainingRun> run;
   try {
@@ -624,6 +659,11 @@ int run_trainer(const TrainOptions& options) {
                                         : options.config_path;
     const RunConfig config = contract::read_run_config(config_path);
     const int ranks = config.parallel.data;
+    if (options.standby_fd && ranks > 1)
+      throw ConfigError(std::string(contract::kStandbyFdEnv) + ": a run of " +
+                        std::to_string(ranks) +
+                        " ranks (parallel.data) cannot wait as a standby; only one-rank runs are "
+                        "prestarted");
     const std::optional<RankInfo> rank = rank_from_environment(ranks);
     if (!rank && ranks > 1) {
       const std::string missing = missing_backend(config.device == contract::Device::kCUDA, ranks);
@@ -636,6 +676,18 @@ int run_trainer(const TrainOptions& options) {
                         " (WORLD_SIZE or SLURM_NTASKS)");
     setup = std::make_unique<RunSetup>(build_setup(config, options, rank.value_or(RankInfo{})));
     run = std::make_unique<TrainingRun>(*setup, options);
+    double standby_s = 0;
+    if (options.standby_fd) {
+      // Ready for the first step: wait for the slot (contract/standby.h); abandoned, nothing has
+      // been written and the run stays pending.
+      const Clock::time_point waited_from = Clock::now();
+      if (contract::wait_for_release(*options.standby_fd) != contract::StandbyRelease::kGo) {
+        std::cerr << "mxablate-train: " << contract::abandoned_message() << "\n";
+        return exit_code::kInterrupted;
+      }
+      standby_s = seconds_between(waited_from, Clock::now());
+    }
+    run->set_setup_timing(process_start, standby_s, options.standby_fd.has_value());
     return run->run();
   } catch (const ConfigError& e) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";

@@ -52,6 +52,11 @@ struct AttemptExit {
   std::string describe() const;
 };
 
+// Whether an attempt may be prestarted as a standby (contract/standby.h; docs/design.md §5, "Busy
+// slots"): only a fresh start of a one-rank run. A resume starts normally (what it restores is
+// decided when it starts), and a launcher of several ranks cannot hand the descriptor to them.
+inline bool prestartable(const LaunchRequest& r) { return !r.resume && r.ranks == 1; }
+
 // One request's result in launch_batch: launched, or why not (the text of a LaunchError).
 struct LaunchResult {
   std::optional<Launched> launched;
@@ -84,6 +89,27 @@ class Executor {
   virtual bool detaches_on_stop() const { return false; }
   // Launched but still waiting in a batch system's queue (shown as pending, not running).
   virtual bool queued(const std::string& /*run_id*/) const { return false; }
+  // Prestart (docs/design.md §5, "Busy slots"): the next run's trainer is started while a busy slot
+  // still runs another, does its setup and waits (contract/standby.h) until released. A standby
+  // is a process of the executor (running() counts it, collect_exits reports its end, kill and
+  // request_stop reach it) but not an attempt until release(). Executors that cannot (a batch
+  // system) keep the defaults: no standby ever.
+  //
+  // Whether a standby can be started now: a busy slot holds none yet (one per slot at most).
+  virtual bool standby_room() const { return false; }
+  // Starts `request` (prestartable) as a standby on such a slot; returns where it will run.
+  // Throws LaunchError when it cannot start (no room, exec failed, logs not writable).
+  virtual Launched prestart(const LaunchRequest& request) {
+    throw LaunchError("the " + name() + " executor does not prestart runs (" + request.run_id + ")");
+  }
+  // True once the slot of this standby has freed and is held for it: release() it now.
+  virtual bool standby_ready(const std::string& /*run_id*/) const { return false; }
+  // Lets a ready standby train: from now on it is an ordinary running attempt.
+  virtual void release(const std::string& /*run_id*/) {}
+  // Tells a standby to exit without training (closes its descriptor, then SIGTERM); its end
+  // comes through collect_exits. It has written nothing; its run stays pending.
+  virtual void abandon(const std::string& /*run_id*/) {}
+
   // Attempts that ended since the last call. Never blocks.
   virtual std::vector<AttemptExit> collect_exits() = 0;
   // Asks a running attempt to checkpoint and stop (SIGTERM for the trainer).

@@ -62,6 +62,15 @@ class LocalExecutor : public Executor {
   void request_stop(const std::string& run_id) override;
   void kill(const std::string& run_id) override;
   bool recover(const results::OpenAttempt& attempt, std::chrono::milliseconds grace) override;
+  // Prestart (executor.h): at most one standby per busy slot, started with the slot's
+  // environment and MXABLATE_STANDBY_FD (the trainer's end of a socket pair; ours is closed on
+  // exec in every other child, so only our own death or abandon() ends it with end of file).
+  // When the slot's trainer exits, the slot passes to its standby and stays busy until release.
+  bool standby_room() const override;
+  Launched prestart(const LaunchRequest& request) override;
+  bool standby_ready(const std::string& run_id) const override;
+  void release(const std::string& run_id) override;
+  void abandon(const std::string& run_id) override;
 
   // The pid of a running attempt (tests use it to kill a trainer behind the executor's back).
   std::optional<int> pid_of(const std::string& run_id) const;
@@ -71,9 +80,14 @@ class LocalExecutor : public Executor {
   void signal_child(const std::string& run_id, int sig);
   // Free slots for an attempt of `ranks` ranks, marked in `busy`; empty when it does not fit.
   std::vector<size_t> pick_slots(std::vector<bool>& busy, int ranks) const;
+  // Starts the trainer in `slot` (standby_fd >= 0: as a standby holding that descriptor).
+  std::unique_ptr<Child> spawn(const LaunchRequest& r, const Slot& slot, int standby_fd);
+  Launched record(std::unique_ptr<Child> child, const Slot& slot);
+  std::optional<size_t> standby_slot() const;
 
   std::vector<Slot> slots_;
   std::vector<bool> busy_;
+  std::vector<std::string> standby_on_;  // per slot: the run id of the standby waiting for it
   std::string host_;
   std::map<std::string, std::unique_ptr<Child>> children_;
 };

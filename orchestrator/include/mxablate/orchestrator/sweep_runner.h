@@ -1,6 +1,7 @@
 // The sweep loop: registers the plan in the results store, launches pending runs in the
 // executor's free slots (a run of N ranks in N of them; SweepOptions::backfill), tails and ingests every running run's event log, decides what each
-// ended attempt means (result, failure, retry from checkpoint), enforces the per-run timeout,
+// ended attempt means (result, failure, retry from checkpoint), prestarts the next run of a busy
+// slot as a standby (SweepOptions::prestart), enforces the per-run timeout,
 // and on SIGINT/SIGTERM stops launching, asks the trainers to checkpoint and stop, records
 // their state and returns. Re-running the same plan continues where it stopped: finished runs
 // are skipped, attempts an earlier (killed) orchestrator left open are recovered first.
@@ -34,6 +35,11 @@ struct SweepOptions {
   // of it, so it gets its slots once the running attempts end (a big run never starves behind a
   // stream of small ones). 0: strictly in order.
   std::chrono::milliseconds backfill{std::chrono::minutes(10)};
+  // Busy slots (docs/design.md §5): while a slot runs a run, the next queued run in plan order
+  // (a fresh start of one rank: executor.h prestartable) is started as a standby on it, does its
+  // setup and starts training the moment the slot frees. Off (`--no-prestart`) when a model's
+  // weights and optimizer state do not fit twice in one device's memory.
+  bool prestart = true;
 };
 
 struct SweepResult {
@@ -48,6 +54,7 @@ struct SweepResult {
 struct SweepHooks {
   using Clock = std::chrono::steady_clock;
   std::function<void(const std::string& run_id, Clock::time_point)> launched;
+  std::function<void(const std::string& run_id, Clock::time_point)> prestarted;  // as a standby
   std::function<void(const std::string& run_id, Clock::time_point)> first_event;
   std::function<void(const std::string& run_id, Clock::time_point)> exit_seen;
   std::function<void(size_t events, std::chrono::nanoseconds)> ingested;

@@ -59,6 +59,7 @@ struct AttemptStart {
   std::string device;
   bool resumed = false;
   int64_t start_seq = 0;
+  bool prestarted = false;  // waited as a standby for its slot (contract/standby.h)
 };
 
 struct AttemptEnd {
@@ -109,7 +110,8 @@ class ResultsStore {
   int begin_attempt(const std::string& run_id, const AttemptStart& start);
   void end_attempt(const std::string& run_id, int attempt, const AttemptEnd& end);
   // end_attempt and set_status in one transaction, so that a crash between them cannot leave a
-  // run marked running with no open attempt.
+  // run marked running with no open attempt. The attempt's timings (setup_s, train_s, …) are
+  // taken from its own run_end (the latest after its start_seq), if it wrote one.
   void finish_attempt(const std::string& run_id, int attempt, const AttemptEnd& end,
                       const std::string& status, const std::optional<std::string>& error);
   // Attempts of the sweep whose end was never recorded (an orchestrator died meanwhile).

@@ -4,7 +4,8 @@
 //
 // Kinds and their fields (all numbers are JSON numbers; a non-finite value — a NaN loss, an
 // infinite gradient norm — is written as null):
-//   run_start      step, tokens, attempt, device, params, versions{...}, resumed(bool)
+//   run_start      step, tokens, attempt, device, params, versions{...}, resumed(bool),
+//                  prestarted(bool, optional: it waited as a standby, contract/standby.h)
 //   train          step, tokens, loss, lr, grad_norm, tokens_per_s
 //   eval           step, tokens, val_loss
 //   quant_stats    step, tokens, layer, gemm, operand, relative_error, fraction_saturated,
@@ -19,7 +20,10 @@
 //                  failed verification on resume; written after that resume event.
 //   target_reached step, tokens, val_loss
 //   run_end        status (converged | budget_exhausted | diverged | failed | interrupted),
-//                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?
+//                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?,
+//                  and (optional: older logs lack them) setup_s (process start → first step
+//                  ready, a standby's wait excluded), standby_s (waited for the slot), train_s,
+//                  eval_s, checkpoint_s (disjoint parts of wall_s); busy = train_s + eval_s
 //
 // Durability: the writer flushes and fsyncs at eval, checkpoint and run_end boundaries, so a
 // crash loses at most the sampled train events since the last of those. A torn final line (no

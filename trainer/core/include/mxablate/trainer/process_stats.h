@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace mxablate::trainer {
 
 // Peak resident set size of this process so far (getrusage; Linux reports kilobytes).
 int64_t peak_rss_bytes();
+
+// Seconds since this process was started (forked: a re-exec keeps the start), from
+// /proc/self/stat and the boot clock, to 1/CLK_TCK (10 ms); nullopt where /proc cannot tell.
+std::optional<double> process_age_seconds();
 
 }  // namespace mxablate::trainer

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct TrainOptions {
   bool resume = false;      // continue from the newest intact checkpoint (or restart the lost timeline)
   bool verify_data = false;  // checksums and every token id of the data before training
   int64_t always_verify_data_bytes = int64_t{64} << 20;  // smaller data is always verified
+  // A prestarted run (contract/standby.h, from MXABLATE_STANDBY_FD): everything up to the first
+  // step is done, then the trainer waits on this descriptor for the orchestrator's go before it
+  // writes anything; closed instead, it exits 4 having written nothing.
+  std::optional<int> standby_fd;
   // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
