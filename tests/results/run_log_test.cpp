@@ -190,7 +190,7 @@ TEST_CASE("a database error leaves nothing skipped: the same lines are read agai
   CHECK(f.scalar<int>("SELECT COUNT(*) FROM evals") == 1);
 }
 
-TEST_CASE("each attempt keeps its own run_end timings, also once a resume discards that run_end; "
+TEST_CASE("each attempt keeps its own run_end timings, also once a resume discards that run_end, "
           "a run_end with hostile timings is a warning naming the file, and never stored") {
   LogFixture f;
   const auto end = [](int64_t seq, const char* status, json timings) {
