@@ -165,18 +165,21 @@ struct RopeShape {
 };
 
 // One thread per (b, h, t, i < half) pair, i fastest: a warp reads and writes runs of `half`
-// consecutive elements in both layouts.
-template <typename XT, typename YT, bool kInverse>
+// consecutive elements in both layouts. The pair index is split with IndexT arithmetic: 32-bit
+// division is several times cheaper than 64-bit, and every realistic tensor has < 2^32 pairs.
+template <typename XT, typename YT, bool kInverse, typename IndexT>
 __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, RopeShape s, int64_t pairs) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const auto half = static_cast<IndexT>(s.half), seq = static_cast<IndexT>(s.seq), heads = static_cast<IndexT>(s.heads);
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += stride) {
-    const int64_t i = p % s.half;
-    int64_t q = p / s.half;
-    const int64_t t = q % s.seq;
-    q /= s.seq;
-    const int64_t h = q % s.heads;
-    const int64_t b = q / s.heads;
+    IndexT q = static_cast<IndexT>(p);
+    const int64_t i = q % half;
+    q /= half;
+    const int64_t t = q % seq;
+    q /= seq;
+    const int64_t h = q % heads;
+    const int64_t b = q / heads;
     const int64_t xo = b * s.xs[0] + h * s.xs[1] + t * s.xs[2] + i;
     const int64_t yo = b * s.ys[0] + h * s.ys[1] + t * s.ys[2] + i;
     const float c = cos_t[t * s.half + i], sn = sin_t[t * s.half + i];
@@ -425,10 +428,15 @@ void rope(const RopeJob& job, void* stream) {
       using YT = decltype(yt);
       const auto* x = static_cast<const XT*>(job.x);
       auto* y = static_cast<YT*>(job.y);
-      if (job.inverse) {
-        rope_kernel<XT, YT, true><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      const bool narrow = pairs <= static_cast<int64_t>(UINT32_MAX);
+      if (job.inverse && narrow) {
+        rope_kernel<XT, YT, true, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      } else if (job.inverse) {
+        rope_kernel<XT, YT, true, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      } else if (narrow) {
+        rope_kernel<XT, YT, false, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
       } else {
-        rope_kernel<XT, YT, false><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        rope_kernel<XT, YT, false, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
       }
     });
   });
