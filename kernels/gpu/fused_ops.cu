@@ -14,6 +14,7 @@
 #include "gpu_runtime.h"
 #include "mxablate/kernels/gpu/fused_ops_gpu.h"
 #include "mxablate/kernels/minifloat.h"
+#include "online_lse.h"
 
 namespace mxablate::kernels::gpu {
 namespace {
@@ -196,30 +197,6 @@ __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const 
 
 // ---- Cross-entropy ------------------------------------------------------------------------------
 
-// A running (max, sum of exp(v - max)) pair. -inf contributes nothing; a NaN makes the sum NaN.
-struct OnlineLse {
-  float m = -INFINITY;
-  float s = 0.0f;
-
-  __device__ __forceinline__ void add(float v) {
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else if (!(v == -INFINITY)) {
-      s += expf(v - m);
-    }
-  }
-  // Commutative (either order gives the same bits), so both lanes of a butterfly agree.
-  __device__ __forceinline__ void merge(float m2, float s2) {
-    if (m2 > m) {
-      s = s * expf(m - m2) + s2;
-      m = m2;
-    } else if (!(m2 == -INFINITY)) {
-      s += s2 * expf(m2 - m);
-    }
-  }
-};
-
 // One block per row (grid-stride over rows): one read of the row, online max and sum.
 template <typename LT>
 __global__ void cross_entropy_forward_kernel(const LT* __restrict__ logits, const int64_t* __restrict__ targets,
@@ -245,7 +222,7 @@ __global__ void cross_entropy_forward_kernel(const LT* __restrict__ logits, cons
     if (threadIdx.x == 0) {
       OnlineLse total;
       for (int w = 0; w < warps; ++w) total.merge(sm[w], ss[w]);
-      const float l = total.m + logf(total.s);
+      const float l = total.value();
       const int64_t t = targets[r];
       lse[r] = l;
       loss[r] = (t >= 0 && t < vocab) ? l - to_float(row[t]) : NAN;
