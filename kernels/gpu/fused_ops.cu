@@ -14,6 +14,7 @@
 #include "gpu_runtime.h"
 #include "mxablate/kernels/gpu/fused_ops_gpu.h"
 #include "mxablate/kernels/minifloat.h"
+#include "online_lse.h"
 
 namespace mxablate::kernels::gpu {
 namespace {
@@ -165,18 +166,21 @@ struct RopeShape {
 };
 
 // One thread per (b, h, t, i < half) pair, i fastest: a warp reads and writes runs of `half`
-// consecutive elements in both layouts.
-template <typename XT, typename YT, bool kInverse>
+// consecutive elements in both layouts. The pair index is split with IndexT arithmetic: 32-bit
+// division is several times cheaper than 64-bit, and every realistic tensor has < 2^32 pairs.
+template <typename XT, typename YT, bool kInverse, typename IndexT>
 __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, RopeShape s, int64_t pairs) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const auto half = static_cast<IndexT>(s.half), seq = static_cast<IndexT>(s.seq), heads = static_cast<IndexT>(s.heads);
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += stride) {
-    const int64_t i = p % s.half;
-    int64_t q = p / s.half;
-    const int64_t t = q % s.seq;
-    q /= s.seq;
-    const int64_t h = q % s.heads;
-    const int64_t b = q / s.heads;
+    IndexT q = static_cast<IndexT>(p);
+    const int64_t i = q % half;
+    q /= half;
+    const int64_t t = q % seq;
+    q /= seq;
+    const int64_t h = q % heads;
+    const int64_t b = q / heads;
     const int64_t xo = b * s.xs[0] + h * s.xs[1] + t * s.xs[2] + i;
     const int64_t yo = b * s.ys[0] + h * s.ys[1] + t * s.ys[2] + i;
     const float c = cos_t[t * s.half + i], sn = sin_t[t * s.half + i];
@@ -192,30 +196,6 @@ __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const 
 }
 
 // ---- Cross-entropy ------------------------------------------------------------------------------
-
-// A running (max, sum of exp(v - max)) pair. -inf contributes nothing; a NaN makes the sum NaN.
-struct OnlineLse {
-  float m = -INFINITY;
-  float s = 0.0f;
-
-  __device__ __forceinline__ void add(float v) {
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else if (!(v == -INFINITY)) {
-      s += expf(v - m);
-    }
-  }
-  // Commutative (either order gives the same bits), so both lanes of a butterfly agree.
-  __device__ __forceinline__ void merge(float m2, float s2) {
-    if (m2 > m) {
-      s = s * expf(m - m2) + s2;
-      m = m2;
-    } else if (!(m2 == -INFINITY)) {
-      s += s2 * expf(m2 - m);
-    }
-  }
-};
 
 // One block per row (grid-stride over rows): one read of the row, online max and sum.
 template <typename LT>
@@ -242,7 +222,7 @@ __global__ void cross_entropy_forward_kernel(const LT* __restrict__ logits, cons
     if (threadIdx.x == 0) {
       OnlineLse total;
       for (int w = 0; w < warps; ++w) total.merge(sm[w], ss[w]);
-      const float l = total.m + logf(total.s);
+      const float l = total.value();
       const int64_t t = targets[r];
       lse[r] = l;
       loss[r] = (t >= 0 && t < vocab) ? l - to_float(row[t]) : NAN;
@@ -425,10 +405,15 @@ void rope(const RopeJob& job, void* stream) {
       using YT = decltype(yt);
       const auto* x = static_cast<const XT*>(job.x);
       auto* y = static_cast<YT*>(job.y);
-      if (job.inverse) {
-        rope_kernel<XT, YT, true><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      const bool narrow = pairs <= static_cast<int64_t>(UINT32_MAX);
+      if (job.inverse && narrow) {
+        rope_kernel<XT, YT, true, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      } else if (job.inverse) {
+        rope_kernel<XT, YT, true, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+      } else if (narrow) {
+        rope_kernel<XT, YT, false, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
       } else {
-        rope_kernel<XT, YT, false><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        rope_kernel<XT, YT, false, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
       }
     });
   });

@@ -68,6 +68,13 @@ double rel_error(const at::Tensor& got, const at::Tensor& want) {
   return ((g - w).norm() / w.norm()).item<double>();
 }
 
+bool identical(const Pass& a, const Pass& b) {
+  if (!at::equal(a.loss, b.loss) || a.names != b.names) return false;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    if (!at::equal(a.grads[i], b.grads[i])) return false;
+  return true;
+}
+
 void check_identical(const Pass& a, const Pass& b) {
   CHECK(at::equal(a.loss, b.loss));
   REQUIRE(a.names == b.names);
@@ -82,21 +89,25 @@ void check_identical(const Pass& a, const Pass& b) {
 // BF16 by the fused op rather than by the next GEMM, with their gradients arriving (and summed
 // over q/k/v, gate/up) in BF16. Tolerances, normwise per parameter gradient (a wiring mistake is
 // off by order one):
-//   - kBf16Grad: BF16 GEMMs. On the CPU the difference measured 8e-6 at most; on CUDA a rounding
-//     difference can flip a BF16 rounding of an operand (2^-8 on that element) and the gradient
-//     sums run in BF16: about 1e-3 expected.
-//   - kMxfp4Grad: MXFP4 GEMMs. An element that lands on the other side of an FP4 rounding midpoint
-//     moves by a whole FP4 step (up to a quarter of its magnitude), and the flips compound through
-//     every Dgrad down to block 0: measured 3e-2 on the CPU.
-constexpr double kBf16Grad = 1e-2;
-constexpr double kMxfp4Grad = 1e-1;
+//   - BF16 GEMMs. On the CPU the difference measured 8e-6 at most (bound 1e-4); on CUDA a
+//     rounding difference can flip a BF16 rounding of an operand (2^-8 on that element) and the
+//     gradient sums run in BF16: about 1e-3 expected (bound 1e-2).
+//   - MXFP4 GEMMs. An element that lands on the other side of an FP4 rounding midpoint moves by a
+//     whole FP4 step (up to a quarter of its magnitude), and the flips compound through every
+//     Dgrad down to block 0: 3e-2 measured on the CPU from ulp-level differences (bound 0.1); on
+//     CUDA the differences start at the BF16 level, so more elements flip (bound 0.3).
+struct Tolerance {
+  double loss;  // relative
+  double grad;  // normwise relative, per parameter
+};
+constexpr Tolerance kCpuBf16{1e-5, 1e-4}, kCpuMxfp4{1e-4, 0.1}, kCudaBf16{1e-4, 1e-2}, kCudaMxfp4{1e-3, 0.3};
 
-void check_close(const Pass& fused, const Pass& unfused, double grad_tolerance) {
-  CHECK(fused.loss.item<double>() == Approx(unfused.loss.item<double>()).epsilon(1e-4));
+void check_close(const Pass& fused, const Pass& unfused, Tolerance tol) {
+  CHECK(fused.loss.item<double>() == Approx(unfused.loss.item<double>()).epsilon(tol.loss));
   REQUIRE(fused.names == unfused.names);
   for (size_t i = 0; i < fused.grads.size(); ++i) {
     INFO(fused.names[i] << ": relative error " << rel_error(fused.grads[i], unfused.grads[i]));
-    CHECK(rel_error(fused.grads[i], unfused.grads[i]) < grad_tolerance);
+    CHECK(rel_error(fused.grads[i], unfused.grads[i]) < tol.grad);
   }
 }
 
@@ -113,10 +124,9 @@ TEST_CASE("On the CPU the model keeps the unfused ops by default, bit for bit", 
 
 TEST_CASE("The fused ops' CPU references wired into the model give the unfused loss and gradients",
           "[trainer][fused]") {
-  // The CPU references are close to exact here: hold them to 1e-4.
-  check_close(forward_backward(FusedOps::kAlways, at::kCPU), forward_backward(FusedOps::kNever, at::kCPU), 1e-4);
+  check_close(forward_backward(FusedOps::kAlways, at::kCPU), forward_backward(FusedOps::kNever, at::kCPU), kCpuBf16);
   check_close(forward_backward(FusedOps::kAlways, at::kCPU, false, mxfp4_config()),
-              forward_backward(FusedOps::kNever, at::kCPU, false, mxfp4_config()), kMxfp4Grad);
+              forward_backward(FusedOps::kNever, at::kCPU, false, mxfp4_config()), kCpuMxfp4);
 }
 
 TEST_CASE("Checkpointed blocks recompute the fused ops bit for bit", "[trainer][fused][checkpointing]") {
@@ -129,15 +139,20 @@ TEST_CASE("On CUDA the fused model gives the unfused loss and gradients", "[trai
   const std::string why = no_cuda_reason();
   if (!why.empty()) MXABLATE_SKIP(why);
   check_close(forward_backward(FusedOps::kOnCuda, at::kCUDA), forward_backward(FusedOps::kNever, at::kCUDA),
-              kBf16Grad);
+              kCudaBf16);
   check_close(forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config()),
-              forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config()), kMxfp4Grad);
+              forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config()), kCudaMxfp4);
 }
 
 TEST_CASE("On CUDA the fused MXFP4 model repeats bit for bit, checkpointed or not", "[trainer][fused][gpu]") {
   const std::string why = no_cuda_reason();
   if (!why.empty()) MXABLATE_SKIP(why);
   // MXFP4 (not BF16: the CUDA BF16 path is not deterministic run to run, docs/performance.md).
+  // The fused ops add no nondeterminism of their own; if the unfused model does not repeat on
+  // this machine either (an attention kernel, say), there is nothing to compare against.
+  if (!identical(forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config()),
+                 forward_backward(FusedOps::kNever, at::kCUDA, false, mxfp4_config())))
+    MXABLATE_SKIP("the unfused MXFP4 model does not repeat bit for bit on this GPU either");
   const Pass first = forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config());
   check_identical(first, forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config()));
   check_identical(first, forward_backward(FusedOps::kOnCuda, at::kCUDA, true, mxfp4_config()));

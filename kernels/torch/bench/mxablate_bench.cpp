@@ -4,10 +4,12 @@
 //   2. each fused quantize configuration: time, GB/s for the bytes it must move (input read
 //      once, outputs written once), fraction of the copy ceiling, and speed-up over the
 //      composite-operator emulation (LibTorch tensor ops) of the same function;
-//   3. GEMMs: BF16 cuBLAS vs the exact emulation vs the Hopper FP8 path, at 4096³, 8192³ and
+//   3. the fused common-path ops (RMSNorm, SwiGLU, RoPE, cross-entropy; fused_ops_bench.cpp)
+//      against the unfused LibTorch ops they replace;
+//   4. GEMMs: BF16 cuBLAS vs the exact emulation vs the Hopper FP8 path, at 4096³, 8192³ and
 //      the layer shapes of a ~125 M-parameter model (M = 16384 tokens, K/N in {768, 3072}, and
 //      Wgrad's K = tokens), each path timed with its quantization (quantize + GEMM);
-//   4. the FP8 arm (per-tensor E4M3/E5M2): the exact emulation vs FP8 tensor cores
+//   5. the FP8 arm (per-tensor E4M3/E5M2): the exact emulation vs FP8 tensor cores
 //      (fp8-tensorwise, quantize + GEMM) vs the FP8 GEMM alone, at the same shapes.
 //
 // Usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm]
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "fused_ops_bench.h"
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "mxablate/kernels/torch/composite_emulation.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
@@ -336,6 +339,9 @@ int main(int argc, char** argv) try {
            "% | " + fixed(q.composite_ms, 3) + " | " + fixed(q.composite_ms / q.ms, 1) + "x |");
   }
   r.line("");
+
+  mxablate::bench::fused_ops_bench({[&](const std::function<void()>& fn) { return median_ms(fn, reps); },
+                                    [&](const std::string& s) { r.line(s); }, copy_gbs, quick});
 
   r.line("## GEMM C = A Bᵀ, MXFP4 operands (TFLOP/s; ratio to BF16 cuBLAS in the same run)");
   r.line("");

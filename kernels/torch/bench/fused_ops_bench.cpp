@@ -1,0 +1,123 @@
+#include "fused_ops_bench.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cstdint>
+#include <sstream>
+#include <vector>
+
+#include "mxablate/kernels/torch/fused_ops.h"
+
+namespace mxablate::bench {
+namespace {
+
+namespace mk = mxablate::kernels;
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+struct Row {
+  std::string name;
+  double bytes;  // what the fused op must read and write, once each
+  std::function<void()> fused, unfused;
+};
+
+// Autograd's backward through an unfused graph built once (kept for repeated calls).
+std::function<void()> autograd_backward(const at::Tensor& y, std::vector<at::Tensor> inputs, const at::Tensor& dy) {
+  return [=] { (void)torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/true); };
+}
+
+}  // namespace
+
+void fused_ops_bench(const FusedBenchContext& c) {
+  // llama-125m: d 768, 12 heads of 64, ffn 3072, the default corpus's 4096-token vocabulary;
+  // 16384 tokens a micro-batch (8 x 2048).
+  const int64_t batch = c.quick ? 2 : 8, seq = 2048, d = 768, heads = 12, head_dim = 64, ffn = 3072, vocab = 4096;
+  const int64_t tokens = batch * seq;
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto bf16 = f32.dtype(at::kBFloat16);
+  at::manual_seed(2);
+  std::vector<Row> rows;
+
+  // RMSNorm: float32 residual in, bf16 out (the next GEMM's operand); unfused: the formula and
+  // the conversion MXLinear did afterwards.
+  const at::Tensor x = at::randn({tokens, d}, f32), w = at::ones({d}, f32), dy_norm = at::randn({tokens, d}, bf16);
+  const mk::RmsNormOutput norm = mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16);
+  const at::Tensor xg = x.clone().requires_grad_(true), wg = w.clone().requires_grad_(true);
+  const at::Tensor norm_graph = xg * at::rsqrt(xg.pow(2).mean(-1, true) + 1e-5) * wg;
+  rows.push_back({"RMSNorm forward (f32 -> bf16)", tokens * d * 6.0 + tokens * 4.0,
+                  [&] { (void)mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16); },
+                  [&] { (void)(x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * w).to(at::kBFloat16); }});
+  rows.push_back({"RMSNorm backward (bf16 dy -> f32 dx, dw)", tokens * d * 10.0 + tokens * 4.0,
+                  [&] { (void)mk::rms_norm_backward(dy_norm, x, w, norm.rstd); },
+                  autograd_backward(norm_graph, {xg, wg}, dy_norm.to(at::kFloat))});
+
+  // SwiGLU on bf16 gate/up outputs.
+  const at::Tensor g = at::randn({tokens, ffn}, bf16), u = at::randn({tokens, ffn}, bf16), dh = at::randn({tokens, ffn}, bf16);
+  const at::Tensor gg = g.clone().requires_grad_(true), ug = u.clone().requires_grad_(true);
+  const at::Tensor swiglu_graph = at::silu(gg) * ug;
+  rows.push_back({"SwiGLU forward (bf16)", tokens * ffn * 6.0, [&] { (void)mk::swiglu_forward(g, u, at::kBFloat16); },
+                  [&] { (void)(at::silu(g) * u); }});
+  rows.push_back({"SwiGLU backward (bf16)", tokens * ffn * 10.0, [&] { (void)mk::swiglu_backward(dh, g, u); },
+                  autograd_backward(swiglu_graph, {gg, ug}, dh)});
+
+  // RoPE of a (B, T, H, D) bf16 projection viewed as (B, H, T, D).
+  const at::Tensor angles = at::outer(at::arange(0, seq, f32), at::rand({head_dim / 2}, f32));
+  const at::Tensor cos = angles.cos(), sin = angles.sin();
+  const at::Tensor q = at::randn({batch, seq, heads, head_dim}, bf16).transpose(1, 2);
+  const at::Tensor dq = at::randn({batch, heads, seq, head_dim}, bf16);
+  const auto unfused_rope = [&](const at::Tensor& t) {
+    const at::Tensor t1 = t.narrow(-1, 0, head_dim / 2), t2 = t.narrow(-1, head_dim / 2, head_dim / 2);
+    return at::cat({t1 * cos - t2 * sin, t1 * sin + t2 * cos}, -1);
+  };
+  const at::Tensor qg = q.detach().clone().requires_grad_(true);
+  const at::Tensor rope_graph = unfused_rope(qg);
+  const at::Tensor dq_into = at::empty_strided(q.sizes(), q.strides(), bf16);
+  const double rope_bytes = tokens * heads * head_dim * 4.0 + seq * head_dim * 4.0;
+  rows.push_back({"RoPE forward (bf16)", rope_bytes,
+                  [&] { (void)mk::rope(q, cos, sin, mk::RopeDirection::kForward, at::kBFloat16); },
+                  [&] { (void)unfused_rope(q); }});
+  rows.push_back({"RoPE backward (bf16)", rope_bytes,
+                  [&] { mk::rope_into(dq, cos, sin, mk::RopeDirection::kInverse, dq_into); },
+                  autograd_backward(rope_graph, {qg}, dq)});
+
+  // Cross-entropy over the LM head's logits, bf16 and float32.
+  const at::Tensor targets = at::randint(vocab, {tokens}, f32.dtype(at::kLong));
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    const std::string name = dtype == at::kFloat ? "f32" : "bf16";
+    const double elem = dtype == at::kFloat ? 4.0 : 2.0;
+    const at::Tensor logits = at::randn({tokens, vocab}, f32.dtype(dtype));
+    const mk::CrossEntropyOutput ce = mk::cross_entropy_forward(logits, targets);
+    const at::Tensor lg = logits.clone().requires_grad_(true);
+    const at::Tensor ce_graph = at::cross_entropy_loss(lg, targets);
+    const at::Tensor one = at::ones({}, f32);
+    rows.push_back({"cross-entropy forward (" + name + " logits)", tokens * (vocab * elem + 16.0),
+                    [=] { (void)mk::cross_entropy_forward(logits, targets).loss.mean(); },
+                    [=] { (void)at::cross_entropy_loss(logits, targets); }});
+    rows.push_back({"cross-entropy backward (" + name + " logits)", tokens * (vocab * 2 * elem + 12.0),
+                    [=] { (void)mk::cross_entropy_backward(one, logits, targets, ce.lse); },
+                    autograd_backward(ce_graph, {lg}, one.to(dtype))});
+  }
+
+  c.line("## Fused common-path ops, llama-125m shapes (" + std::to_string(tokens) +
+         " tokens; bytes = inputs read once + outputs written once)");
+  c.line("");
+  c.line("| op | fused ms | GB/s | of copy | unfused LibTorch ms | speed-up |");
+  c.line("|---|---:|---:|---:|---:|---:|");
+  for (const Row& r : rows) {
+    const double fused_ms = c.median_ms(r.fused), unfused_ms = c.median_ms(r.unfused);
+    const double gbs = r.bytes / (fused_ms * 1e-3) / 1e9;
+    c.line("| " + r.name + " | " + fixed(fused_ms, 3) + " | " + fixed(gbs, 0) + " | " +
+           fixed(100 * gbs / c.copy_gbs, 1) + "% | " + fixed(unfused_ms, 3) + " | " + fixed(unfused_ms / fused_ms, 1) +
+           "x |");
+  }
+  c.line("");
+}
+
+}  // namespace mxablate::bench
