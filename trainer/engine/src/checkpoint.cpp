@@ -13,10 +13,10 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #include "error_line.h"
+#include "torch_compat.h"
 #include "mxablate/data/sha256.h"
 
 namespace mxablate::trainer {
@@ -98,28 +98,15 @@ void verify_module(const torch::nn::Module& module, torch::serialize::InputArchi
   }
 }
 
-// The optimizer's state is keyed by the parameter's TensorImpl: a string in LibTorch 1.13, the
-// pointer itself in later versions.
-template <typename Key>
-Key state_key(c10::TensorImpl* impl) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream os;
-    os << impl;
-    return os.str();
-  } else {
-    return impl;
-  }
-}
-
 // The AdamW moments loaded into `loaded` must exist for every parameter, match its shape and
 // dtype, and have taken as many steps as the checkpoint says the run has.
 void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
-  using Key = std::remove_cv_t<std::remove_reference_t<decltype(loaded.state().begin()->first)>>;
   size_t index = 0;
   for (auto& group : loaded.param_groups()) {
     for (auto& p : group.params()) {
       const std::string which = "optimizer.pt: the moments of parameter " + std::to_string(index++);
-      const auto it = loaded.state().find(state_key<Key>(p.unsafeGetTensorImpl()));
+      const auto it =
+          loaded.state().find(compat::optimizer_state_key(loaded, p.unsafeGetTensorImpl()));
       if (it == loaded.state().end()) {
         if (step == 0) continue;
         throw CheckpointRejected(which + " (" + shape_text(p) + ") are missing");

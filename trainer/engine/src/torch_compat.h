@@ -9,7 +9,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #if MXABLATE_TRAINER_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -74,6 +78,80 @@ inline at::Tensor causal_attention_bf16(const at::Tensor& q, const at::Tensor& k
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   const at::Tensor probs = at::softmax(scores, -1);
   return at::matmul(bf16(probs), bf16(heads(v)));
+}
+
+// The key of a parameter's entry in a torch::optim optimizer's state(): its TensorImpl's address
+// as text in LibTorch 1.13, the address itself in 2.x (deduced from the map, as the optimizer
+// itself computes it).
+template <typename Optimizer>
+auto optimizer_state_key(const Optimizer& optimizer, c10::TensorImpl* impl) {
+  using Key = std::remove_cv_t<std::remove_reference_t<decltype(optimizer.state().begin()->first)>>;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << impl;
+    return os.str();
+  } else {
+    return Key(impl);
+  }
+}
+
+// ATen's multi-tensor optimizer kernels (_fused_adamw_, _foreach_norm, _foreach_mul_ by a
+// tensor): CUDA LibTorch >= 2.1. Elsewhere the trainer keeps LibTorch's per-parameter reference.
+inline bool has_multi_tensor_kernels(const at::Device& device) {
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
+  return device.is_cuda();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+// One AdamW update (decoupled weight decay, no AMSGrad, minimizing) of every tensor of `params`
+// in one multi-tensor launch. `steps`: one float32 scalar per parameter on its device, already
+// counting this step (the kernel reads them; the caller counts).
+inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1,
+                        double beta2, double weight_decay, double eps) {
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1,
+                    beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false,
+                    /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+#else
+  (void)params;
+  (void)grads;
+  (void)exp_avgs;
+  (void)exp_avg_sqs;
+  (void)steps;
+  (void)lr;
+  (void)beta1;
+  (void)beta2;
+  (void)weight_decay;
+  (void)eps;
+  throw std::logic_error("fused AdamW needs a CUDA LibTorch >= 2.1");
+#endif
+}
+
+// The L2 norm of each tensor (0-dim, float32): one launch where the kernels exist.
+inline std::vector<at::Tensor> norms(at::TensorList tensors) {
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
+  if (!tensors.empty() && has_multi_tensor_kernels(tensors.front().device()))
+    return at::_foreach_norm(tensors, 2);
+#endif
+  std::vector<at::Tensor> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) out.push_back(t.norm(2));
+  return out;
+}
+
+// Multiplies every tensor in place by the 0-dim tensor `factor` (on their device).
+inline void scale_in_place(at::TensorList tensors, const at::Tensor& factor) {
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
+  if (!tensors.empty() && has_multi_tensor_kernels(tensors.front().device())) {
+    at::_foreach_mul_(tensors, factor);
+    return;
+  }
+#endif
+  for (const at::Tensor& t : tensors) const_cast<at::Tensor&>(t).mul_(factor);
 }
 
 // Peak memory the caching allocator has handed out on the device (0 on CPU).

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
-#include <torch/types.h>  // clip_grad.h uses torch::Tensor without including it (1.13)
-#include <torch/nn/utils/clip_grad.h>
 
 #include <algorithm>
 #include <chrono>
@@ -513,7 +511,7 @@ class TrainingRun {
     const double loss = loss_sum / static_cast<double>(s_.plan.micro_batches_per_step);
     const double clip = s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip
                                                       : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), clip);
+    const double grad_norm = clip_grad_norm(model.parameters(), clip);
 
     const int64_t tokens_before = state_.tokens;
     const Progress at_step{step_number, tokens_before + s_.plan.tokens_per_step};
@@ -525,7 +523,7 @@ class TrainingRun {
         return finish(contract::run_status::kDiverged, exit_code::kDiverged, f.reason);
       }
     }
-    s_.optimizer->step();
+    adamw_step(*s_.optimizer);  // fused on CUDA, torch::optim::AdamW itself elsewhere
     state_.step = step_number;
     state_.tokens = at_step.tokens;
     state_.samples += s_.plan.micro_batches_per_step * micro;

@@ -6,6 +6,7 @@
 #include <torch/optim/adamw.h>
 
 #include <memory>
+#include <vector>
 
 #include "mxablate/contract/run_config.h"
 
@@ -15,5 +16,23 @@ namespace mxablate::trainer {
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model,
                                                 const contract::TrainConfig& train);
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+// True when adamw_step takes ATen's fused multi-tensor kernel: every parameter with a gradient
+// is on a CUDA device, LibTorch is >= 2.1 (compat header), and no group asks for AMSGrad.
+bool fused_adamw_applies(torch::optim::AdamW& optimizer);
+
+// One AdamW step with each group's current options (the learning rate may change between steps).
+// Where fused_adamw_applies: one fused multi-tensor launch per group (fused_adamw_step); elsewhere
+// (the CPU, LibTorch 1.13) optimizer.step(), the reference. Both keep the state in AdamW's own
+// param state (exp_avg, exp_avg_sq, step), so a checkpoint is the same whichever path wrote it.
+void adamw_step(torch::optim::AdamW& optimizer);
+// The fused step alone; std::logic_error where fused_adamw_applies is false.
+void fused_adamw_step(torch::optim::AdamW& optimizer);
+
+// torch's clip_grad_norm_ (L2): returns the global norm of the gradients of `parameters` (those
+// that have one) and scales them by max_norm / (norm + 1e-6) when that is below 1; an infinite
+// max_norm only measures. On CUDA with LibTorch >= 2.1 the norms and the scaling are one
+// multi-tensor launch each; elsewhere LibTorch's clip_grad_norm_ itself (the reference).
+double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
 
 }  // namespace mxablate::trainer
