@@ -3,7 +3,7 @@
 # on one H200, 242 s before): recipes/paper-grid-20m.yaml, 5 arms x 3 seeds of llama-20m,
 # 8.2 M tokens each, a fresh results database and runs directory every time. Prints the wall
 # time, the runs done, tokens/s over all runs, and each slot's busy time (the trainers' train_s +
-# eval_s, docs/design.md §5 "Busy slots") over the wall time, each next to its target.
+# eval_s, docs/design.md §9 "Busy slots") over the wall time, each next to its target.
 #
 # Usage: scripts/bench-paper-grid.sh DATA_DIR [extra `mxablate run` arguments]
 #   DATA_DIR: a prepared data directory (the recipe's `default` dataset), e.g. data/default.

@@ -55,6 +55,15 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     written.push_back("target_reached");
     ev.run_end({3, 30}, {"converged", 1.5, 1000.0, 1 << 20, 0, ""});
     written.push_back("run_end");
+    // With the timings the trainer reports (docs/design.md §9): a prestarted attempt's.
+    trainer::RunEvents::End timed{"converged", 10.0, 1000.0, 1 << 20, 0, ""};
+    timed.setup_s = 2.0;
+    timed.standby_s = 5.0;
+    timed.train_s = 8.5;
+    timed.eval_s = 1.0;
+    timed.checkpoint_s = 0.5;
+    ev.run_end({3, 30}, timed);
+    written.push_back("run_end");
   }
   std::vector<std::string> read;
   std::vector<json> quant;
@@ -66,5 +75,20 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
   REQUIRE(quant.size() == 2);
   CHECK_FALSE(quant[0].contains("occ_fraction"));  // written only under OCC
   CHECK(quant[1]["occ_fraction"] == 0.0125);
+  const json end = contract::read_effective_events(path).back();
+  CHECK(end["setup_s"] == 2.0);
+  CHECK(end["standby_s"] == 5.0);
+  CHECK(end["train_s"] == 8.5);
+  CHECK(end["eval_s"] == 1.0);
+  CHECK(end["checkpoint_s"] == 0.5);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("process_age_seconds: the time since this process started, from /proc") {
+  const std::optional<double> age = trainer::process_age_seconds();
+  REQUIRE(age);
+  CHECK(*age >= 0);
+  CHECK(*age < 24 * 3600.0);
+  const double later = trainer::process_age_seconds().value_or(-1);
+  CHECK(later >= *age);
 }
