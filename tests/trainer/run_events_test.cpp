@@ -9,6 +9,7 @@
 
 #include "catch.h"
 #include "mxablate/contract/event_log.h"
+#include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/run_events.h"
 
 using namespace mxablate;
@@ -53,10 +54,16 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     written.push_back("checkpoint_rejected");
     ev.target_reached({3, 30}, 3.0, 3.1);
     written.push_back("target_reached");
-    ev.run_end({3, 30}, {"converged", 1.5, 1000.0, 1 << 20, 0, ""});
+    trainer::RunEvents::End plain;
+    plain.status = "converged";
+    plain.wall_s = 1.5;
+    plain.tokens_per_s = 1000.0;
+    plain.peak_rss_bytes = 1 << 20;
+    ev.run_end({3, 30}, plain);
     written.push_back("run_end");
     // With the timings the trainer reports (docs/design.md §9): a prestarted attempt's.
-    trainer::RunEvents::End timed{"converged", 10.0, 1000.0, 1 << 20, 0, ""};
+    trainer::RunEvents::End timed = plain;
+    timed.wall_s = 10.0;
     timed.setup_s = 2.0;
     timed.standby_s = 5.0;
     timed.train_s = 8.5;
