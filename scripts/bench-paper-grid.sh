@@ -3,7 +3,8 @@
 # on one H200, 242 s before): recipes/paper-grid-20m.yaml, 5 arms x 3 seeds of llama-20m,
 # 8.2 M tokens each, a fresh results database and runs directory every time. Prints the wall
 # time, the runs done, tokens/s over all runs, and each slot's busy time (the trainers' train_s +
-# eval_s, docs/design.md §9 "Busy slots") over the wall time, each next to its target.
+# eval_s, docs/design.md §9 "Busy slots") over the wall time, each next to its target, and
+# evaluation's share of the busy time.
 #
 # Usage: scripts/bench-paper-grid.sh DATA_DIR [extra `mxablate run` arguments]
 #   DATA_DIR: a prepared data directory (the recipe's `default` dataset), e.g. data/default.
@@ -57,6 +58,12 @@ query "SELECT slot, SUM(COALESCE(train_s, 0) + COALESCE(eval_s, 0)), COUNT(*) FR
   while IFS=, read -r slot busy attempts; do
     awk -v s="$slot" -v b="$busy" -v w="$wall" -v n="$attempts" \
       'BEGIN { printf "  %-22s %10.1f %%     target >= 90 %% (%.1f s of train + eval in %d attempts)\n", "busy " s, 100 * b / w, b, n }'
+  done
+# Evaluation must not dominate short runs: its share of the busy time.
+query "SELECT SUM(eval_s), SUM(train_s + eval_s) FROM attempts WHERE eval_s IS NOT NULL" |
+  while IFS=, read -r ev busy; do
+    [ -n "$busy" ] && awk -v e="$ev" -v b="$busy" \
+      'BEGIN { if (b > 0) printf "  %-22s %10.1f %%     of the busy time (%.1f s)\n", "evaluation", 100 * e / b, e }'
   done
 "$MX" status --db "$DB" | grep '^  busy:' || true
 exit "$rc"
