@@ -129,6 +129,9 @@ SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan&
   options.runs_dir = o.work / fmt::format("runs-{}", round);
   options.trainer = o.trainer;
   options.poll = std::chrono::milliseconds(o.poll_ms);
+  // The loop's own cost against bare fork/exec, which starts nothing early: without prestarted
+  // standbys (they hide a trainer's setup, which scripts/bench-paper-grid.sh measures).
+  options.prestart = false;
   SweepRunner runner(recipe, plan, store, executor, signals, *progress, options);
 
   std::mutex m;

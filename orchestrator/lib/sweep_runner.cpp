@@ -97,7 +97,7 @@ struct SweepRunner::Impl {
   std::map<std::string, int> attempts_used;
   std::deque<std::string> queue;
   std::map<std::string, Active> active;
-  // Prestarted runs waiting for their slot (docs/design.md §5, "Busy slots"): off the queue, still
+  // Prestarted runs waiting for their slot (docs/design.md §9, "Busy slots"): off the queue, still
   // pending in the store; an attempt only once released (or once they end on their own).
   struct Standby {
     LaunchRequest request;
@@ -370,7 +370,7 @@ struct SweepRunner::Impl {
                                                       : std::string()));
   }
 
-  // Busy slots (docs/design.md §5): the next runs in plan order, each a fresh start of one rank,
+  // Busy slots (docs/design.md §9): the next runs in plan order, each a fresh start of one rank,
   // start as standbys on busy slots (one per slot) and set up while those slots still train.
   void prestart_next() {
     if (!opt.prestart || stopping) return;

@@ -58,7 +58,7 @@ std::string percent(std::optional<double> fraction) {
 // Attempts keep their timings from schema version 5 on (results/schema.cpp).
 constexpr int kTimingsSchema = 5;
 
-// Busy slots (docs/design.md §5): per slot and over all, train + eval time over the sweep's wall
+// Busy slots (docs/design.md §9): per slot and over all, train + eval time over the sweep's wall
 // time so far. An older store, without timings, shows nothing.
 void print_busy(results::Database& db, int64_t sweep_id) {
   if (results::schema_version(db) < kTimingsSchema) return;

@@ -277,7 +277,7 @@ SELECT s.name AS sweep, r.arm, MIN(r.arm_index) AS arm_index,
  ORDER BY s.sweep_id, MIN(r.arm_index);
 )sql";
 
-// Version 5, busy slots (docs/design.md §5): where each attempt's time went, from its own run_end
+// Version 5, busy slots (docs/design.md §9): where each attempt's time went, from its own run_end
 // (the trainer's setup_s, standby_s, train_s, eval_s, checkpoint_s; NULL when it wrote none: a
 // crash, an older trainer), and whether it was prestarted (waited as a standby for its slot, so
 // its setup overlapped the run before it). Per attempt, because a resume discards the run_end of

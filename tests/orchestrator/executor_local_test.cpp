@@ -39,6 +39,7 @@ esac
   echo "args=$*"
   echo "cuda=${CUDA_VISIBLE_DEVICES-unset} hip=${HIP_VISIBLE_DEVICES-unset}"
   echo "attempt=$MXABLATE_ATTEMPT slot=$MXABLATE_SLOT"
+  echo "standby=${MXABLATE_STANDBY_FD-unset}"
   echo "pgid=$(cut -d' ' -f5 /proc/$$/stat) pid=$$"
 } > "$dir/started.tmp"
 mv "$dir/started.tmp" "$dir/started.txt"
@@ -352,4 +353,68 @@ TEST_CASE("recover stops a launcher's whole process group, and ranks its dead la
     CHECK_FALSE(ex.recover(a, std::chrono::milliseconds(2000)));
     CHECK(eventually([&] { return !alive(ranks[0]) && !alive(ranks[1]); }, std::chrono::seconds(5)));
   }
+}
+
+TEST_CASE("prestart: one standby per busy slot, on that slot's GPU; the slot passes to it when its "
+          "run ends and stays held until release") {
+  TempDir dir;
+  const fs::path trainer = write_script_trainer(dir);
+  LocalExecutor ex(gpu_slots({3, 4}, 1));
+  const auto req = [&](const std::string& id, bool resume = false) {
+    return LaunchRequest{id, run_dir(dir, id, "sleep"), trainer, resume, 1, 1};
+  };
+  const auto error_of = [&](const LaunchRequest& r) -> std::string {
+    try {
+      ex.prestart(r);
+    } catch (const LaunchError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_FALSE(ex.standby_room());
+  CHECK(error_of(req("early")) == "no busy slot without a standby");
+  ex.launch(req("a"));
+  REQUIRE(eventually([&] { return fs::exists(dir.path() / "a" / "started.txt"); }));
+  CHECK(ex.standby_room());
+  CHECK(error_of(req("resumed", true)) == "resumed: only a fresh start of a one-rank run is prestarted");
+  const Launched b = ex.prestart(req("b"));
+  CHECK(b.slot == "gpu3");  // a's slot, a's GPU
+  CHECK(b.device == "cuda:3");
+  REQUIRE(eventually([&] { return fs::exists(dir.path() / "b" / "started.txt"); }));
+  const std::string started = read_file(dir.path() / "b" / "started.txt");
+  CHECK(contains(started, "cuda=3 hip=3"));
+  CHECK_FALSE(contains(started, "standby=unset"));
+  CHECK(contains(read_file(dir.path() / "b" / "stderr.log"),
+                 "=== mxablate: attempt 1 (prestarted) in slot gpu3 at "));
+  CHECK_FALSE(ex.standby_room());  // gpu3 has its standby; gpu4 runs nothing
+  CHECK(error_of(req("c")) == "no busy slot without a standby");
+  CHECK(ex.fits({1}));  // a standby takes no slot of its own
+  CHECK(ex.running() == 2);
+  CHECK_FALSE(ex.standby_ready("b"));
+
+  ex.request_stop("a");
+  const auto exits = wait_exits(ex, 1);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].run_id == "a");
+  CHECK(ex.standby_ready("b"));
+  CHECK(ex.fits({1}));
+  CHECK_FALSE(ex.fits({1, 1}));  // gpu3 is held for b
+  ex.release("b");
+  CHECK_FALSE(ex.standby_ready("b"));
+  CHECK(ex.standby_room());  // b now runs in gpu3 and may get a standby of its own
+  const Launched c = ex.prestart(req("c"));
+  CHECK(c.slot == "gpu3");
+  REQUIRE(eventually([&] { return fs::exists(dir.path() / "c" / "started.txt"); }));  // trap set
+  // Abandoned: it is told to stop and its end comes through collect_exits; nothing is freed
+  // that it did not hold.
+  ex.abandon("c");
+  const auto ended = wait_exits(ex, 1);
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].run_id == "c");
+  CHECK(ended[0].exit_code == 4);
+  CHECK_FALSE(ex.fits({1, 1}));  // b still runs in gpu3
+  ex.kill("b");
+  wait_exits(ex, 1);
+  CHECK(ex.fits({1, 1}));
+  CHECK(ex.running() == 0);
 }

@@ -259,6 +259,10 @@ TEST_CASE("the paper recipes' evaluation fits the default corpus's validation sp
   CHECK(contains(warnings[0], "train.max_tokens: 1e+08 tokens are 27.1 epochs"));
   const fs::path scales = kRecipesDir / "paper-arms-scales.yaml";
   CHECK(plan_of(read_file(scales), scales.string()).size() == 3);  // one epoch warning per model's budget
+  const fs::path grid = kRecipesDir / "paper-grid-20m.yaml";
+  const std::vector<std::string> grid_warnings = plan_of(read_file(grid), grid.string());
+  REQUIRE(grid_warnings.size() == 1);  // 100,096 evaluation tokens fit; 2.2 epochs, as it says
+  CHECK(contains(grid_warnings[0], "train.max_tokens: 8.2e+06 tokens are 2.2 epochs"));
   // What the 20 M recipe used to ask for is refused at eval.tokens.
   std::string old = read_file(paper);
   old.replace(old.find("tokens: 98304"), std::string("tokens: 98304").size(), "tokens: 1e6");

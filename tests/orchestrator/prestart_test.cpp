@@ -1,4 +1,4 @@
-// Busy slots (docs/design.md §5): the next run of a busy slot is prestarted as a standby, sets up
+// Busy slots (docs/design.md §9): the next run of a busy slot is prestarted as a standby, sets up
 // while the slot still trains, and trains the moment the slot frees. Checked against real
 // trainer processes (the fake trainer speaks the same standby protocol, contract/standby.h):
 // the overlap itself, identical results with and without it, a standby failing its setup, a

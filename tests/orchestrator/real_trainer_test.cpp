@@ -3,12 +3,18 @@
 // dataset, once undisturbed and once with a trainer SIGKILLed mid-run. The orchestrator must
 // retry the killed run from its last checkpoint, and the results must equal the undisturbed
 // sweep's exactly (the trainer resumes bit-exactly; nothing may be lost or doubled on the way).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/contract/event_log.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/contract/standby.h"
 #include "mxablate/results/sqlite_db.h"
 #include "run_test_support.h"
 #include "test_util.h"
@@ -233,4 +239,86 @@ TEST_CASE("a real 2-rank CPU run: one rank SIGKILLed mid-run, the run is retried
       "SELECT run_id, step, tokens, printf('%.17g', val_loss) FROM evals ORDER BY run_id, step";
   CHECK(crashed.rows(curve) == reference.rows(curve));
   CHECK(crashed.one("SELECT COUNT(*) FROM events WHERE kind = 'resume' AND run_id = '" + run + "'") == "1");
+}
+
+TEST_CASE("a real CPU sweep in one slot: the prestarted run trains exactly as without prestart, and "
+          "run_end says where the time went",
+          "[real-trainer][prestart]") {
+  const std::string text = recipe(mxablate::test::test_dataset());
+  const auto one_slot = [](std::vector<std::string> args) {
+    args[args.size() - 5] = "1";  // --cpu 1: the second run waits for the first one's slot
+    return args;
+  };
+  RealSweep with(text), without(text);
+  ProcessResult r = run_process(one_slot(with.args()), with.dir.path());
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.err, "prestarted "));
+  auto args = one_slot(without.args());
+  args.push_back("--no-prestart");
+  r = run_process(args, without.dir.path());
+  REQUIRE(r.code() == 0);
+  CHECK(with.one("SELECT COUNT(*) FROM attempts WHERE prestarted = 1") == "1");
+  CHECK(without.one("SELECT COUNT(*) FROM attempts WHERE prestarted = 1") == "0");
+  for (const char* sql :
+       {"SELECT run_id, step, tokens, printf('%.17g', val_loss) FROM evals ORDER BY run_id, step",
+        "SELECT run_id, step, printf('%.17g', loss), printf('%.17g', grad_norm) FROM train_steps "
+        "ORDER BY run_id, step",
+        "SELECT run_id, status, printf('%.17g', final_val_loss) FROM runs ORDER BY run_id"}) {
+    INFO(sql);
+    CHECK(with.rows(sql) == without.rows(sql));
+  }
+  // Timings of every attempt: setup before the first step; busy = train + eval, within the
+  // attempt's span; the prestarted one waited, and its setup lies outside its span.
+  const auto rows = with.rows(
+      "SELECT prestarted, setup_s, standby_s, train_s, eval_s, checkpoint_s, "
+      "ended_at - launched_at FROM attempts ORDER BY prestarted");
+  REQUIRE(rows.size() == 2);
+  for (const auto& row : rows) {
+    INFO(row[0]);
+    CHECK(std::stod(row[1]) > 0);
+    CHECK(std::stod(row[3]) > 0);
+    CHECK(std::stod(row[4]) > 0);
+    CHECK(std::stod(row[5]) > 0);  // checkpoints every 4 steps
+    CHECK(std::stod(row[3]) + std::stod(row[4]) < std::stod(row[6]));
+  }
+  CHECK(rows[0][2] == "");
+  CHECK(std::stod(rows[1][2]) > 0);
+  CHECK(std::stod(rows[0][6]) > std::stod(rows[0][1]));  // the first attempt's span holds its setup
+}
+
+TEST_CASE("the real trainer as a standby: end of file exits 4 without writing anything",
+          "[real-trainer][prestart]") {
+  TempDir dir;
+  const fs::path run = dir.path() / "run";
+  fs::create_directories(run);
+  contract::RunConfig c;
+  c.model = "smoke";
+  c.data.dataset = mxablate::test::test_dataset();
+  c.data.seq_len = 64;
+  c.train.global_batch_tokens = 512;
+  c.train.max_tokens = 1024;
+  c.eval.every_tokens = 512;
+  c.eval.tokens = 512;
+  c.threads = 1;
+  contract::write_run_config((run / "config.json").string(), c);
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  bp::environment env = boost::this_process::environment();
+  env[contract::kStandbyFdEnv] = std::to_string(fds[1]);
+  const int fd = fds[1];
+  bp::child trainer(kTrainer.string(), bp::args({"--run-dir", run.string()}), env,
+                    bp::std_in < bp::null, bp::std_out > (dir.path() / "out.txt").string(),
+                    bp::std_err > (dir.path() / "err.txt").string(),
+                    bp::extend::on_exec_setup([fd](auto&) { ::fcntl(fd, F_SETFD, 0); }));
+  ::close(fds[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::close(fds[0]);
+  std::error_code ec;
+  for (int i = 0; i < 6000 && trainer.running(ec); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  trainer.wait(ec);
+  CHECK(trainer.exit_code() == 4);
+  CHECK(!fs::exists(run / "events.jsonl"));
+  CHECK(contains(read_file(dir.path() / "err.txt"), contract::abandoned_message()));
 }

@@ -440,3 +440,31 @@ target: {from_arm: plain, at_fraction: 0.8}
                     "c.yaml:5:45: arms.plain.train.activation_checkpointing: expected true or "
                     "false, got 1");
 }
+
+TEST_CASE("the paper grid recipe: 5 arms × 3 seeds at llama-20m with the benchmark's settings") {
+  const Recipe r = load_recipe((kRecipesDir / "paper-grid-20m.yaml").string());
+  const Plan plan = expand_recipe(r);
+  REQUIRE(plan.runs.size() == 15);
+  std::vector<std::string> arms;
+  for (const RunSpec& s : plan.runs)
+    if (arms.empty() || arms.back() != s.arm) arms.push_back(s.arm);
+  CHECK(arms == std::vector<std::string>{"fp8", "F", "FD", "FDW", "FDW+H16"});
+  for (const RunSpec& s : plan.runs) {
+    INFO(run_label(s));
+    CHECK(mxablate::contract::model_label(s.config.model) == "llama-20m");
+    CHECK(s.config.device == mxablate::contract::Device::kCUDA);
+    CHECK(s.config.data.seq_len == 256);
+    CHECK(s.config.train.global_batch_tokens == 16384);
+    CHECK(s.config.train.max_tokens == Approx(8.2e6));
+    CHECK(s.config.train.lr == Approx(2e-3));
+    CHECK(s.config.train.warmup_tokens == Approx(1.6e6));
+    CHECK(s.config.eval.every_tokens == Approx(0.8e6));
+    CHECK(s.config.eval.tokens == Approx(391 * 256));  // 100 k rounded to whole sequences
+  }
+  const RunSpec& h16 = plan.runs.back();
+  CHECK(h16.arm == "FDW+H16");
+  CHECK(h16.config.train.seed == 3);
+  CHECK(name_of(h16.config.precision.wgrad) == "mxfp4");
+  CHECK(h16.config.quant.hadamard.size == 16);
+  CHECK(name_of(plan.runs[0].config.precision.fprop) == "fp8");
+}

@@ -9,6 +9,7 @@
 
 #include "catch.h"
 #include "mxablate/contract/event_log.h"
+#include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/run_events.h"
 
 using namespace mxablate;
@@ -53,7 +54,22 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     written.push_back("checkpoint_rejected");
     ev.target_reached({3, 30}, 3.0, 3.1);
     written.push_back("target_reached");
-    ev.run_end({3, 30}, {"converged", 1.5, 1000.0, 1 << 20, 0, ""});
+    trainer::RunEvents::End plain;
+    plain.status = "converged";
+    plain.wall_s = 1.5;
+    plain.tokens_per_s = 1000.0;
+    plain.peak_rss_bytes = 1 << 20;
+    ev.run_end({3, 30}, plain);
+    written.push_back("run_end");
+    // With the timings the trainer reports (docs/design.md §9): a prestarted attempt's.
+    trainer::RunEvents::End timed = plain;
+    timed.wall_s = 10.0;
+    timed.setup_s = 2.0;
+    timed.standby_s = 5.0;
+    timed.train_s = 8.5;
+    timed.eval_s = 1.0;
+    timed.checkpoint_s = 0.5;
+    ev.run_end({3, 30}, timed);
     written.push_back("run_end");
   }
   std::vector<std::string> read;
@@ -66,5 +82,20 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
   REQUIRE(quant.size() == 2);
   CHECK_FALSE(quant[0].contains("occ_fraction"));  // written only under OCC
   CHECK(quant[1]["occ_fraction"] == 0.0125);
+  const json end = contract::read_effective_events(path).back();
+  CHECK(end["setup_s"] == 2.0);
+  CHECK(end["standby_s"] == 5.0);
+  CHECK(end["train_s"] == 8.5);
+  CHECK(end["eval_s"] == 1.0);
+  CHECK(end["checkpoint_s"] == 0.5);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("process_age_seconds: the time since this process started, from /proc") {
+  const std::optional<double> age = trainer::process_age_seconds();
+  REQUIRE(age);
+  CHECK(*age >= 0);
+  CHECK(*age < 24 * 3600.0);
+  const double later = trainer::process_age_seconds().value_or(-1);
+  CHECK(later >= *age);
 }

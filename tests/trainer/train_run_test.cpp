@@ -61,6 +61,16 @@ TEST_CASE("The smoke model's validation loss falls clearly within a test-sized b
   CHECK(end["tokens"] == 1024 * 150);
   CHECK(end["tokens_per_s"].get<double>() > 0);
   CHECK(end["peak_rss_bytes"].get<int64_t>() > 0);
+  // Where the time went (docs/trainer.md, run_end): setup before the first step; training and
+  // the 7 evaluations within wall_s; no checkpoints, no standby.
+  CHECK(end["setup_s"].get<double>() > 0);
+  CHECK(end["train_s"].get<double>() > 0);
+  CHECK(end["eval_s"].get<double>() > 0);
+  CHECK(end["checkpoint_s"] == 0.0);
+  CHECK_FALSE(end.contains("standby_s"));
+  CHECK_FALSE(events.front().contains("prestarted"));
+  CHECK(end["train_s"].get<double>() + end["eval_s"].get<double>() ==
+        Approx(end["wall_s"].get<double>()).margin(1e-6));
 
   // Evaluations at 0 and every 25 steps; the curve falls clearly.
   const auto curve = eval_curve(events);

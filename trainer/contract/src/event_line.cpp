@@ -209,7 +209,7 @@ std::string json_error(const nlohmann::json::exception& e) {
 
 ParsedEventLine bad(std::string why) { return {std::nullopt, std::move(why)}; }
 
-// run_end's parts of the attempt's time (docs/design.md §5, "Busy slots"): training, evaluation
+// run_end's parts of the attempt's time (docs/design.md §9, "Busy slots"): training, evaluation
 // and checkpoints are disjoint stretches of wall_s, measured on one clock, so together they cannot
 // exceed it; a log claiming more is not trusted. Empty when consistent (or wall_s is absent).
 std::string busy_beyond_wall(const json& ev) {

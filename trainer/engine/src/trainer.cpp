@@ -257,7 +257,7 @@ class TrainingRun {
                   exit_code::kSuccess, "");
   }
 
-  // Where the time before the first step went (docs/design.md §5, "Busy slots"): the process
+  // Where the time before the first step went (docs/design.md §9, "Busy slots"): the process
   // started at `process_start`; a prestarted run then waited `standby_s` for its slot.
   void set_setup_timing(Clock::time_point process_start, double standby_s, bool prestarted) {
     process_start_ = process_start;

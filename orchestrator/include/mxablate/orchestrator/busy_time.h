@@ -1,4 +1,4 @@
-// How busy a sweep kept its slots (docs/design.md §5, "Busy slots"): each attempt's busy time is
+// How busy a sweep kept its slots (docs/design.md §9, "Busy slots"): each attempt's busy time is
 // its trainer's train_s + eval_s (run_end, kept per attempt in the results store); a slot's busy
 // fraction is its attempts' busy time over the sweep's wall time so far, the union of the spans
 // of all its attempts (open ones up to now), so the time between two `mxablate run`s of a sweep

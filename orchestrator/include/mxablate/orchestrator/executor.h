@@ -52,7 +52,7 @@ struct AttemptExit {
   std::string describe() const;
 };
 
-// Whether an attempt may be prestarted as a standby (contract/standby.h; docs/design.md §5, "Busy
+// Whether an attempt may be prestarted as a standby (contract/standby.h; docs/design.md §9, "Busy
 // slots"): only a fresh start of a one-rank run. A resume starts normally (what it restores is
 // decided when it starts), and a launcher of several ranks cannot hand the descriptor to them.
 inline bool prestartable(const LaunchRequest& r) { return !r.resume && r.ranks == 1; }
@@ -89,7 +89,7 @@ class Executor {
   virtual bool detaches_on_stop() const { return false; }
   // Launched but still waiting in a batch system's queue (shown as pending, not running).
   virtual bool queued(const std::string& /*run_id*/) const { return false; }
-  // Prestart (docs/design.md §5, "Busy slots"): the next run's trainer is started while a busy slot
+  // Prestart (docs/design.md §9, "Busy slots"): the next run's trainer is started while a busy slot
   // still runs another, does its setup and waits (contract/standby.h) until released. A standby
   // is a process of the executor (running() counts it, collect_exits reports its end, kill and
   // request_stop reach it) but not an attempt until release(). Executors that cannot (a batch

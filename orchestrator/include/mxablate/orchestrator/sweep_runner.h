@@ -35,7 +35,7 @@ struct SweepOptions {
   // of it, so it gets its slots once the running attempts end (a big run never starves behind a
   // stream of small ones). 0: strictly in order.
   std::chrono::milliseconds backfill{std::chrono::minutes(10)};
-  // Busy slots (docs/design.md §5): while a slot runs a run, the next queued run in plan order
+  // Busy slots (docs/design.md §9): while a slot runs a run, the next queued run in plan order
   // (a fresh start of one rank: executor.h prestartable) is started as a standby on it, does its
   // setup and starts training the moment the slot frees. Off (`--no-prestart`) when a model's
   // weights and optimizer state do not fit twice in one device's memory.

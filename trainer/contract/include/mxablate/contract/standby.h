@@ -1,4 +1,4 @@
-// A prestarted ("standby") trainer (docs/design.md §5, "Busy slots"): while a local slot still
+// A prestarted ("standby") trainer (docs/design.md §9, "Busy slots"): while a local slot still
 // runs one run, the orchestrator starts the next run's trainer early. It does everything up to its
 // first step (process start, device context, data, model, optimizer), then waits on a descriptor
 // it inherited, named by MXABLATE_STANDBY_FD, until the orchestrator writes one go byte there

@@ -54,7 +54,7 @@ class RunEvents {
     int64_t peak_rss_bytes = 0;
     int64_t peak_gpu_bytes = 0;
     std::string reason;  // empty: omitted
-    // Where the attempt's time went (docs/design.md §5, "Busy slots"); unset: omitted.
+    // Where the attempt's time went (docs/design.md §9, "Busy slots"); unset: omitted.
     std::optional<double> setup_s, standby_s, train_s, eval_s, checkpoint_s;
   };
   int64_t run_end(Progress p, const End& end);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The paper grid through `mxablate run` on one GPU, timed end to end (issue 14's target: <= 100 s
+# on one H200, 242 s before): recipes/paper-grid-20m.yaml, 5 arms x 3 seeds of llama-20m,
+# 8.2 M tokens each, a fresh results database and runs directory every time. Prints the wall
+# time, the runs done, tokens/s over all runs, and each slot's busy time (the trainers' train_s +
+# eval_s, docs/design.md §9 "Busy slots") over the wall time, each next to its target, and
+# evaluation's share of the busy time.
+#
+# Usage: scripts/bench-paper-grid.sh DATA_DIR [extra `mxablate run` arguments]
+#   DATA_DIR: a prepared data directory (the recipe's `default` dataset), e.g. data/default.
+#   Extra arguments go to `mxablate run`, e.g. --no-prestart, or --per-gpu 2.
+#   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu: mxablate and mxablate-train built for the GPU,
+#        e.g. by scripts/gpu-check.sh), MXABLATE_BENCH_GPU (default 0), MXABLATE_BENCH_OUT (the
+#        database, run directories and log; default a new directory under /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ $# -ge 1 ] || { echo "usage: scripts/bench-paper-grid.sh DATA_DIR [mxablate run arguments]" >&2; exit 2; }
+DATA=$(realpath "$1")
+shift
+[ -f "$DATA/manifest.json" ] || { echo "bench-paper-grid: $DATA is not a prepared data directory" >&2; exit 2; }
+BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
+MX=$BUILD_DIR/bin/mxablate
+TRAIN=$BUILD_DIR/bin/mxablate-train
+for bin in "$MX" "$TRAIN"; do
+  [ -x "$bin" ] || { echo "bench-paper-grid: $bin is missing: build mxablate and mxablate-train in $BUILD_DIR (scripts/gpu-check.sh)" >&2; exit 2; }
+done
+GPU=${MXABLATE_BENCH_GPU:-0}
+OUT=${MXABLATE_BENCH_OUT:-$(mktemp -d /tmp/mxablate-bench-paper-grid.XXXXXX)}
+mkdir -p "$OUT"
+rm -rf "$OUT/runs" "$OUT/bench.db" "$OUT/bench.db-wal" "$OUT/bench.db-shm"  # a fresh sweep
+DB=$OUT/bench.db
+
+start=$(date +%s.%N)
+set +e
+MXABLATE_DEFAULT_DATASET=$DATA "$MX" run recipes/paper-grid-20m.yaml --db "$DB" --runs-dir "$OUT/runs" \
+  --trainer "$TRAIN" --gpus "$GPU" --progress plain "$@" >"$OUT/run.out" 2>"$OUT/run.log"
+rc=$?
+set -e
+end=$(date +%s.%N)
+if [ "$rc" -ne 0 ]; then
+  tail -20 "$OUT/run.log" >&2
+  echo "bench-paper-grid: mxablate run exited $rc (log: $OUT/run.log)" >&2
+fi
+[ -f "$DB" ] || exit "$rc"
+
+query() { "$MX" query --db "$DB" --csv "$1" | tail -n +2; }
+wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+done_runs=$(query "SELECT COUNT(*) FROM runs WHERE status IN ('converged', 'budget_exhausted')")
+total_runs=$(query "SELECT COUNT(*) FROM runs")
+tokens=$(query "SELECT COALESCE(SUM(tokens), 0) FROM runs")
+echo "paper grid (recipes/paper-grid-20m.yaml) on GPU $GPU${*:+ with $*}: $OUT"
+printf '  %-22s %10s s     target <= 100 s (242 s before issue 14)\n' "wall time" "$wall"
+printf '  %-22s %10s\n' "runs done" "$done_runs / $total_runs"
+awk -v t="$tokens" -v w="$wall" 'BEGIN { printf "  %-22s %10.0f       (%d tokens over the wall time)\n", "tokens/s, all runs", t / w, t }'
+# Busy time per slot: train_s + eval_s of its attempts (run_end), over this script's wall time.
+query "SELECT slot, SUM(COALESCE(train_s, 0) + COALESCE(eval_s, 0)), COUNT(*) FROM attempts GROUP BY slot ORDER BY slot" |
+  while IFS=, read -r slot busy attempts; do
+    awk -v s="$slot" -v b="$busy" -v w="$wall" -v n="$attempts" \
+      'BEGIN { printf "  %-22s %10.1f %%     target >= 90 %% (%.1f s of train + eval in %d attempts)\n", "busy " s, 100 * b / w, b, n }'
+  done
+# Evaluation must not dominate short runs: its share of the busy time.
+query "SELECT SUM(eval_s), SUM(train_s + eval_s) FROM attempts WHERE eval_s IS NOT NULL" |
+  while IFS=, read -r ev busy; do
+    [ -n "$busy" ] && awk -v e="$ev" -v b="$busy" \
+      'BEGIN { if (b > 0) printf "  %-22s %10.1f %%     of the busy time (%.1f s)\n", "evaluation", 100 * e / b, e }'
+  done
+"$MX" status --db "$DB" | grep '^  busy:' || true
+exit "$rc"
