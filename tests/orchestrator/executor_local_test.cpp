@@ -355,7 +355,7 @@ TEST_CASE("recover stops a launcher's whole process group, and ranks its dead la
   }
 }
 
-TEST_CASE("prestart: one standby per busy slot, on that slot's GPU; the slot passes to it when its "
+TEST_CASE("prestart: one standby per busy slot, on that slot's GPU, the slot passes to it when its "
           "run ends and stays held until release") {
   TempDir dir;
   const fs::path trainer = write_script_trainer(dir);
