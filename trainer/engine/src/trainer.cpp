@@ -417,7 +417,10 @@ class TrainingRun {
     if (sync_) sync_->zero();
     else s_.optimizer->zero_grad();
     if (!root()) session.collect_telemetry = false;
-    double loss_sum = 0;
+    // The micro-batches' losses are summed on the device, in float64 and in order (the same bits
+    // as summing them on the host), and read once: a read per micro-batch would make the host
+    // wait for each backward pass before it could queue the next forward.
+    at::Tensor loss_total = at::zeros({}, at::TensorOptions(at::kDouble).device(s_.device));
     const int64_t micro = s_.plan.sequences_per_micro_batch;
     const int64_t per_rank = s_.plan.micro_batches_per_step / s_.rank.world;
     const int64_t first = per_rank * s_.rank.rank;
@@ -426,9 +429,10 @@ class TrainingRun {
       const at::Tensor loss = model.loss(batch.inputs, batch.targets);
       if (sync_ && m == first + per_rank - 1) sync_->arm();
       (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
-      loss_sum += loss.item<double>();
+      loss_total += loss.detach().to(at::kDouble);
       session.collect_telemetry = false;  // one micro-batch per sampled step is enough
     }
+    double loss_sum = loss_total.item<double>();
     // The ranks agree on the loss and on whether to stop after this step (a signal may reach
     // them at different steps); every later decision is then the same on every rank.
     bool stop_agreed = false;
