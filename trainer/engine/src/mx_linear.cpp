@@ -101,12 +101,14 @@ struct Quantized {
   at::Tensor rows, cols;
 };
 
-// `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
-Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
-                        std::optional<OperandUse> cols,
-                        std::optional<double> rows_occ_fraction = std::nullopt) {
-  Quantized out;
+struct QuantizedWithTelemetry {
+  Quantized q;
   QuantTelemetry rows_tel, cols_tel;
+};
+
+QuantizedWithTelemetry compute_uses(const at::Tensor& t, const LinearState& s,
+                                    std::optional<OperandUse> rows, std::optional<OperandUse> cols) {
+  QuantizedWithTelemetry out;
   const auto single = [&](OperandUse u, Axis axis, QuantTelemetry& tel) {
     const QuantSpec& spec = spec_of(s, u);
     if (is_plain_bf16(spec)) return round_to_bf16(t);
@@ -118,17 +120,61 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     const QuantSpec& cs = spec_of(s, *cols);
     kernels::BothAxes both = kernels::fake_quantize_both(
         t, {rs, s.key(rows->gemm, rows->operand)}, {cs, s.key(cols->gemm, cols->operand)},
-        wants_telemetry(s, rs) ? &rows_tel : nullptr, wants_telemetry(s, cs) ? &cols_tel : nullptr,
-        gemm_dtype(t));
-    out.rows = both.rows;
-    out.cols = both.cols;
+        wants_telemetry(s, rs) ? &out.rows_tel : nullptr,
+        wants_telemetry(s, cs) ? &out.cols_tel : nullptr, gemm_dtype(t));
+    out.q.rows = both.rows;
+    out.q.cols = both.cols;
   } else if (rows && cols && is_plain_bf16(spec_of(s, *rows)) && is_plain_bf16(spec_of(s, *cols))) {
-    out.rows = round_to_bf16(t);  // the same values serve both GEMMs
-    out.cols = out.rows;
+    out.q.rows = round_to_bf16(t);  // the same values serve both GEMMs
+    out.q.cols = out.q.rows;
   } else {
-    if (rows) out.rows = single(*rows, Axis::kRows, rows_tel);
-    if (cols) out.cols = single(*cols, Axis::kCols, cols_tel);
+    if (rows) out.q.rows = single(*rows, Axis::kRows, out.rows_tel);
+    if (cols) out.q.cols = single(*cols, Axis::kCols, out.cols_tel);
   }
+  return out;
+}
+
+// `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
+// `memoize`: t is a layer input that other layers may quantize alike in this step (q, k, v; gate,
+// up): results whose spec does not depend on the random key go through the session's memo
+// (quant_memo.h), and a reused one is still recorded for this layer.
+Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
+                        std::optional<OperandUse> cols,
+                        std::optional<double> rows_occ_fraction = std::nullopt,
+                        bool memoize = false) {
+  QuantMemo* memo = memoize ? &s.session->memo : nullptr;
+  const uint32_t step = s.session->step;
+  const at::ScalarType dtype = gemm_dtype(t);
+  const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
+    if (!memo || !u) return std::nullopt;
+    const QuantSpec& spec = spec_of(s, *u);
+    return memo->find(step, t, axis, spec, dtype, wants_telemetry(s, spec));
+  };
+  const std::optional<QuantMemo::Result> rows_hit = find(rows, Axis::kRows);
+  const std::optional<QuantMemo::Result> cols_hit = find(cols, Axis::kCols);
+  const QuantizedWithTelemetry made =
+      compute_uses(t, s, rows_hit ? std::nullopt : rows, cols_hit ? std::nullopt : cols);
+
+  Quantized out;
+  QuantTelemetry rows_tel = made.rows_tel, cols_tel = made.cols_tel;
+  const auto settle = [&](std::optional<OperandUse> u, Axis axis,
+                          const std::optional<QuantMemo::Result>& hit, const at::Tensor& value,
+                          QuantTelemetry& tel) -> at::Tensor {
+    if (!u) return at::Tensor();
+    if (hit) {
+      if (hit->telemetry) tel = *hit->telemetry;
+      return hit->value;
+    }
+    if (memo) {
+      const QuantSpec& spec = spec_of(s, *u);
+      memo->store(step, t, axis, spec, dtype,
+                  {value, wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel)
+                                                   : std::nullopt});
+    }
+    return value;
+  };
+  out.rows = settle(rows, Axis::kRows, rows_hit, made.q.rows, rows_tel);
+  out.cols = settle(cols, Axis::kCols, cols_hit, made.q.cols, cols_tel);
   if (rows && wants_telemetry(s, spec_of(s, *rows)))
     s.session->record(s.layer, rows->gemm, rows->operand, rows_tel, rows_occ_fraction);
   if (cols && wants_telemetry(s, spec_of(s, *cols)))
@@ -249,7 +295,8 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     const std::optional<double> occ_fraction =
         occ ? std::optional<double>(occ->residual.fraction()) : std::nullopt;
     const Quantized qx = quantize_uses(xq, s, use(emulated_f, GemmKind::kFprop, Operand::kA),
-                                       use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction);
+                                       use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction,
+                                       /*memoize=*/true);
     const Quantized qw = quantize_uses(w, s, use(emulated_f, GemmKind::kFprop, Operand::kB),
                                        use(w_cols, GemmKind::kDgrad, Operand::kB));
     // FP8 tensor cores: X's codes along rows (Fprop) and down columns (Wgrad), W's along rows

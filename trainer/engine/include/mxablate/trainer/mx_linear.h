@@ -29,6 +29,7 @@
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/quant_memo.h"
 
 namespace mxablate::trainer {
 
@@ -52,6 +53,9 @@ class QuantSession {
   contract::GemmRoutes routes;
   // While true, every low-precision operand quantization appends a Record.
   bool collect_telemetry = false;
+  // Deterministic quantizations of a layer input shared by the layers that consume it (q, k, v;
+  // gate, up) within a step; `memo.enabled = false` turns reuse off (quant_memo.h).
+  QuantMemo memo;
 
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
               const kernels::QuantTelemetry& telemetry,

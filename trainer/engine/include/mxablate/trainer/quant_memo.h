@@ -1,0 +1,72 @@
+// A per-step memo of deterministic operand quantizations (docs/design.md §4).
+//
+// q, k and v (and gate and up) consume the same normalized input x. Where their specs for an
+// operand are equal and the result does not depend on the random key (round to nearest, no
+// random Hadamard signs: those are keyed by layer and step), Q(x) along an axis is the same
+// tensor for every consumer, so the first consumer computes it and the others reuse it: Fprop's
+// Q(X) along rows and Wgrad's Q(X) down columns. The memo holds the results for one input tensor
+// at a time (the consumers run one after another) and forgets them when another input, another
+// version of the input, or another step arrives.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "mxablate/kernels/quantize.h"
+
+namespace mxablate::trainer {
+
+class QuantMemo {
+ public:
+  struct Result {
+    at::Tensor value;  // Q(x), in the GEMM's dtype
+    // The quantization's statistics when they were collected; a consumer that wants them and
+    // finds none computes its own.
+    std::optional<kernels::QuantTelemetry> telemetry;
+  };
+
+  // True when Q(x) under `spec` is a function of x alone (no stochastic rounding, no random
+  // Hadamard signs): only then may two layers share it.
+  static bool memoizable(const kernels::QuantSpec& spec);
+
+  // The result stored in step `step` for this very tensor (the same storage, offset, sizes,
+  // strides, dtype and version counter), `axis`, `spec` and `dtype`, carrying telemetry when
+  // `need_telemetry`; nullopt otherwise (also for a spec that is not memoizable).
+  std::optional<Result> find(uint32_t step, const at::Tensor& x, kernels::Axis axis,
+                             const kernels::QuantSpec& spec, at::ScalarType dtype,
+                             bool need_telemetry);
+  // Remembers `result` (a spec that is not memoizable is ignored). A new input, version or step
+  // first forgets everything stored before.
+  void store(uint32_t step, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
+             at::ScalarType dtype, Result result);
+  void clear();
+  // Results reused so far (tests and diagnostics).
+  int64_t hits() const;
+
+  bool enabled = true;
+
+ private:
+  struct Entry {
+    kernels::Axis axis;
+    kernels::QuantSpec spec;
+    at::ScalarType dtype;
+    Result result;
+  };
+  bool holds(uint32_t step, const at::Tensor& x) const;  // with mutex_ held
+  void clear_locked();
+
+  mutable std::mutex mutex_;  // backward (activation checkpointing's recompute) may run elsewhere
+  uint32_t step_ = 0;
+  // The input the entries belong to, held so that its storage cannot be freed and its address
+  // reused by another tensor while the entries exist; and its version when they were made.
+  at::Tensor input_;
+  int64_t version_ = 0;
+  std::vector<Entry> entries_;
+  int64_t hits_ = 0;
+};
+
+}  // namespace mxablate::trainer

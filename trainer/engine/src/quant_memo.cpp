@@ -1,0 +1,84 @@
+#include "mxablate/trainer/quant_memo.h"
+
+#include <tuple>
+#include <utility>
+
+namespace mxablate::trainer {
+namespace {
+
+bool same_spec(const kernels::QuantSpec& a, const kernels::QuantSpec& b) {
+  return std::tie(a.format, a.scale_rule, a.rounding, a.hadamard, a.hadamard_size, a.blocks,
+                  a.sr_prescale) ==
+         std::tie(b.format, b.scale_rule, b.rounding, b.hadamard, b.hadamard_size, b.blocks,
+                  b.sr_prescale);
+}
+
+}  // namespace
+
+bool QuantMemo::memoizable(const kernels::QuantSpec& spec) {
+  using kernels::HadamardMode;
+  return spec.rounding == kernels::Rounding::kNearest &&
+         (spec.hadamard == HadamardMode::kNone || spec.hadamard == HadamardMode::kDeterministic);
+}
+
+bool QuantMemo::holds(uint32_t step, const at::Tensor& x) const {
+  // Inference tensors keep no version counter: they are never memoized.
+  if (!input_.defined() || step != step_ || !x.defined() || !x.has_storage() || x.is_inference())
+    return false;
+  return x.storage().unsafeGetStorageImpl() == input_.storage().unsafeGetStorageImpl() &&
+         x.storage_offset() == input_.storage_offset() && x.sizes() == input_.sizes() &&
+         x.strides() == input_.strides() && x.scalar_type() == input_.scalar_type() &&
+         x._version() == version_;
+}
+
+std::optional<QuantMemo::Result> QuantMemo::find(uint32_t step, const at::Tensor& x,
+                                                 kernels::Axis axis, const kernels::QuantSpec& spec,
+                                                 at::ScalarType dtype, bool need_telemetry) {
+  if (!enabled || !memoizable(spec)) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!holds(step, x)) return std::nullopt;
+  for (const Entry& e : entries_) {
+    if (e.axis != axis || e.dtype != dtype || !same_spec(e.spec, spec)) continue;
+    if (need_telemetry && !e.result.telemetry) return std::nullopt;
+    ++hits_;
+    return e.result;
+  }
+  return std::nullopt;
+}
+
+void QuantMemo::store(uint32_t step, const at::Tensor& x, kernels::Axis axis,
+                      const kernels::QuantSpec& spec, at::ScalarType dtype, Result result) {
+  if (!enabled || !memoizable(spec) || !x.defined() || !x.has_storage() || x.is_inference()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!holds(step, x)) {
+    clear_locked();
+    step_ = step;
+    input_ = x;
+    version_ = x._version();
+  }
+  for (Entry& e : entries_) {
+    if (e.axis == axis && e.dtype == dtype && same_spec(e.spec, spec)) {
+      e.result = std::move(result);  // now with telemetry
+      return;
+    }
+  }
+  entries_.push_back({axis, spec, dtype, std::move(result)});
+}
+
+void QuantMemo::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  clear_locked();
+}
+
+void QuantMemo::clear_locked() {
+  entries_.clear();
+  input_ = at::Tensor();
+  version_ = 0;
+}
+
+int64_t QuantMemo::hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+}  // namespace mxablate::trainer
