@@ -8,6 +8,7 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/mx_linear.h"
 
 using namespace mxablate;
@@ -261,4 +262,31 @@ TEST_CASE("MXLinear under NoGradGuard computes only the forward", "[trainer][mx_
   const at::Tensor y = mx_linear(c.x, w, state);
   CHECK_FALSE(y.requires_grad());
   CHECK(state->session->take_records().size() == 2);
+}
+
+TEST_CASE("An SR pre-scale is divided back out of every emulated GEMM, as quantized_gemm does",
+          "[trainer][mx_linear]") {
+  // dY under stochastic rounding with Quartet's 3/4 pre-scale in Dgrad and Wgrad, X and W in
+  // plain MXFP4: the quantizers hold Q(3/4 · dY), so the products must be multiplied by 4/3.
+  // (Before the fix MXLinear multiplied the pre-scaled values as they were: gradients 3/4 too
+  // small, hidden by Adam's scale invariance.)
+  const Case c = make_case(12);
+  QuantSpec sr = kMx;
+  sr.rounding = kernels::Rounding::kStochastic;
+  sr.sr_prescale = 0.75f;
+  LinearPlan plan = plain_bf16_plan();
+  plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand = {sr, kMx};
+  plan.gemm[static_cast<size_t>(GemmKind::kWgrad)].operand = {sr, kMx};
+  const Result r = run(c, plan);
+  const auto gemm = [&](GemmKind g, const at::Tensor& a, Axis aa, const at::Tensor& b, Axis ba) {
+    return kernels::quantized_gemm({a, aa, sr, key(g, Operand::kA)}, {b, ba, kMx, key(g, Operand::kB)},
+                                   kernels::GemmPath::kEmulated);
+  };
+  // Dgrad: dX = dY · W, reducing over N (dY along rows, W down its columns).
+  CHECK(at::equal(r.dx, gemm(GemmKind::kDgrad, c.g, Axis::kRows, c.w, Axis::kCols)));
+  // Wgrad: dW = dYᵀ · X, reducing over M (both down their columns).
+  CHECK(at::equal(r.dw, gemm(GemmKind::kWgrad, c.g, Axis::kCols, c.x, Axis::kCols)));
+  // And the gradients estimate the unscaled product, not 3/4 of it (SR's noise is large on these
+  // heavy-tailed values, but its mean is the product: the norms agree, 3/4 would be far off).
+  CHECK(std::abs((r.dx.norm() / at::mm(c.g, c.w).norm()).item<double>() - 1.0) < 0.1);
 }

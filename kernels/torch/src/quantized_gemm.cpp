@@ -50,18 +50,8 @@ at::Tensor emulated_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport*
   const at::Tensor ma = as_gemm_operand(qa, a.axis);
   const at::Tensor mb = as_gemm_operand(qb, b.axis);
   const bool bf16_operands = qa.scalar_type() == at::kBFloat16 && qb.scalar_type() == at::kBFloat16;
-  // On CUDA, BF16 operands hit the BF16 tensor cores with FP32 accumulation. Everywhere else the
-  // (bf16-representable) values are multiplied as float32: exact products, FP32 accumulation.
-  // The pre-scale fold multiplies the FP32 result before its one rounding to the output dtype:
-  // as cuBLAS's alpha on CUDA (beta = 0: the output's prior contents are ignored, NaN included).
-  if (qa.is_cuda() && bf16_operands) {
-    if (fold == 1.0f) return at::mm(ma, mb.t());
-    at::Tensor c = at::empty({ma.size(0), mb.size(0)}, ma.options());
-    return at::addmm_out(c, c, ma, mb.t(), /*beta=*/0, /*alpha=*/fold);
-  }
-  at::Tensor c = at::mm(ma.to(at::kFloat), mb.to(at::kFloat).t());
-  if (fold != 1.0f) c.mul_(fold);
-  return c.to(a.tensor.scalar_type());
+  const at::Tensor c = folded_mm(ma, mb.t(), fold);
+  return qa.is_cuda() && bf16_operands ? c : c.to(a.tensor.scalar_type());
 }
 
 at::Tensor hopper_fp8_gemm(const GemmOperand& a, const GemmOperand& b, GemmReport* report) {
@@ -130,6 +120,19 @@ at::Tensor fp8_tensorwise_gemm(const GemmOperand& a, const GemmOperand& b, GemmR
 }
 
 }  // namespace
+
+at::Tensor folded_mm(const at::Tensor& a, const at::Tensor& b, float fold) {
+  // The fold multiplies the FP32 result before its one rounding to the output dtype: as cuBLAS's
+  // alpha on CUDA (beta = 0: the output's prior contents are ignored, NaN included).
+  if (a.is_cuda() && a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16) {
+    if (fold == 1.0f) return at::mm(a, b);
+    at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
+    return at::addmm_out(c, c, a, b, /*beta=*/0, /*alpha=*/fold);
+  }
+  at::Tensor c = at::mm(a.to(at::kFloat), b.to(at::kFloat));
+  if (fold != 1.0f) c.mul_(fold);
+  return c;
+}
 
 float sr_prescale_fold(const QuantSpec& a, const QuantSpec& b) {
   return 1.0f / (effective_sr_prescale(a) * effective_sr_prescale(b));

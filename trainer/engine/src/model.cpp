@@ -158,19 +158,26 @@ void LlamaModelImpl::initialize(uint64_t seed) {
   }
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
+at::Tensor LlamaModelImpl::head_output(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(embedding, tokens);
   for (const auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
+  return lm_head->forward(final_norm->forward(h));
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   // The LM head's GEMM gives BF16 on CUDA; logits and the loss over them stay float32
   // (docs/design.md §4). On the CPU they are float32 already and this is no copy.
-  return lm_head->forward(final_norm->forward(h)).to(at::kFloat);
+  return head_output(tokens).to(at::kFloat);
 }
 
 at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  const at::Tensor logits = forward(tokens);
-  const at::Tensor rows = logits.reshape({-1, logits.size(-1)});
-  if (use_fused(options_.fused_ops, logits.device())) return fused_cross_entropy(rows, targets.reshape({-1}));
-  return at::cross_entropy_loss(rows, targets.reshape({-1}));
+  const at::Tensor out = head_output(tokens);
+  const at::Tensor rows = out.reshape({-1, out.size(-1)});
+  // The fused cross-entropy reads the GEMM's BF16 logits and does its math in float32: the same
+  // values as converting them first (BF16 -> float32 is exact), without a float32 copy of
+  // tokens x vocabulary; its gradient comes back in BF16, as the LM head's Dgrad/Wgrad round it.
+  if (use_fused(options_.fused_ops, out.device())) return fused_cross_entropy(rows, targets.reshape({-1}));
+  return at::cross_entropy_loss(rows.to(at::kFloat), targets.reshape({-1}));
 }
 
 int64_t LlamaModelImpl::parameter_count() const {

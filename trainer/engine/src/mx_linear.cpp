@@ -182,6 +182,12 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   return out;
 }
 
+// 1 / (pa · pb) of GEMM g's operands: an SR pre-scale multiplied the quantized values, and the
+// product is divided back (docs/design.md §3), as quantized_gemm does.
+float emulated_fold(const LinearState& s, GemmKind g) {
+  return kernels::sr_prescale_fold(s.plan[g].operand[0], s.plan[g].operand[1]);
+}
+
 // The Hopper FP8 path takes a GEMM when its precision is routed there and both its operands are
 // MXFP4.
 bool uses_hopper(const LinearState& s, GemmKind g) {
@@ -309,7 +315,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, xq, w, occ_fraction)
                    : fp8_f  ? fp8_tensorwise_gemm(s, GemmKind::kFprop, cx.rows, cx.rows_scale, cw.rows, cw.rows_scale)
-                            : at::mm(qx.rows, qw.rows.t());
+                            : kernels::folded_mm(qx.rows, qw.rows.t(), emulated_fold(s, GemmKind::kFprop));
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
     ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateCapsule>(state));
@@ -374,13 +380,13 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     if (want_dx) {  // Dgrad: dX = dY W, reducing over N
       dx = hopper_d ? hopper_gemm(s, GemmKind::kDgrad, dy, w_for_dgrad)
            : fp8_d  ? fp8_tensorwise_gemm(s, GemmKind::kDgrad, cdy.rows, cdy.rows_scale, w_for_dgrad, w_scale)
-                    : at::mm(qdy.rows, w_for_dgrad);
+                    : kernels::folded_mm(qdy.rows, w_for_dgrad, emulated_fold(s, GemmKind::kDgrad));
       dx = dx.to(x_dtype);
     }
     if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
            : fp8_w  ? fp8_tensorwise_gemm(s, GemmKind::kWgrad, cdy.cols, cdy.cols_scale, x_for_wgrad, x_scale)
-                    : at::mm(qdy.cols.t(), x_for_wgrad);
+                    : kernels::folded_mm(qdy.cols.t(), x_for_wgrad, emulated_fold(s, GemmKind::kWgrad));
       dw = dw.to(w_dtype);  // once: the master weight is float32
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).

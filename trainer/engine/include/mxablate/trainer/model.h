@@ -118,6 +118,8 @@ class LlamaModelImpl : public torch::nn::Module {
   explicit LlamaModelImpl(const ModelOptions& options);
   // tokens: (B, T) int64 -> logits (B, T, vocab) float32
   at::Tensor forward(const at::Tensor& tokens);
+  // The LM head's output in its GEMM's dtype (BF16 on CUDA, float32 on the CPU).
+  at::Tensor head_output(const at::Tensor& tokens);
   // Mean next-token cross-entropy of (B, T) inputs against (B, T) targets.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
 

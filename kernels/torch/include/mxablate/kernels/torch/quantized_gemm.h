@@ -69,6 +69,13 @@ struct GemmReport {
 // result estimates a · bᵀ again. 1 without pre-scales.
 float sr_prescale_fold(const QuantSpec& a, const QuantSpec& b);
 
+// fold · (a · b) for dequantized operands a (M x K) and b (K x N), any strides: the exact
+// emulation's GEMM (docs/design.md §3). CUDA with BF16 operands: BF16 tensor cores, FP32
+// accumulation, fold as cuBLAS's alpha, one rounding to BF16. Elsewhere the (BF16-representable)
+// values are multiplied as float32 and the float32 product is multiplied by fold. Everyone who
+// multiplies quantized operands goes through it, so no caller can forget the fold.
+at::Tensor folded_mm(const at::Tensor& a, const at::Tensor& b, float fold);
+
 // C = L(a) · L(b)ᵀ · sr_prescale_fold(a, b), M x N, in a's dtype (bf16 for the FP8 path) on a's device. `report`, when
 // given, receives telemetry of both operands and the FP8 chunk counts (this synchronizes on
 // CUDA). Throws std::invalid_argument with one sentence on mismatched shapes/devices, a spec
