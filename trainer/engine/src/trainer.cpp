@@ -191,6 +191,14 @@ class TrainingRun {
       }
       events_ = std::make_unique<RunEvents>(events_path_);
       if (options_.resume) resumed_from_checkpoint = restore(history);
+      if (resumed_from_checkpoint) {
+        // The checkpoint's steps ran on the engines its attempt recorded (docs/design.md §3).
+        const nlohmann::json before = history.last_run_start && history.last_run_start->contains("gemm_routes")
+                                          ? (*history.last_run_start)["gemm_routes"]
+                                          : nlohmann::json();
+        const std::string change = contract::gemm_routes_change(before, s_.routes, s_.config);
+        if (!change.empty()) throw ConfigError("quant.gemm_path: " + change);
+      }
       write_run_start(history.run_starts + 1, resumed_from_checkpoint);
       if (dp_) dp_->publish(kStartKey, resumed_from_checkpoint ? "checkpoint " + restored_from_ : "fresh");
     } else {
