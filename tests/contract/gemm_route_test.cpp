@@ -4,6 +4,7 @@
 #include "config_error.h"
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/contract/settings_difference.h"
 
 using namespace mxablate::contract;
 using nlohmann::json;
@@ -195,4 +196,26 @@ TEST_CASE("A resume that would move a run's FP8 or MXFP4 GEMMs to another engine
   CHECK(gemm_routes_change(json(), resolve_gemm_routes(GemmPath::kEmulated, kHopper), forced).empty());
   // A malformed record reads as the legacy engines, never as a match by accident.
   CHECK_FALSE(gemm_routes_change(json{{"fp8", 3}}, tensor_cores, fp8).empty());
+}
+
+TEST_CASE("gemm_path is an intervention only where it moves the arm's own GEMMs") {
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);  // the baseline, under auto
+  // An MXFP4 arm as stored (its compact JSON spells auto "emulated"): the same engines.
+  RunConfig mx = run_config_from_json(to_json(with(kMX, kMX, kMX)));
+  REQUIRE(mx.quant.gemm_path == GemmPath::kEmulated);
+  CHECK(same_gemm_engines(mx, fp8));
+  CHECK(describe_differences(settings_difference(mx, fp8), false) == "-");
+  // The FP8 arm forced to the emulation: its FP8 GEMMs move.
+  RunConfig forced = fp8;
+  forced.quant.gemm_path = GemmPath::kEmulated;
+  CHECK_FALSE(same_gemm_engines(forced, fp8));
+  CHECK(describe_differences(settings_difference(forced, fp8), false) == "gemm_path emulated");
+  // MXFP4 on the Hopper path against the auto baseline: its MXFP4 GEMMs move.
+  RunConfig hopper = with(kMX, kMX, kMX);
+  hopper.quant.gemm_path = GemmPath::kFP8;
+  CHECK(describe_differences(settings_difference(hopper, fp8), false) == "gemm_path fp8");
+  // A schedule or an override bringing FP8 GEMMs in counts.
+  RunConfig late_fp8 = mx;
+  late_fp8.precision_schedule = {{0.9, {kFP8, kFP8, kFP8}}};
+  CHECK_FALSE(same_gemm_engines(late_fp8, fp8));
 }
