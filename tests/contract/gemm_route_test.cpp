@@ -4,6 +4,7 @@
 #include "config_error.h"
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/contract/settings_difference.h"
 
 using namespace mxablate::contract;
 using nlohmann::json;
@@ -163,4 +164,58 @@ TEST_CASE("fp8 on the CPU is refused at the boundary, naming both GEMM kinds it 
                        "device: cuda, this run's device is \"cpu\"");
   j["quant"]["gemm_path"] = "auto";  // auto on the CPU: emulated, said at run start
   CHECK(error_of(j) == "no error");
+}
+
+TEST_CASE("A resume that would move a run's FP8 or MXFP4 GEMMs to another engine is named") {
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  const GemmRoutes tensor_cores = resolve_gemm_routes(GemmPath::kAuto, kHopper);
+  const GemmRoutes emulated = resolve_gemm_routes(GemmPath::kAuto, kCpu);
+  const json tc_before = gemm_routes_json(GemmPath::kAuto, tensor_cores);
+  const json emu_before = gemm_routes_json(GemmPath::kAuto, emulated);
+  CHECK(gemm_routes_change(tc_before, tensor_cores, fp8).empty());
+  CHECK(gemm_routes_change(emu_before, emulated, fp8).empty());
+  // Checkpointed on FP8 tensor cores, resumed where auto falls back to emulation (or back).
+  CHECK(gemm_routes_change(tc_before, emulated, fp8) ==
+        "the checkpoint's fp8 GEMMs ran fp8-tensorwise, here they would run emulated (resume where they "
+        "run fp8-tensorwise, or start a new run directory)");
+  CHECK_FALSE(gemm_routes_change(emu_before, tensor_cores, fp8).empty());
+  // A run without FP8 GEMMs does not care where FP8 GEMMs would run.
+  CHECK(gemm_routes_change(tc_before, emulated, with(kMX, kMX, kMX)).empty());
+  // A log from before gemm_routes: FP8 GEMMs ran emulated, MXFP4 ones on hopper-fp8 under fp8.
+  RunConfig fp8_setting = fp8;
+  fp8_setting.quant.gemm_path = GemmPath::kFP8;
+  const GemmRoutes fp8_routes = resolve_gemm_routes(GemmPath::kFP8, kHopper);
+  CHECK(gemm_routes_change(json(), fp8_routes, fp8_setting) ==
+        "the checkpoint's fp8 GEMMs ran emulated, here they would run fp8-tensorwise (resume where they run "
+        "emulated, or start a new run directory)");
+  RunConfig mx_hopper = with(kMX, kMX, kMX);
+  mx_hopper.quant.gemm_path = GemmPath::kFP8;
+  CHECK(gemm_routes_change(json(), fp8_routes, mx_hopper).empty());
+  RunConfig forced = fp8;
+  forced.quant.gemm_path = GemmPath::kEmulated;
+  CHECK(gemm_routes_change(json(), resolve_gemm_routes(GemmPath::kEmulated, kHopper), forced).empty());
+  // A malformed record reads as the legacy engines, never as a match by accident.
+  CHECK_FALSE(gemm_routes_change(json{{"fp8", 3}}, tensor_cores, fp8).empty());
+}
+
+TEST_CASE("gemm_path is an intervention only where it moves the arm's own GEMMs") {
+  const RunConfig fp8 = with(kFP8, kFP8, kFP8);  // the baseline, under auto
+  // An MXFP4 arm as stored (its compact JSON spells auto "emulated"): the same engines.
+  RunConfig mx = run_config_from_json(to_json(with(kMX, kMX, kMX)));
+  REQUIRE(mx.quant.gemm_path == GemmPath::kEmulated);
+  CHECK(same_gemm_engines(mx, fp8));
+  CHECK(describe_differences(settings_difference(mx, fp8), false) == "-");
+  // The FP8 arm forced to the emulation: its FP8 GEMMs move.
+  RunConfig forced = fp8;
+  forced.quant.gemm_path = GemmPath::kEmulated;
+  CHECK_FALSE(same_gemm_engines(forced, fp8));
+  CHECK(describe_differences(settings_difference(forced, fp8), false) == "gemm_path emulated");
+  // MXFP4 on the Hopper path against the auto baseline: its MXFP4 GEMMs move.
+  RunConfig hopper = with(kMX, kMX, kMX);
+  hopper.quant.gemm_path = GemmPath::kFP8;
+  CHECK(describe_differences(settings_difference(hopper, fp8), false) == "gemm_path fp8");
+  // A schedule or an override bringing FP8 GEMMs in counts.
+  RunConfig late_fp8 = mx;
+  late_fp8.precision_schedule = {{0.9, {kFP8, kFP8, kFP8}}};
+  CHECK_FALSE(same_gemm_engines(late_fp8, fp8));
 }

@@ -62,11 +62,11 @@ TEST_CASE("Forced emulation and runs without FP8 GEMMs say nothing of FP8 tensor
     CHECK(r.output.find("GEMMs run emulated") == std::string::npos);
     const auto starts = events_of_kind(effective_events(dir), "run_start");
     REQUIRE(starts.size() == 1);
-    CHECK(starts[0]["gemm_routes"]["setting"] == (c == &forced ? "emulated" : "auto"));
+    // A config without FP8 GEMMs spells auto "emulated" in its config.json (the same bits; its
+    // run id stays what it was), so the BF16 run reads emulated too: nothing falls back.
+    CHECK(starts[0]["gemm_routes"]["setting"] == "emulated");
     CHECK(starts[0]["gemm_routes"]["fp8"] == "emulated");
-    // A BF16 run under auto keeps the fallback in run_start (what its FP8 GEMMs would do) but
-    // prints nothing: it has none.
-    CHECK(starts[0]["gemm_routes"].contains("fallback") == (c == &bf16));
+    CHECK_FALSE(starts[0]["gemm_routes"].contains("fallback"));
   }
 }
 

@@ -213,3 +213,35 @@ TEST_CASE("Globs: * any run, ? one character, nothing else special", "[trainer][
   CHECK_FALSE(contract::layer_matches("lm_head", "lm_head2"));
   CHECK(contract::layer_matches("**a*", "xxa"));
 }
+
+TEST_CASE("FP8 tensor cores take a run only if every FP8 GEMM's K and N are multiples of 16", "[trainer][plan]") {
+  const std::vector<LinearShape> layers = two_blocks();  // d_model 64, ffn 192, vocabulary 256
+  contract::RunConfig fp8;
+  fp8.precision = {kFP8, kFP8, kFP8};
+  CHECK(check_fp8_tensor_core_shapes(fp8, layers, 2, 1024).empty());
+  // Wgrad reduces over the micro-batch's tokens.
+  CHECK(check_fp8_tensor_core_shapes(fp8, layers, 2, 1000) ==
+        "blocks.0.attn.q wgrad: FP8 tensor cores need K and N to be multiples of 16, got K 1000, N 64");
+  // Only FP8 GEMMs count: BF16 and MXFP4 ones never run there.
+  contract::RunConfig mx;
+  mx.precision = {kMX, kMX, kMX};
+  CHECK(check_fp8_tensor_core_shapes(mx, layers, 2, 1000).empty());
+  contract::RunConfig fprop_only;
+  fprop_only.precision = {kFP8, kBF16, kBF16};
+  CHECK(check_fp8_tensor_core_shapes(fprop_only, layers, 2, 1000).empty());
+  // A layer whose width is no multiple of 16 (the LM head over a 250-token vocabulary, here
+  // made FP8 by an override; by default it stays BF16 and never counts).
+  ModelShape shape = *find_model_preset("smoke");
+  const std::vector<LinearShape> odd_vocab = linear_layers(shape, 250);
+  CHECK(check_fp8_tensor_core_shapes(fp8, odd_vocab, shape.n_layers, 1024).empty());
+  contract::RunConfig head = fp8;
+  head.overrides = {{"lm_head", {}}};
+  head.overrides[0].patch.fprop = kFP8;
+  CHECK(check_fp8_tensor_core_shapes(head, odd_vocab, shape.n_layers, 1024) ==
+        "lm_head fprop: FP8 tensor cores need K and N to be multiples of 16, got K 64, N 250");
+  // A later precision phase counts too.
+  contract::RunConfig scheduled;
+  scheduled.precision_schedule = {{0.5, {kBF16, kBF16, kFP8}}};
+  CHECK(check_fp8_tensor_core_shapes(scheduled, layers, 2, 1000) ==
+        "blocks.0.attn.q wgrad: FP8 tensor cores need K and N to be multiples of 16, got K 1000, N 64");
+}

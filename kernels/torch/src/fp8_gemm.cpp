@@ -42,16 +42,6 @@ void check_codes(const at::Tensor& t, const at::Tensor& scale, const char* what)
 
 }  // namespace
 
-std::string fp8_tensorwise_shape_problem(int64_t m, int64_t n, int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0)
-    return "an FP8 GEMM needs non-empty operands, got M " + std::to_string(m) + ", N " + std::to_string(n) +
-           ", K " + std::to_string(k);
-  if (k % 16 != 0 || n % 16 != 0)
-    return "FP8 tensor cores need K and N to be multiples of 16, got K " + std::to_string(k) + ", N " +
-           std::to_string(n);
-  return {};
-}
-
 Fp8Codes fp8_quantize(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
                       QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry) {
   detail::check_quantizable(x, "fp8_quantize input");

@@ -62,6 +62,43 @@ nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes) {
   return out;
 }
 
+std::string gemm_routes_change(const nlohmann::json& before, const GemmRoutes& now, const RunConfig& c) {
+  const auto was = [&](GemmPrecision p) -> std::string {
+    const std::string key(to_string(p));
+    if (before.is_object() && before.contains(key) && before[key].is_string()) return before[key].get<std::string>();
+    if (p == GemmPrecision::kMXFP4 && c.quant.gemm_path == GemmPath::kFP8) return std::string(to_string(GemmRoute::kHopperFP8));
+    return std::string(to_string(GemmRoute::kEmulated));
+  };
+  for (GemmPrecision p : {GemmPrecision::kFP8, GemmPrecision::kMXFP4}) {
+    if (p == GemmPrecision::kFP8 && !has_fp8_gemm(c)) continue;
+    const std::string then = was(p), here(to_string(now.of(p)));
+    if (then != here)
+      return "the checkpoint's " + std::string(to_string(p)) + " GEMMs ran " + then + ", here they would run " +
+             here + " (resume where they run " + then + ", or start a new run directory)";
+  }
+  return {};
+}
+
+bool same_gemm_engines(const RunConfig& run, const RunConfig& reference) {
+  std::array<bool, 4> used{};
+  used[static_cast<size_t>(GemmPrecision::kBF16)] = true;  // the LM head
+  const auto mark = [&used](const PrecisionConfig& p) {
+    for (GemmKind g : kAllGemms) used[static_cast<size_t>(p.of(g))] = true;
+  };
+  mark(run.precision);
+  for (const PrecisionPhase& phase : run.precision_schedule) mark(phase.precision);
+  for (const LayerOverride& o : run.overrides)
+    for (const auto& p : {o.patch.fprop, o.patch.dgrad, o.patch.wgrad})
+      if (p) used[static_cast<size_t>(*p)] = true;
+  const GemmRouteSupport everything;  // every route available
+  for (GemmPrecision p : kPrecisions)
+    if (used[static_cast<size_t>(p)] &&
+        resolve_gemm_route(run.quant.gemm_path, p, everything).route !=
+            resolve_gemm_route(reference.quant.gemm_path, p, everything).route)
+      return false;
+  return true;
+}
+
 bool has_fp8_gemm(const RunConfig& c) {
   const auto fp8 = [](const PrecisionConfig& p) {
     return p.fprop == GemmPrecision::kFP8 || p.dgrad == GemmPrecision::kFP8 || p.wgrad == GemmPrecision::kFP8;

@@ -4,6 +4,8 @@
 #include <iterator>
 #include <set>
 
+#include "mxablate/contract/gemm_route.h"
+
 namespace mxablate::contract {
 namespace {
 
@@ -98,6 +100,12 @@ std::string overrides_text(const json& overrides) {
 std::vector<SettingDifference> settings_difference(const RunConfig& run, const RunConfig& reference) {
   std::vector<SettingDifference> out;
   compare(to_json_full(run), to_json_full(reference), "", out);
+  // gemm_path names an engine per GEMM precision: where the run's GEMMs take the same engines
+  // either way (auto and emulated for a run without FP8 GEMMs), it is no intervention.
+  if (same_gemm_engines(run, reference))
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [](const SettingDifference& d) { return d.key == "quant.gemm_path"; }),
+              out.end());
   if (!(run.model == reference.model)) {
     // In key order, like the rest: shown by its one label (a preset's name or the shape's).
     const auto after = std::find_if(out.begin(), out.end(),

@@ -1,8 +1,11 @@
 #include "mxablate/trainer/plan_rules.h"
 
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
+
+#include "mxablate/kernels/gemm_shape.h"
 
 namespace mxablate::trainer {
 
@@ -31,6 +34,26 @@ std::string check_occ(const LinearPlan& plan) {
   if (!std::isfinite(q) || q <= 0 || q > 1)
     return fmt::format("quant.occ.quantile must lie in (0, 1], got {}", q);
   return "";
+}
+
+std::string check_fp8_tensor_core_shapes(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
+                                         int64_t n_layers, int64_t tokens) {
+  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase) {
+    const std::vector<LinearPlan> plans = layer_plans(config, layers, n_layers, phase);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LinearShape& l = layers[i];
+      for (kernels::GemmKind g : contract::kAllGemms) {
+        if (plans[i][g].precision != contract::GemmPrecision::kFP8) continue;
+        // (M, N, K) of Y = X Wᵀ, dX = dY W, dW = dYᵀ X.
+        const auto [m, n, k] = g == kernels::GemmKind::kFprop   ? std::tuple{tokens, l.out_features, l.in_features}
+                               : g == kernels::GemmKind::kDgrad ? std::tuple{tokens, l.in_features, l.out_features}
+                                                                : std::tuple{l.out_features, l.in_features, tokens};
+        const std::string why = kernels::fp8_tensorwise_shape_problem(m, n, k);
+        if (!why.empty()) return l.name + " " + gemm_name(g) + ": " + why;
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace mxablate::trainer

@@ -133,6 +133,7 @@ LogSummary summarize_log(const std::string& events_path) {
     const std::string k = ev["kind"].get<std::string>();
     if (k == kind::kRunStart) {
       ++s.run_starts;
+      s.last_run_start = ev;
       s.run_end.reset();
     } else if (k == kind::kRunEnd) {
       s.run_end = ev;

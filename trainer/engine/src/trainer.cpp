@@ -14,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "mxablate/contract/gemm_route.h"
@@ -22,7 +21,6 @@
 #include "mxablate/contract/standby.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
-#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/checkpoint.h"
@@ -30,6 +28,7 @@
 #include "mxablate/trainer/mllog.h"
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/optimizer.h"
+#include "mxablate/trainer/plan_rules.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/run_events.h"
 #include "mxablate/trainer/ranks.h"
@@ -68,27 +67,6 @@ at::Device resolve_device(const RunConfig& c, int local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-// The first FP8 GEMM of any phase whose K or N FP8 tensor cores cannot take (multiples of 16),
-// as "LAYER GEMM: why"; empty when every one fits. Wgrad reduces over the micro-batch's tokens.
-std::string fp8_gemm_shape_problem(const RunConfig& c, const std::vector<LinearShape>& layers, int64_t n_layers,
-                                   int64_t tokens) {
-  for (size_t phase = 0; phase <= c.precision_schedule.size(); ++phase) {
-    const std::vector<LinearPlan> plans = layer_plans(c, layers, n_layers, phase);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const LinearShape& l = layers[i];
-      for (kernels::GemmKind g : contract::kAllGemms) {
-        if (plans[i][g].precision != contract::GemmPrecision::kFP8) continue;
-        const auto [m, n, k] = g == kernels::GemmKind::kFprop   ? std::tuple{tokens, l.out_features, l.in_features}
-                               : g == kernels::GemmKind::kDgrad ? std::tuple{tokens, l.in_features, l.out_features}
-                                                       : std::tuple{l.out_features, l.in_features, tokens};
-        const std::string why = kernels::fp8_tensorwise_shape_problem(m, n, k);
-        if (!why.empty()) return l.name + " " + gemm_name(g) + ": " + why;
-      }
-    }
-  }
-  return {};
-}
-
 // How each GEMM precision runs here (contract/gemm_route.h holds the rule): what the device and
 // this build can run, as the kernels say, then the rule. A GEMM path the config demands but the
 // device lacks is a ConfigError; auto's fallback to emulation is said on rank 0's stderr (and in
@@ -98,7 +76,7 @@ contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& d
                                          int64_t tokens, bool say_fallback) {
   contract::GemmRouteSupport support;
   support.fp8_tensorwise = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kFP8Tensorwise, device);
-  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = fp8_gemm_shape_problem(c, layers, n_layers, tokens);
+  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, n_layers, tokens);
   support.hopper_fp8 = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kHopperFP8, device);
   const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
   const std::string& fallback = routes.by_precision[static_cast<size_t>(contract::GemmPrecision::kFP8)].fallback;
@@ -220,6 +198,14 @@ class TrainingRun {
       }
       events_ = std::make_unique<RunEvents>(events_path_);
       if (options_.resume) resumed_from_checkpoint = restore(history);
+      if (resumed_from_checkpoint) {
+        // The checkpoint's steps ran on the engines its attempt recorded (docs/design.md §3).
+        const nlohmann::json before = history.last_run_start && history.last_run_start->contains("gemm_routes")
+                                          ? (*history.last_run_start)["gemm_routes"]
+                                          : nlohmann::json();
+        const std::string change = contract::gemm_routes_change(before, s_.routes, s_.config);
+        if (!change.empty()) throw ConfigError("quant.gemm_path: " + change);
+      }
       write_run_start(history.run_starts + 1, resumed_from_checkpoint);
       if (dp_) dp_->publish(kStartKey, resumed_from_checkpoint ? "checkpoint " + restored_from_ : "fresh");
     } else {

@@ -61,6 +61,19 @@ GemmRoutes resolve_gemm_routes(GemmPath setting, const GemmRouteSupport& support
 // for run_start ("fallback" only when one happened).
 nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes);
 
+// Why resuming a run from a checkpoint with `now` would continue its FP8 or MXFP4 GEMMs on
+// other engines than its previous attempt ran them on; empty when nothing changes. `before` is
+// that attempt's run_start "gemm_routes", or null for a log written before they were recorded,
+// when FP8 GEMMs always ran emulated and MXFP4 ones on hopper-fp8 exactly under `fp8`. The
+// trainer refuses such a resume: one run's steps would come from two engines under one run id.
+std::string gemm_routes_change(const nlohmann::json& before, const GemmRoutes& now, const RunConfig& c);
+
+// True when every GEMM precision `run` plans would take the same route under run's gemm_path as
+// under `reference`'s, on a device with every route: the two settings then differ in name only
+// for this run (an MXFP4 arm under auto against an FP8 baseline under emulated, say), and
+// settings_difference does not call the difference an intervention.
+bool same_gemm_engines(const RunConfig& run, const RunConfig& reference);
+
 // True when any GEMM the config can plan is FP8: the blocks' precision, a schedule phase or an
 // override. Without one, `auto` and `emulated` compute the same bits.
 bool has_fp8_gemm(const RunConfig& c);

@@ -5,7 +5,9 @@
 // a plan (std::invalid_argument) however it was built (docs/design.md §4).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mxablate/trainer/linear_plan.h"
 
@@ -19,5 +21,12 @@ std::string check_dge(const LinearPlan& plan);
 
 // "" when plan.occ is unset or usable; otherwise one sentence. The quantile must lie in (0, 1].
 std::string check_occ(const LinearPlan& plan);
+
+// "" when every FP8 GEMM the config plans, in any precision phase, has a shape FP8 tensor cores
+// take (kernels/gemm_shape.h: K and N multiples of 16; Wgrad reduces over the micro-batch's
+// `tokens`); otherwise "LAYER GEMM: why" for the first that does not. The trainer's
+// fp8-tensorwise route needs it (docs/design.md §3).
+std::string check_fp8_tensor_core_shapes(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
+                                         int64_t n_layers, int64_t tokens);
 
 }  // namespace mxablate::trainer

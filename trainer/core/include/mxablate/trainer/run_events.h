@@ -69,6 +69,7 @@ class RunEvents {
 // The events of the surviving timeline (resume discards applied), for resume decisions.
 struct LogSummary {
   int64_t run_starts = 0;
+  std::optional<nlohmann::json> last_run_start;  // the last run_start, if any
   std::optional<nlohmann::json> run_end;  // the last run_end, if the timeline ended
   // seq of the checkpoint event announcing `path` at `step`, if it was written.
   std::optional<int64_t> checkpoint_seq(const std::string& path, int64_t step) const;

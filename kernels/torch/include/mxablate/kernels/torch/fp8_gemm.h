@@ -15,6 +15,7 @@
 
 #include <string>
 
+#include "mxablate/kernels/gemm_shape.h"  // fp8_tensorwise_shape_problem
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 
@@ -39,12 +40,9 @@ Fp8Codes fp8_quantize(const at::Tensor& x, const AxisQuantization* rows, const A
 // C = fold · Σ_k a[m,k] b[n,k] · a_scale · b_scale for code tensors a (M x K) and b (N x K),
 // both K-contiguous, on FP8 tensor cores: products exact, FP32 accumulation (no fast
 // accumulation), one rounding to `out_dtype` (float32 or bfloat16). K and N must be multiples of
-// 16 (cuBLASLt); e5m2 x e5m2 has no kernel and is refused. `fold` (sr_prescale_fold) multiplies
+// 16 (fp8_tensorwise_shape_problem); e5m2 x e5m2 has no kernel and is refused. `fold` (sr_prescale_fold) multiplies
 // a's scale on the device first.
 at::Tensor fp8_tensorwise_mm(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                              const at::Tensor& b_scale, at::ScalarType out_dtype, float fold = 1.0f);
-
-// Empty when a GEMM of (M x K) and (N x K) FP8 operands fits fp8_tensorwise_mm, else why not.
-std::string fp8_tensorwise_shape_problem(int64_t m, int64_t n, int64_t k);
 
 }  // namespace mxablate::kernels
