@@ -384,7 +384,7 @@ class TrainingRun {
   // the run must end here.
   std::optional<int> evaluate_and_judge() {
     // The steps queued before belong to training: synchronized here, at a boundary that already
-    // synchronizes (each batch's loss is read back), never once per step.
+    // synchronizes (the evaluation's loss is read back), never once per step.
     compat::synchronize(s_.device);
     const Clock::time_point eval_start = Clock::now();
     const double val_loss = evaluate();
