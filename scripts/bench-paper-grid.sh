@@ -10,7 +10,8 @@
 #   DATA_DIR: a prepared data directory (the recipe's `default` dataset), e.g. data/default.
 #   Extra arguments go to `mxablate run`, e.g. --no-prestart, or --per-gpu 2.
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu: mxablate and mxablate-train built for the GPU,
-#        e.g. by scripts/gpu-check.sh), MXABLATE_BENCH_GPU (default 0), MXABLATE_BENCH_OUT (the
+#        e.g. by scripts/gpu-check.sh), MXABLATE_BENCH_GPU (default 0; a list such as 0,1 spreads
+#        the grid over those GPUs, one slot each, for the busy-GPU target), MXABLATE_BENCH_OUT (the
 #        database, run directories and log; default a new directory under /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."

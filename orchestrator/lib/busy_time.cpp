@@ -32,6 +32,7 @@ BusySummary summarize_busy(const std::vector<AttemptSpan>& attempts, double now)
       busy = std::min(*a.busy_s, end - a.launched_at);
     else if (a.ended_at)
       ++s.untimed;
+    if (!a.ended_at) ++s.open;
     for (const std::string& slot : slot_parts(a.slot)) {
       auto it = std::find_if(s.slots.begin(), s.slots.end(),
                              [&](const auto& p) { return p.first == slot; });

@@ -85,10 +85,14 @@ void print_busy(results::Database& db, int64_t sweep_id) {
   std::cout << fmt::format("  busy: {}; all slots {} of {} (train + eval time over the sweep's "
                            "wall time so far){}\n",
                            per_slot, percent(b.overall()), format_duration(b.wall_s),
-                           b.untimed > 0 ? fmt::format("; {} ended attempt(s) without timings "
-                                                       "count as idle",
-                                                       b.untimed)
-                                         : std::string());
+                           (b.open > 0 ? fmt::format("; {} running attempt(s) count once they "
+                                                     "end",
+                                                     b.open)
+                                       : std::string()) +
+                               (b.untimed > 0 ? fmt::format("; {} ended attempt(s) without "
+                                                            "timings count as idle",
+                                                            b.untimed)
+                                              : std::string()));
 }
 
 void print_sweep(results::Database& db, int64_t sweep_id, const std::string& name,

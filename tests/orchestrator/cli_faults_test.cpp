@@ -84,6 +84,9 @@ TEST_CASE("Ctrl-C / SIGTERM: trainers checkpoint and stop, the state is recorded
   CHECK(s.scalar("SELECT COUNT(*) FROM runs WHERE status = 'interrupted'") == 2);
   CHECK(s.scalar("SELECT COUNT(*) FROM runs WHERE status = 'running'") == 0);
   CHECK(s.scalar("SELECT COUNT(*) FROM attempts WHERE ended_at IS NULL") == 0);
+  // The two runs prestarted on the busy slots were stopped too, before training: still pending.
+  CHECK(contains(r.err, "its standby trainer ended"));
+  CHECK(s.scalar("SELECT COUNT(*) FROM runs WHERE status = 'pending' AND attempts = 0") == 4);
   CHECK(s.live_trainers() == 0);
 
   const ProcessResult again = s.run_to_end();

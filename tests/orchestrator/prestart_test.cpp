@@ -295,6 +295,20 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
     REQUIRE(at != std::string::npos);
     CHECK(contains(s.out.substr(at, s.out.find('\n', at) - at), pct));
   }
+
+  // A store from before the timings (schema 4), read as it is: no busy line, no figures.
+  {
+    results::Database db(off, results::Database::Mode::kReadWrite);
+    for (const char* c : {"prestarted", "setup_s", "standby_s", "train_s", "eval_s", "checkpoint_s"})
+      db.exec(std::string("ALTER TABLE attempts DROP COLUMN ") + c, "test");
+    db.exec("PRAGMA user_version = 4", "test");
+  }
+  const ProcessResult old = run_process({kMxablate.string(), "status", "--db", off}, dir.path());
+  INFO(old.err);
+  REQUIRE(old.code() == 0);
+  CHECK_FALSE(contains(old.out, "\n  busy: "));
+  CHECK(contains(s.out, "\n  busy: "));
+  CHECK(contains(old.out, "budget_exhausted"));
 }
 
 TEST_CASE("busy time: the union of the attempts' spans, and rows a store should never hold count "
@@ -316,6 +330,7 @@ TEST_CASE("busy time: the union of the attempts' spans, and rows a store should 
                                           10);
   CHECK(open.wall_s == Approx(10));
   CHECK(open.untimed == 1);
+  CHECK(open.open == 1);
   CHECK(*open.overall() == Approx(0));
   // Hostile rows: an end before the start, a non-finite time, negative or oversized busy time.
   const BusySummary hostile = summarize_busy(

@@ -27,8 +27,9 @@ std::optional<int> standby_fd_from_environment() {
   if (::fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
     throw ConfigError(std::string(kStandbyFdEnv) + ": descriptor " + shown() +
                       " is not an open pipe or socket");
-  // Not passed on: nothing this process starts may hold the orchestrator's end open.
+  // Not passed on: nothing this process starts may inherit the descriptor or the variable.
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::unsetenv(kStandbyFdEnv);
   return fd;
 }
 

@@ -380,15 +380,19 @@ class TrainingRun {
   double evaluate() {
     torch::NoGradGuard no_grad;
     s_.model->session().collect_telemetry = false;
-    double sum = 0;
+    // Summed on the device in double, in the order and with the roundings the host sum had
+    // (each loss widened, times its batch's sequences, then added): the same bits, but one
+    // read-back per evaluation instead of one per batch, so the batches queue back to back.
+    at::Tensor device_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(s_.device));
     int64_t sequences = 0;
     for (size_t i = static_cast<size_t>(s_.rank.rank); i < s_.validation.size();
          i += static_cast<size_t>(s_.rank.world)) {
       const TokenBatch& b = s_.validation[i];
       const int64_t n = b.inputs.size(0);
-      sum += s_.model->loss(b.inputs, b.targets).item<double>() * static_cast<double>(n);
+      device_sum.add_(s_.model->loss(b.inputs, b.targets).to(at::kDouble) * static_cast<double>(n));
       sequences += n;
     }
+    double sum = device_sum.item<double>();
     if (dp_) {
       const std::vector<double> local{sum, static_cast<double>(sequences)};
       const std::vector<double> total = sum_over_ranks(local);
@@ -411,7 +415,7 @@ class TrainingRun {
   // the run must end here.
   std::optional<int> evaluate_and_judge() {
     // The steps queued before belong to training: synchronized here, at a boundary that already
-    // synchronizes (each batch's loss is read back), never once per step.
+    // synchronizes (the evaluation's loss is read back), never once per step.
     compat::synchronize(s_.device);
     const Clock::time_point eval_start = Clock::now();
     const double val_loss = evaluate();

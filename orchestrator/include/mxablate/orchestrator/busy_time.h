@@ -23,6 +23,7 @@ struct BusySummary {
   double wall_s = 0;  // the union of the attempts' spans
   std::vector<std::pair<std::string, double>> slots;  // busy seconds per slot, by first use
   size_t untimed = 0;  // ended attempts without timings (counted as not busy)
+  size_t open = 0;     // attempts still running: their busy time counts once they end
   double total_busy_s() const;
   // Busy time over wall time: of one slot; of all slots together (over slots × wall).
   std::optional<double> fraction(const std::string& slot) const;

@@ -15,8 +15,9 @@ inline constexpr const char* kStandbyFdEnv = "MXABLATE_STANDBY_FD";
 inline constexpr char kStandbyGo = 'g';
 
 // MXABLATE_STANDBY_FD, parsed once at the trainer's boundary: nullopt when unset or empty; the
-// descriptor when it is a decimal number >= 3 naming an open pipe or socket. Anything else is a
-// ConfigError naming the variable and the value.
+// descriptor when it is a decimal number >= 3 naming an open pipe or socket (then marked
+// close-on-exec and the variable removed: nothing this process starts inherits either). Anything
+// else is a ConfigError naming the variable and the value.
 std::optional<int> standby_fd_from_environment();
 
 enum class StandbyRelease {
