@@ -190,21 +190,25 @@ TEST_CASE("the fp8-tensorwise GEMM equals the decoded codes' product and the exa
       const at::Tensor& scale_b = b_rows ? cb.rows_scale : cb.cols_scale;
       const double fold = sr_prescale_fold(c.a.spec, c.b.spec);
       const at::Tensor exact = decoded_product(codes_a, scale_a, codes_b, scale_b, fold);
-      // Float32 output: FP32 accumulation in another order than float64's, relative ~1e-6.
+      // Float32 output: Hopper's FP8 tensor cores do not accumulate in IEEE float32 (their
+      // partial sums keep fewer mantissa bits until cuBLAS promotes them), so the product is
+      // only close to float64's: measured 1.0e-4 to 1.3e-4 relative on an H100 (2026-11-23).
+      // 1e-3 still catches a wrong scale, layout or code (errors of order one).
+      constexpr double kTensorCore = 1e-3;
       const at::Tensor f32 = fp8_tensorwise_mm(codes_a, scale_a, codes_b, scale_b, at::kFloat, static_cast<float>(fold));
       CHECK(f32.scalar_type() == at::kFloat);
-      CHECK(relative_error(f32, exact) < 1e-5);
+      CHECK(relative_error(f32, exact) < kTensorCore);
       // Through quantized_gemm: the same codes (the quantizer is deterministic), output in the
       // operands' dtype: bf16 adds one rounding of each output (relative 2^-9 per element).
       const at::Tensor tc = quantized_gemm(c.a, c.b, GemmPath::kFP8Tensorwise);
       CHECK(tc.scalar_type() == dtype);
-      CHECK(relative_error(tc, exact) < (dtype == at::kFloat ? 1e-5 : 4e-3));
+      CHECK(relative_error(tc, exact) < (dtype == at::kFloat ? kTensorCore : 4e-3));
       // The emulation multiplies the dequantized values code * d, rounded to float32 (float32
       // operands) or to bf16 (bf16 operands: relative <= 2^-9 per operand element, d being no
-      // power of two), then rounds the output likewise: within 1e-5 and 6e-3 respectively.
+      // power of two), then rounds the output likewise: within kTensorCore and 6e-3.
       const at::Tensor emulated = quantized_gemm(c.a, c.b, GemmPath::kEmulated);
       CHECK(emulated.scalar_type() == tc.scalar_type());
-      CHECK(relative_error(tc, emulated) < (dtype == at::kFloat ? 1e-5 : 6e-3));
+      CHECK(relative_error(tc, emulated) < (dtype == at::kFloat ? kTensorCore : 6e-3));
     }
   }
 }
