@@ -88,12 +88,23 @@ __device__ __forceinline__ void load_vec(const Bf16* __restrict__ p, float (&out
   }
 }
 
+// One 16-byte store. nvcc splits some uint4/float4 stores into 32-bit ones (seen in RoPE's PTX),
+// so on CUDA the vector store is spelled out; hipcc gets the plain store.
+__device__ __forceinline__ void store16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#if MXABLATE_GPU_HIP
+  *reinterpret_cast<uint4*>(p) = make_uint4(a, b, c, d);
+#else
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+#endif
+}
+
 template <int N>
 __device__ __forceinline__ void store_vec(float* __restrict__ p, const float (&v)[N]) {
   static_assert(N % 4 == 0, "float32 vectors are whole float4s");
 #pragma unroll
   for (int c = 0; c < N / 4; ++c)
-    reinterpret_cast<float4*>(p)[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+    store16(p + 4 * c, __float_as_uint(v[4 * c]), __float_as_uint(v[4 * c + 1]), __float_as_uint(v[4 * c + 2]),
+            __float_as_uint(v[4 * c + 3]));
 }
 
 template <int N>
@@ -104,8 +115,8 @@ __device__ __forceinline__ void store_vec(Bf16* __restrict__ p, const float (&v)
   } else {
 #pragma unroll
     for (int c = 0; c < N / 8; ++c)
-      reinterpret_cast<uint4*>(p)[c] = make_uint4(pack_bf16(v[8 * c], v[8 * c + 1]), pack_bf16(v[8 * c + 2], v[8 * c + 3]),
-                                                  pack_bf16(v[8 * c + 4], v[8 * c + 5]), pack_bf16(v[8 * c + 6], v[8 * c + 7]));
+      store16(p + 8 * c, pack_bf16(v[8 * c], v[8 * c + 1]), pack_bf16(v[8 * c + 2], v[8 * c + 3]),
+              pack_bf16(v[8 * c + 4], v[8 * c + 5]), pack_bf16(v[8 * c + 6], v[8 * c + 7]));
   }
 }
 
@@ -212,7 +223,8 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
   float* prod = smem + cols;
   __shared__ float scratch[kMaxWarps];
   const int64_t nvec = cols / kNormVec;
-  float wv[kSlots][kNormVec], dv[kSlots][kNormVec], xv[kSlots][kNormVec], dn[kSlots][kNormVec], xn[kSlots][kNormVec];
+  float wv[kSlots][kNormVec], dv[kSlots][kNormVec], xv[kSlots][kNormVec];
+  float dn[kSlots][kNormVec] = {}, xn[kSlots][kNormVec] = {};  // the next row (zeros after the last)
   load_row_slots(w, nvec, wv);
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
