@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "gpu_runtime.h"
 #include "mxablate/kernels/gpu/fused_ops_gpu.h"
@@ -36,6 +37,88 @@ __device__ __forceinline__ float to_float(Bf16 v) { return bf16_bits_to_float(v)
 
 __device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(Bf16* p, int64_t i, float v) { p[i] = float_to_bf16_bits(v); }
+
+// ---- Vectorized access ----------------------------------------------------------------------------
+// The elementwise kernels move kVec elements per thread and access (16 bytes of bf16, 32 of
+// float32) through 16-byte loads and stores when every pointer is 16-byte aligned (aligned16);
+// otherwise, and for the last n % kVec elements, they take the scalar loop. Both loops call the
+// same per-element function, so the path never changes a bit. N elements starting at a multiple
+// of N elements: float32 in float4 chunks; bf16 in one 8-byte chunk (N = 4) or 16-byte chunks.
+constexpr int kVec = 8;
+
+template <int N>
+__device__ __forceinline__ void load_vec(const float* __restrict__ p, float (&out)[N]) {
+  static_assert(N % 4 == 0, "float32 vectors are whole float4s");
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const float4 f = reinterpret_cast<const float4*>(p)[c];
+    out[4 * c] = f.x;
+    out[4 * c + 1] = f.y;
+    out[4 * c + 2] = f.z;
+    out[4 * c + 3] = f.w;
+  }
+}
+
+// Little-endian: the element at the lower address is the word's low half.
+__device__ __forceinline__ void unpack_bf16(uint32_t word, float* out) {
+  out[0] = bf16_bits_to_float(static_cast<Bf16>(word & 0xFFFFu));
+  out[1] = bf16_bits_to_float(static_cast<Bf16>(word >> 16));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return static_cast<uint32_t>(float_to_bf16_bits(lo)) | (static_cast<uint32_t>(float_to_bf16_bits(hi)) << 16);
+}
+
+template <int N>
+__device__ __forceinline__ void load_vec(const Bf16* __restrict__ p, float (&out)[N]) {
+  static_assert(N == 4 || N % 8 == 0, "bf16 vectors are one uint2 or whole uint4s");
+  if constexpr (N == 4) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    unpack_bf16(r.x, out);
+    unpack_bf16(r.y, out + 2);
+  } else {
+#pragma unroll
+    for (int c = 0; c < N / 8; ++c) {
+      const uint4 r = reinterpret_cast<const uint4*>(p)[c];
+      unpack_bf16(r.x, out + 8 * c);
+      unpack_bf16(r.y, out + 8 * c + 2);
+      unpack_bf16(r.z, out + 8 * c + 4);
+      unpack_bf16(r.w, out + 8 * c + 6);
+    }
+  }
+}
+
+// One 16-byte store. nvcc splits some uint4/float4 stores into 32-bit ones (seen in RoPE's PTX),
+// so on CUDA the vector store is spelled out; hipcc gets the plain store.
+__device__ __forceinline__ void store16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#if MXABLATE_GPU_HIP
+  *reinterpret_cast<uint4*>(p) = make_uint4(a, b, c, d);
+#else
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void store_vec(float* __restrict__ p, const float (&v)[N]) {
+  static_assert(N % 4 == 0, "float32 vectors are whole float4s");
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c)
+    store16(p + 4 * c, __float_as_uint(v[4 * c]), __float_as_uint(v[4 * c + 1]), __float_as_uint(v[4 * c + 2]),
+            __float_as_uint(v[4 * c + 3]));
+}
+
+template <int N>
+__device__ __forceinline__ void store_vec(Bf16* __restrict__ p, const float (&v)[N]) {
+  static_assert(N == 4 || N % 8 == 0, "bf16 vectors are one uint2 or whole uint4s");
+  if constexpr (N == 4) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+  } else {
+#pragma unroll
+    for (int c = 0; c < N / 8; ++c)
+      store16(p + 8 * c, pack_bf16(v[8 * c], v[8 * c + 1]), pack_bf16(v[8 * c + 2], v[8 * c + 3]),
+              pack_bf16(v[8 * c + 4], v[8 * c + 5]), pack_bf16(v[8 * c + 6], v[8 * c + 7]));
+  }
+}
 
 // Sum over the block, the same value in every thread and the same bits on every call: warps
 // reduce by butterfly, then each thread adds the warps' sums in warp order. `scratch` holds one
@@ -107,6 +190,105 @@ __global__ void rmsnorm_backward_kernel(const DT* __restrict__ dy, const XT* __r
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) partial[blockIdx.x * cols + j] = acc[j];
 }
 
+// Columns per vector of rmsnorm_backward_vec_kernel: 16 bytes of float32 x and dx, 8 of bf16 dy.
+constexpr int kNormVec = 4;
+// The most column vectors one thread holds in registers; longer rows take the scalar kernel.
+constexpr int kNormMaxSlots = 4;
+
+// Loads the thread's column vectors sv = threadIdx.x + k * blockDim.x of one row.
+template <typename T, int kSlots>
+__device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int64_t nvec, float (&out)[kSlots][kNormVec]) {
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (sv < nvec) load_vec(row + sv * kNormVec, out[k]);
+  }
+}
+
+// rmsnorm_backward_kernel's arithmetic, bit for bit, with 16-byte accesses: thread s owns the
+// column vectors s, s + blockDim, ... (kSlots of them cover the row), loads dy and x once per row
+// (the next row's while the block reduces this one) and stores dx as vectors. The dot product
+// keeps the scalar kernel's order exactly: every column's product goes to shared memory, then
+// thread t adds those of its scalar columns t, t + blockDim, ... in that order and calls the same
+// block_sum. dweight: each column's partial adds its rows in row order, as in the scalar kernel
+// (which thread owns a column does not change a bit). Needs cols % kNormVec == 0 and 16-byte
+// aligned dy, x, weight and dx.
+template <typename DT, typename XT, int kSlots>
+__global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
+                                            const float* __restrict__ w, const float* __restrict__ rstd,
+                                            int64_t rows, int64_t cols, int64_t rows_per_block,
+                                            float* __restrict__ dx, float* __restrict__ partial) {
+  extern __shared__ float smem[];  // acc[cols], then prod[cols]
+  float* acc = smem;
+  float* prod = smem + cols;
+  __shared__ float scratch[kMaxWarps];
+  const int64_t nvec = cols / kNormVec;
+  float wv[kSlots][kNormVec], dv[kSlots][kNormVec], xv[kSlots][kNormVec];
+  float dn[kSlots][kNormVec] = {}, xn[kSlots][kNormVec] = {};  // the next row (zeros after the last)
+  load_row_slots(w, nvec, wv);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (sv < nvec) {
+#pragma unroll
+      for (int e = 0; e < kNormVec; ++e) acc[sv * kNormVec + e] = 0.0f;
+    }
+  }
+  const int64_t begin = blockIdx.x * rows_per_block;
+  const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+  if (begin < end) {
+    load_row_slots(dy + begin * cols, nvec, dv);
+    load_row_slots(x + begin * cols, nvec, xv);
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    const float rs = rstd[r];
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (sv < nvec) {
+#pragma unroll
+        for (int e = 0; e < kNormVec; ++e) prod[sv * kNormVec + e] = (dv[k][e] * wv[k][e]) * xv[k][e];
+      }
+    }
+    __syncthreads();
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dot += prod[j];
+    if (r + 1 < end) {
+      load_row_slots(dy + (r + 1) * cols, nvec, dn);
+      load_row_slots(x + (r + 1) * cols, nvec, xn);
+    }
+    dot = block_sum(dot, scratch);  // its barriers also end this row's reads of prod
+    const float coef = ((rs * rs) * rs) * (dot / static_cast<float>(cols));
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (sv < nvec) {
+        float out[kNormVec];
+#pragma unroll
+        for (int e = 0; e < kNormVec; ++e) {
+          const float d = dv[k][e], v = xv[k][e];
+          out[e] = rs * (d * wv[k][e]) - v * coef;
+          acc[sv * kNormVec + e] += (d * v) * rs;
+        }
+        store_vec(dx + r * cols + sv * kNormVec, out);
+      }
+#pragma unroll
+      for (int e = 0; e < kNormVec; ++e) {
+        dv[k][e] = dn[k][e];
+        xv[k][e] = xn[k][e];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (sv < nvec) {
+#pragma unroll
+      for (int e = 0; e < kNormVec; ++e) partial[blockIdx.x * cols + sv * kNormVec + e] = acc[sv * kNormVec + e];
+    }
+  }
+}
+
 // dweight[j] = the sum of column j's partials, in a fixed order: a block covers kSumCols columns
 // with kSumGroups groups of threads; group k adds partials k, k + kSumGroups, ... (coalesced rows,
 // independent loads), then thread k = 0 adds the groups' sums in group order.
@@ -134,27 +316,55 @@ __global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t p
 
 // ---- SwiGLU (ATen's silu and silu_backward formulas, operation for operation) -----------------
 
+// The per-element formulas, shared by the vector and the scalar loops.
+__device__ __forceinline__ float swiglu_h(float gv, float uv) { return (gv / (1.0f + expf(-gv))) * uv; }
+
+__device__ __forceinline__ void swiglu_grads(float d, float gv, float uv, float& dg, float& du) {
+  const float e = 1.0f + expf(-gv);
+  const float sig = 1.0f / e;
+  dg = ((d * uv) * sig) * (1.0f + gv * (1.0f - sig));
+  du = d * (gv / e);
+}
+
+// Elements [0, vec_n) in kVec-element vectors (vec_n a multiple of kVec, 0 when a pointer is not
+// 16-byte aligned), then [vec_n, n) one at a time; both grid-stride.
 template <typename IT, typename HT>
-__global__ void swiglu_forward_kernel(const IT* __restrict__ g, const IT* __restrict__ u, int64_t n,
+__global__ void swiglu_forward_kernel(const IT* __restrict__ g, const IT* __restrict__ u, int64_t n, int64_t vec_n,
                                       HT* __restrict__ h) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float gv = to_float(g[i]);
-    store(h, i, (gv / (1.0f + expf(-gv))) * to_float(u[i]));
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t v = tid; v < vec_n / kVec; v += stride) {
+    float gv[kVec], uv[kVec], hv[kVec];
+    load_vec(g + v * kVec, gv);
+    load_vec(u + v * kVec, uv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) hv[k] = swiglu_h(gv[k], uv[k]);
+    store_vec(h + v * kVec, hv);
   }
+  for (int64_t i = vec_n + tid; i < n; i += stride) store(h, i, swiglu_h(to_float(g[i]), to_float(u[i])));
 }
 
 template <typename DT, typename IT, typename GT>
 __global__ void swiglu_backward_kernel(const DT* __restrict__ dh, const IT* __restrict__ g,
-                                       const IT* __restrict__ u, int64_t n, GT* __restrict__ dg,
+                                       const IT* __restrict__ u, int64_t n, int64_t vec_n, GT* __restrict__ dg,
                                        GT* __restrict__ du) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float d = to_float(dh[i]), gv = to_float(g[i]), uv = to_float(u[i]);
-    const float e = 1.0f + expf(-gv);
-    const float sig = 1.0f / e;
-    store(dg, i, ((d * uv) * sig) * (1.0f + gv * (1.0f - sig)));
-    store(du, i, d * (gv / e));
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t v = tid; v < vec_n / kVec; v += stride) {
+    float d[kVec], gv[kVec], uv[kVec], dgv[kVec], duv[kVec];
+    load_vec(dh + v * kVec, d);
+    load_vec(g + v * kVec, gv);
+    load_vec(u + v * kVec, uv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) swiglu_grads(d[k], gv[k], uv[k], dgv[k], duv[k]);
+    store_vec(dg + v * kVec, dgv);
+    store_vec(du + v * kVec, duv);
+  }
+  for (int64_t i = vec_n + tid; i < n; i += stride) {
+    float dgi, dui;
+    swiglu_grads(to_float(dh[i]), to_float(g[i]), to_float(u[i]), dgi, dui);
+    store(dg, i, dgi);
+    store(du, i, dui);
   }
 }
 
@@ -165,9 +375,22 @@ struct RopeShape {
   int64_t heads, seq, half;
 };
 
+// The rotation of one pair, shared by the vector and the scalar kernels.
+template <bool kInverse>
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn, float& y1, float& y2) {
+  if (kInverse) {
+    y1 = x1 * c + x2 * sn;
+    y2 = x2 * c - x1 * sn;
+  } else {
+    y1 = x1 * c - x2 * sn;
+    y2 = x1 * sn + x2 * c;
+  }
+}
+
 // One thread per (b, h, t, i < half) pair, i fastest: a warp reads and writes runs of `half`
 // consecutive elements in both layouts. The pair index is split with IndexT arithmetic: 32-bit
 // division is several times cheaper than 64-bit, and every realistic tensor has < 2^32 pairs.
+// The fallback of rope_vec_kernel (half % kVec != 0, or unaligned pointers or strides).
 template <typename XT, typename YT, bool kInverse, typename IndexT>
 __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, RopeShape s, int64_t pairs) {
@@ -183,15 +406,42 @@ __global__ void rope_kernel(const XT* __restrict__ x, YT* __restrict__ y, const 
     const int64_t b = q / heads;
     const int64_t xo = b * s.xs[0] + h * s.xs[1] + t * s.xs[2] + i;
     const int64_t yo = b * s.ys[0] + h * s.ys[1] + t * s.ys[2] + i;
-    const float c = cos_t[t * s.half + i], sn = sin_t[t * s.half + i];
-    const float x1 = to_float(x[xo]), x2 = to_float(x[xo + s.half]);
-    if (kInverse) {
-      store(y, yo, x1 * c + x2 * sn);
-      store(y, yo + s.half, x2 * c - x1 * sn);
-    } else {
-      store(y, yo, x1 * c - x2 * sn);
-      store(y, yo + s.half, x1 * sn + x2 * c);
-    }
+    float y1, y2;
+    rope_pair<kInverse>(to_float(x[xo]), to_float(x[xo + s.half]), cos_t[t * s.half + i], sin_t[t * s.half + i], y1, y2);
+    store(y, yo, y1);
+    store(y, yo + s.half, y2);
+  }
+}
+
+// One thread per kVec consecutive pairs (i = kVec*k .. kVec*k + kVec-1 of one (b, h, t)): the
+// half / kVec threads of a (b, h, t) are neighbours, and the index split is done once per vector
+// instead of once per pair. Requires half % kVec == 0, 16-byte aligned x, y, cos and sin, and
+// (b, h, t) strides that are multiples of kVec elements (so every vector starts 16-byte aligned).
+template <typename XT, typename YT, bool kInverse, typename IndexT>
+__global__ void rope_vec_kernel(const XT* __restrict__ x, YT* __restrict__ y, const float* __restrict__ cos_t,
+                                const float* __restrict__ sin_t, RopeShape s, int64_t vectors) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const auto groups = static_cast<IndexT>(s.half / kVec), seq = static_cast<IndexT>(s.seq),
+             heads = static_cast<IndexT>(s.heads);
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < vectors; p += stride) {
+    IndexT q = static_cast<IndexT>(p);
+    const int64_t i = static_cast<int64_t>(q % groups) * kVec;
+    q /= groups;
+    const int64_t t = q % seq;
+    q /= seq;
+    const int64_t h = q % heads;
+    const int64_t b = q / heads;
+    const int64_t xo = b * s.xs[0] + h * s.xs[1] + t * s.xs[2] + i;
+    const int64_t yo = b * s.ys[0] + h * s.ys[1] + t * s.ys[2] + i;
+    float x1[kVec], x2[kVec], c[kVec], sn[kVec], y1[kVec], y2[kVec];
+    load_vec(x + xo, x1);
+    load_vec(x + xo + s.half, x2);
+    load_vec(cos_t + t * s.half + i, c);
+    load_vec(sin_t + t * s.half + i, sn);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) rope_pair<kInverse>(x1[k], x2[k], c[k], sn[k], y1[k], y2[k]);
+    store_vec(y + yo, y1);
+    store_vec(y + yo + s.half, y2);
   }
 }
 
@@ -279,6 +529,10 @@ void check_launch(const char* what) { check(gpuGetLastError(), what); }
 
 int64_t rmsnorm_parts(int64_t rows) { return std::min(rows, kRmsNormPartials); }
 
+// 16-byte vector loads and stores need 16-byte aligned addresses; callers fall back to the
+// scalar code otherwise (a narrowed or offset view, a custom allocator).
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 void rmsnorm_forward(const RmsNormForwardJob& job, void* stream) {
@@ -323,13 +577,31 @@ void rmsnorm_backward(const RmsNormBackwardJob& job, void* stream) {
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (job.cols + 63) / 64 * 64));
   const size_t shared = static_cast<size_t>(job.cols) * sizeof(float);
   float* partial = static_cast<float*>(job.workspace);
+  // The vector kernel when the row splits into 16-byte vectors that at most kNormMaxSlots per
+  // thread cover (cols <= 4096 at 256 threads); both kernels give the same bits.
+  const int64_t slots = (job.cols / kNormVec + threads - 1) / threads;
+  const bool vectorized = job.cols % kNormVec == 0 && slots <= kNormMaxSlots && aligned16(job.dy) &&
+                          aligned16(job.x) && aligned16(job.weight) && aligned16(job.dx);
   with_type(job.dy_type, [&](auto dt) {
     using DT = decltype(dt);
     with_type(job.x_type, [&](auto xt) {
       using XT = decltype(xt);
-      rmsnorm_backward_kernel<DT, XT><<<static_cast<unsigned>(parts), threads, shared, s>>>(
-          static_cast<const DT*>(job.dy), static_cast<const XT*>(job.x), job.weight, job.rstd, job.rows, job.cols,
-          rows_per_block, job.dx, partial);
+      const auto* dy = static_cast<const DT*>(job.dy);
+      const auto* x = static_cast<const XT*>(job.x);
+      const auto grid = static_cast<unsigned>(parts);
+      if (!vectorized) {
+        rmsnorm_backward_kernel<DT, XT><<<grid, threads, shared, s>>>(dy, x, job.weight, job.rstd, job.rows, job.cols,
+                                                                      rows_per_block, job.dx, partial);
+      } else if (slots == 1) {
+        rmsnorm_backward_vec_kernel<DT, XT, 1><<<grid, threads, 2 * shared, s>>>(
+            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
+      } else if (slots == 2) {
+        rmsnorm_backward_vec_kernel<DT, XT, 2><<<grid, threads, 2 * shared, s>>>(
+            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
+      } else {
+        rmsnorm_backward_vec_kernel<DT, XT, kNormMaxSlots><<<grid, threads, 2 * shared, s>>>(
+            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
+      }
     });
   });
   check_launch("rmsnorm_backward");
@@ -344,13 +616,15 @@ void swiglu_forward(const SwiGluForwardJob& job, void* stream) {
   require_type(job.in_type, where, "g/u");
   require_type(job.h_type, where, "h");
   const auto s = static_cast<gpuStream_t>(stream);
-  const unsigned grid = blocks_for(job.n, kThreads);
+  const bool vectorized = aligned16(job.g) && aligned16(job.u) && aligned16(job.h);
+  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
+  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
   with_type(job.in_type, [&](auto it) {
     using IT = decltype(it);
     with_type(job.h_type, [&](auto ht) {
       using HT = decltype(ht);
       swiglu_forward_kernel<IT, HT><<<grid, kThreads, 0, s>>>(static_cast<const IT*>(job.g),
-                                                              static_cast<const IT*>(job.u), job.n,
+                                                              static_cast<const IT*>(job.u), job.n, vec_n,
                                                               static_cast<HT*>(job.h));
     });
   });
@@ -365,7 +639,10 @@ void swiglu_backward(const SwiGluBackwardJob& job, void* stream) {
   require_type(job.in_type, where, "g/u");
   require_type(job.grad_type, where, "dg/du");
   const auto s = static_cast<gpuStream_t>(stream);
-  const unsigned grid = blocks_for(job.n, kThreads);
+  const bool vectorized =
+      aligned16(job.dh) && aligned16(job.g) && aligned16(job.u) && aligned16(job.dg) && aligned16(job.du);
+  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
+  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
   with_type(job.dh_type, [&](auto dt) {
     using DT = decltype(dt);
     with_type(job.in_type, [&](auto it) {
@@ -374,7 +651,7 @@ void swiglu_backward(const SwiGluBackwardJob& job, void* stream) {
         using GT = decltype(gt);
         swiglu_backward_kernel<DT, IT, GT><<<grid, kThreads, 0, s>>>(
             static_cast<const DT*>(job.dh), static_cast<const IT*>(job.g), static_cast<const IT*>(job.u), job.n,
-            static_cast<GT*>(job.dg), static_cast<GT*>(job.du));
+            vec_n, static_cast<GT*>(job.dg), static_cast<GT*>(job.du));
       });
     });
   });
@@ -397,23 +674,42 @@ void rope(const RopeJob& job, void* stream) {
   shape.seq = job.seq;
   shape.half = job.head_dim / 2;
   const int64_t pairs = job.batch * job.heads * job.seq * shape.half;
+  // The vector kernel when every vector starts 16-byte aligned: half a multiple of kVec, aligned
+  // pointers, and (batch, heads, seq) strides in whole vectors (a dimension of extent 1 never
+  // moves, so its stride does not matter).
+  const int64_t extents[3] = {job.batch, job.heads, job.seq};
+  bool vectorized = shape.half % kVec == 0 && aligned16(job.x) && aligned16(job.y) && aligned16(job.cos) &&
+                    aligned16(job.sin);
+  for (int k = 0; k < 3; ++k)
+    vectorized = vectorized && (extents[k] == 1 || (shape.xs[k] % kVec == 0 && shape.ys[k] % kVec == 0));
+  const int64_t items = vectorized ? pairs / kVec : pairs;
   const auto s = static_cast<gpuStream_t>(stream);
-  const unsigned grid = blocks_for(pairs, kThreads);
+  const unsigned grid = blocks_for(items, kThreads);
+  const bool narrow = items <= static_cast<int64_t>(UINT32_MAX);
   with_type(job.x_type, [&](auto xt) {
     using XT = decltype(xt);
     with_type(job.y_type, [&](auto yt) {
       using YT = decltype(yt);
       const auto* x = static_cast<const XT*>(job.x);
       auto* y = static_cast<YT*>(job.y);
-      const bool narrow = pairs <= static_cast<int64_t>(UINT32_MAX);
+      // Every (direction, index width, path) instance, picked at run time.
+      const auto launch = [&](auto inverse, auto index) {
+        constexpr bool kInverse = decltype(inverse)::value;
+        using IndexT = decltype(index);
+        if (vectorized) {
+          rope_vec_kernel<XT, YT, kInverse, IndexT><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, items);
+        } else {
+          rope_kernel<XT, YT, kInverse, IndexT><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, items);
+        }
+      };
       if (job.inverse && narrow) {
-        rope_kernel<XT, YT, true, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        launch(std::true_type{}, uint32_t{});
       } else if (job.inverse) {
-        rope_kernel<XT, YT, true, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        launch(std::true_type{}, uint64_t{});
       } else if (narrow) {
-        rope_kernel<XT, YT, false, uint32_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        launch(std::false_type{}, uint32_t{});
       } else {
-        rope_kernel<XT, YT, false, uint64_t><<<grid, kThreads, 0, s>>>(x, y, job.cos, job.sin, shape, pairs);
+        launch(std::false_type{}, uint64_t{});
       }
     });
   });

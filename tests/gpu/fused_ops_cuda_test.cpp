@@ -6,11 +6,14 @@
 //     relative 1e-5; RoPE's are the same four products and two sums as ATen's, so bit for bit;
 //   - gradients that subtract nearly equal terms (RMSNorm's dx, SwiGLU's dg, CE's dlogits):
 //     normwise relative 1e-5, since elementwise relative error is unbounded near a cancellation.
-// Also: dweight and every other output are the same bits on a second call (no atomics).
+// Also: dweight and every other output are the same bits on a second call (no atomics), and the
+// kernels' 16-byte vector paths give the same bits as their scalar fallbacks (taken for views one
+// element off a 16-byte boundary, strides that are not whole vectors, and short rows/tails).
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -81,7 +84,118 @@ at::Tensor norm_input(int64_t rows, int64_t cols, uint64_t seed) {
   return x;
 }
 
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// A copy of `t` (contiguous, same sizes and dtype) whose data starts one element past a 16-byte
+// boundary: the kernels must take their scalar path for it.
+at::Tensor misaligned_copy(const at::Tensor& t) {
+  const at::Tensor storage = at::empty({t.numel() + 1}, t.options());
+  at::Tensor view = storage.narrow(0, 1, t.numel()).view(t.sizes());
+  view.copy_(t);
+  return view;
+}
+
 }  // namespace
+
+TEST_CASE("fused RMSNorm backward: the vector and the scalar kernels give the same bits", "[gpu][fused]") {
+  // cols % 4 == 0 and one, two or four 4-column vectors per thread take the vector kernel
+  // (768: the trainer's d; 4: one vector in all; 1028: two slots; 4096: four); 4100 needs five
+  // slots and 771 is no multiple of 4: scalar either way. 3000 rows leave the last blocks empty.
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {37, 768}, {3000, 768}, {5, 4}, {9, 1028}, {3, 4096}, {2, 4100}, {6, 771}}) {
+    INFO(rows << " x " << cols);
+    const at::Tensor x = norm_input(rows, cols, 71);
+    const at::Tensor w = randn({cols}, 72, 0.1) + 1.0;
+    const at::Tensor rstd = rms_norm_forward(x, w, 1e-5, at::kFloat).rstd;
+    for (at::ScalarType dy_type : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor dy = randn({rows, cols}, 73).to(dy_type);
+      const RmsNormGrads vec = rms_norm_backward(dy, x, w, rstd);
+      const at::Tensor dy_off = misaligned_copy(dy), x_off = misaligned_copy(x);
+      REQUIRE(aligned16(dy));
+      REQUIRE_FALSE(aligned16(dy_off));
+      REQUIRE_FALSE(aligned16(x_off));
+      const RmsNormGrads scalar_dy = rms_norm_backward(dy_off, x, w, rstd);
+      const RmsNormGrads scalar_x = rms_norm_backward(dy, x_off, w, rstd);
+      CHECK(same_bits(scalar_dy.dx, vec.dx));
+      CHECK(same_bits(scalar_dy.dweight, vec.dweight));
+      CHECK(same_bits(scalar_x.dx, vec.dx));
+      CHECK(same_bits(scalar_x.dweight, vec.dweight));
+      CHECK(rel_error(vec.dx, rms_norm_backward(dy.to(at::kFloat), x, w, rstd).dx) < 1e-6);
+    }
+    // bf16 x (the vector kernel's 8-byte loads of x).
+    const at::Tensor xb = x.to(at::kBFloat16), dy = randn({rows, cols}, 74);
+    const at::Tensor rstd_b = rms_norm_forward(xb, w, 1e-5, at::kFloat).rstd;
+    const RmsNormGrads vec = rms_norm_backward(dy, xb, w, rstd_b);
+    const RmsNormGrads scalar = rms_norm_backward(dy, misaligned_copy(xb), w, rstd_b);
+    CHECK(same_bits(scalar.dx, vec.dx));
+    CHECK(same_bits(scalar.dweight, vec.dweight));
+  }
+}
+
+TEST_CASE("fused SwiGLU: the vector and the scalar paths give the same bits", "[gpu][fused]") {
+  // Shorter than one 8-element vector, one vector, a vector and a tail, many vectors and a tail.
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{1023}, int64_t{4096} + 5}) {
+    for (at::ScalarType in_type : {at::kFloat, at::kBFloat16}) {
+      INFO(n << (in_type == at::kFloat ? " float32" : " bf16"));
+      const at::Tensor g = randn({n}, 81, 4.0).to(in_type), u = randn({n}, 82).to(in_type);
+      const at::Tensor dh = randn({n}, 83).to(in_type);
+      const at::Tensor g_off = misaligned_copy(g), u_off = misaligned_copy(u), dh_off = misaligned_copy(dh);
+      REQUIRE(aligned16(g));
+      REQUIRE_FALSE(aligned16(g_off));
+      for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor h = swiglu_forward(g, u, out_type);
+        CHECK(same_bits(swiglu_forward(g_off, u, out_type), h));
+        CHECK(same_bits(swiglu_forward(g, u_off, out_type), h));
+        // The elements are independent: the first k of a longer input are those of its first k.
+        if (n > 1) CHECK(same_bits(swiglu_forward(g.narrow(0, 0, n - 1), u.narrow(0, 0, n - 1), out_type),
+                                   h.narrow(0, 0, n - 1)));
+      }
+      const SwiGluGrads vec = swiglu_backward(dh, g, u);
+      for (const SwiGluGrads& scalar : {swiglu_backward(dh_off, g, u), swiglu_backward(dh, g_off, u_off)}) {
+        CHECK(same_bits(scalar.dg, vec.dg));
+        CHECK(same_bits(scalar.du, vec.du));
+      }
+      // bf16 gradient from a float32 input and back: mixed-type vectors.
+      const at::Tensor dh_other = dh.to(in_type == at::kFloat ? at::kBFloat16 : at::kFloat);
+      const SwiGluGrads mixed = swiglu_backward(dh_other, g, u);
+      const SwiGluGrads mixed_scalar = swiglu_backward(misaligned_copy(dh_other), g, u);
+      CHECK(same_bits(mixed_scalar.dg, mixed.dg));
+      CHECK(same_bits(mixed_scalar.du, mixed.du));
+    }
+  }
+}
+
+TEST_CASE("fused RoPE: the vector and the scalar paths give the same bits", "[gpu][fused]") {
+  // head_dim 64 and 16 (half a multiple of 8: vectors), 12 (half 6: scalar only); heads of 1.
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 17, 3, 64}, {1, 9, 1, 16}, {2, 5, 2, 12}}) {
+    const int64_t b = shape[0], t = shape[1], h = shape[2], d = shape[3];
+    const at::Tensor inv = at::pow(10000.0, -at::arange(0, d / 2, at::kDouble) * 2.0 / static_cast<double>(d));
+    const at::Tensor angles = at::outer(at::arange(0, t, at::kDouble), inv);
+    const at::Tensor cos = angles.cos().to(kCuda), sin = angles.sin().to(kCuda);
+    for (at::ScalarType type : {at::kFloat, at::kBFloat16}) {
+      INFO(b << " " << t << " " << h << " " << d << (type == at::kFloat ? " float32" : " bf16"));
+      const at::Tensor base = randn({b, t, h, d}, 91).to(type);
+      const at::Tensor x = base.transpose(1, 2);
+      // Off a 16-byte boundary; and aligned but with (B, T, H) strides of d + 1 elements.
+      const at::Tensor x_off = misaligned_copy(base).transpose(1, 2);
+      at::Tensor wide = at::zeros({b, t, h, d + 1}, base.options());
+      wide.narrow(3, 0, d).copy_(base);
+      const at::Tensor x_strided = wide.narrow(3, 0, d).transpose(1, 2);
+      REQUIRE_FALSE(aligned16(x_off));
+      for (RopeDirection dir : {RopeDirection::kForward, RopeDirection::kInverse}) {
+        for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
+          const at::Tensor y = rope(x, cos, sin, dir, out_type);
+          CHECK(same_bits(rope(x_off, cos, sin, dir, out_type), y));
+          CHECK(same_bits(rope(x_strided, cos, sin, dir, out_type), y));
+          // A misaligned output (rope_into): the scalar path again.
+          const at::Tensor out_off = misaligned_copy(at::zeros({b, h, t, d}, base.options().dtype(out_type)));
+          rope_into(x, cos, sin, dir, out_off);
+          CHECK(same_bits(out_off, y));
+        }
+      }
+    }
+  }
+}
 
 TEST_CASE("fused RMSNorm on CUDA equals the unfused formula", "[gpu][fused]") {
   const double eps = 1e-5;
@@ -120,7 +234,7 @@ TEST_CASE("fused RMSNorm refuses rows longer than its shared-memory partials on 
 }
 
 TEST_CASE("fused SwiGLU on CUDA equals silu(g) * u and its autograd", "[gpu][fused]") {
-  for (int64_t n : {int64_t{1}, int64_t{1023}, int64_t{3} * 5 * 1377}) {
+  for (int64_t n : {int64_t{1}, int64_t{9}, int64_t{1023}, int64_t{3} * 5 * 1377}) {
     INFO(n);
     const at::Tensor g = randn({n}, 31, 4.0), u = randn({n}, 32);
     const at::Tensor want = at::silu(g) * u;
@@ -144,7 +258,7 @@ TEST_CASE("fused SwiGLU on CUDA equals silu(g) * u and its autograd", "[gpu][fus
 }
 
 TEST_CASE("fused RoPE on CUDA equals the unfused rotation bit for bit, both directions", "[gpu][fused]") {
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 17, 3, 64}, {1, 5, 1, 2}, {3, 9, 4, 6}}) {
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 17, 3, 64}, {1, 5, 1, 2}, {3, 9, 4, 6}, {2, 33, 5, 16}}) {
     const int64_t b = shape[0], t = shape[1], h = shape[2], d = shape[3];
     INFO(b << " " << t << " " << h << " " << d);
     const at::Tensor inv = at::pow(10000.0, -at::arange(0, d / 2, at::kDouble) * 2.0 / static_cast<double>(d));

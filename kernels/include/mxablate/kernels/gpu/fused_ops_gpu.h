@@ -8,6 +8,8 @@
 // float32 result rounded to nearest-even (minifloat.h float_to_bf16_bits). No float atomics
 // anywhere: two calls with the same inputs give the same bits, which the trainer's kill/resume
 // equality needs (docs/design.md §4). Single source for CUDA and HIP; nothing assumes 32 lanes.
+// Any element-aligned pointer is accepted; 16-byte aligned ones (what every allocator returns)
+// let SwiGLU, RoPE and RMSNorm's backward use 16-byte loads and stores, with the same bits.
 //
 // Each entry point throws std::invalid_argument (one sentence) when a job does not fit its
 // contract and std::runtime_error when the GPU runtime reports an error.
