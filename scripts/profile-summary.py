@@ -16,8 +16,8 @@ import sys
 CATEGORIES = [
     ("nccl", r"nccl"),
     ("attention", r"flash|fmha|attention|sdpa"),
+    ("fused ops (ours)", r"mxablate::.*(rmsnorm|swiglu|rope_kernel|cross_entropy|sum_partials)"),
     ("quantize (ours)", r"mxablate::kernels|quantize|mx_to_fp8|amax"),
-    ("fused ops (ours)", r"mxablate::(fused|ops)|rms_?norm|swiglu|rope|cross_entropy_fused"),
     ("optimizer", r"adam|multi_tensor|foreach"),
     ("gemm", r"gemm|cutlass|xmma|nvjet|sm90_|sm80_|cublas|scaled_mm|wgmma"),
     ("softmax / loss", r"softmax|nll_loss|cross_entropy|log_softmax"),
