@@ -38,7 +38,8 @@ def mxfp4(x, dim):
     shape = moved.shape
     blocks = moved.reshape(*shape[:-1], shape[-1] // 32, 32)
     amax = blocks.abs().amax(-1, keepdim=True)
-    e = torch.floor(torch.log2(amax.clamp(min=2.0 ** -127))) - 2
+    # An all-zero block gets a tiny normal scale (Triton flushes subnormals: 2^-127 became 0, 0/0).
+    e = torch.floor(torch.log2(amax.clamp(min=2.0 ** -100))) - 2
     scale = torch.exp2(e)
     q = round_e2m1(blocks / scale) * scale
     return q.reshape(shape).movedim(-1, dim).to(torch.bfloat16)
@@ -202,7 +203,7 @@ def main():
         "who": "peer", "model": args.model, "arm": args.arm, "tokens_per_step": s["step"],
         "tokens_per_s": s["step"] * args.steps / dt, "ms_per_step": 1e3 * dt / args.steps,
         "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30, "warmup_s": warm,
-        "final_loss": float(loss), "torch": torch.__version__,
+        "final_loss": float(loss.detach()), "torch": torch.__version__,
         "device": torch.cuda.get_device_name()}), flush=True)
     assert math.isfinite(float(loss)), "peer loss is not finite"
 
