@@ -26,6 +26,9 @@ TRAIN=$BUILD_DIR/bin/mxablate-train
 for bin in "$MX" "$TRAIN"; do
   [ -x "$bin" ] || { echo "bench-paper-grid: $bin is missing: build mxablate and mxablate-train in $BUILD_DIR (scripts/gpu-check.sh)" >&2; exit 2; }
 done
+# The Boost/SQLite libraries carried to the GPU machine (scripts/gpu-check.sh unpacks them).
+CARRIED_LIB=$PWD/.carry/prefix/usr/lib/x86_64-linux-gnu
+[ -d "$CARRIED_LIB" ] && export LD_LIBRARY_PATH=$CARRIED_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 GPU=${MXABLATE_BENCH_GPU:-0}
 OUT=${MXABLATE_BENCH_OUT:-$(mktemp -d /tmp/mxablate-bench-paper-grid.XXXXXX)}
 mkdir -p "$OUT"
