@@ -14,14 +14,6 @@ namespace {
 
 namespace mk = mxablate::kernels;
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(digits);
-  s << v;
-  return s.str();
-}
-
 struct Row {
   std::string name;
   double bytes;  // what the fused op must read and write, once each

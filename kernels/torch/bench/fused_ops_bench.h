@@ -4,9 +4,19 @@
 #pragma once
 
 #include <functional>
+#include <sstream>
 #include <string>
 
 namespace mxablate::bench {
+
+// v with `digits` digits after the point (the benchmark's tables).
+inline std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
 
 struct FusedBenchContext {
   std::function<double(const std::function<void()>&)> median_ms;  // time of one call on the GPU

@@ -68,13 +68,7 @@ double median_ms(const std::function<void()>& fn, int reps) {
   return times[times.size() / 2];
 }
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(digits);
-  s << v;
-  return s.str();
-}
+using mxablate::bench::fixed;
 
 struct Report {
   std::ostringstream md;

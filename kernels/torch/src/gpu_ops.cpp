@@ -55,6 +55,14 @@ HostCounters read_counters(const Scratch& s) {
   return c;
 }
 
+// The telemetry each axis asked for, from the device counters (synchronizes with the stream).
+void read_telemetry(const Scratch& scratch, QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry) {
+  if (!rows_telemetry && !cols_telemetry) return;
+  const HostCounters c = read_counters(scratch);
+  if (rows_telemetry) *rows_telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
+  if (cols_telemetry) *cols_telemetry = gpu::to_quant_telemetry(c.telemetry[1]);
+}
+
 // The output of fake quantization in `dtype` (float32 or bfloat16), wired into `out`.
 at::Tensor dequant_output(const at::Tensor& x, at::ScalarType dtype, gpu::AxisOutputs& out) {
   at::Tensor result = at::empty(x.sizes(), x.options().dtype(dtype).memory_format(at::MemoryFormat::Contiguous));
@@ -108,11 +116,7 @@ BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& row
   job.along_rows = &rows_job;
   job.down_cols = &cols_job;
   gpu::quantize(job, compat::current_stream(in));
-  if (rows_telemetry || cols_telemetry) {
-    const HostCounters c = read_counters(scratch);
-    if (rows_telemetry) *rows_telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
-    if (cols_telemetry) *cols_telemetry = gpu::to_quant_telemetry(c.telemetry[1]);
-  }
+  read_telemetry(scratch, rows_telemetry, cols_telemetry);
   return result;
 }
 
@@ -198,11 +202,7 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
     job.down_cols = &cols_job;
   }
   gpu::quantize(job, compat::current_stream(in));
-  if (rows_telemetry || cols_telemetry) {
-    const HostCounters c = read_counters(scratch);
-    if (rows_telemetry) *rows_telemetry = gpu::to_quant_telemetry(c.telemetry[0]);
-    if (cols_telemetry) *cols_telemetry = gpu::to_quant_telemetry(c.telemetry[1]);
-  }
+  read_telemetry(scratch, rows_telemetry, cols_telemetry);
   return result;
 #else
   (void)x;
