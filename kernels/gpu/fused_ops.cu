@@ -716,12 +716,21 @@ void rope(const RopeJob& job, void* stream) {
   check_launch("rope");
 }
 
+namespace {
+
+// The shape and dtype checks both cross-entropy launchers make.
+void require_logits(int64_t rows, int64_t vocab, FloatType type, const std::string& where) {
+  require(rows > 0 && vocab > 0, where,
+          "the logits are empty (" + std::to_string(rows) + " x " + std::to_string(vocab) + ")");
+  require_type(type, where, "logits");
+}
+
+}  // namespace
+
 void cross_entropy_forward(const CrossEntropyForwardJob& job, void* stream) {
   const std::string where = "cross_entropy_forward";
   require(job.logits && job.targets && job.loss && job.lse, where, "a pointer is null");
-  require(job.rows > 0 && job.vocab > 0, where,
-          "the logits are empty (" + std::to_string(job.rows) + " x " + std::to_string(job.vocab) + ")");
-  require_type(job.logits_type, where, "logits");
+  require_logits(job.rows, job.vocab, job.logits_type, where);
   const auto s = static_cast<gpuStream_t>(stream);
   const unsigned grid = blocks_for(job.rows, 1);
   with_type(job.logits_type, [&](auto lt) {
@@ -735,9 +744,7 @@ void cross_entropy_forward(const CrossEntropyForwardJob& job, void* stream) {
 void cross_entropy_backward(const CrossEntropyBackwardJob& job, void* stream) {
   const std::string where = "cross_entropy_backward";
   require(job.logits && job.targets && job.lse && job.grad && job.dlogits, where, "a pointer is null");
-  require(job.rows > 0 && job.vocab > 0, where,
-          "the logits are empty (" + std::to_string(job.rows) + " x " + std::to_string(job.vocab) + ")");
-  require_type(job.logits_type, where, "logits");
+  require_logits(job.rows, job.vocab, job.logits_type, where);
   const auto s = static_cast<gpuStream_t>(stream);
   const unsigned grid = blocks_for(job.rows, 1);
   with_type(job.logits_type, [&](auto lt) {

@@ -21,8 +21,11 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "test_tensors.h"
+#include "unfused_ops.h"
 
 using namespace mxablate::kernels;
+using namespace mxablate::test;
 
 namespace {
 
@@ -31,17 +34,6 @@ const at::TensorOptions kCuda = at::TensorOptions().dtype(at::kFloat).device(at:
 at::Tensor randn(at::IntArrayRef shape, uint64_t seed, double scale = 1.0) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   return (at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * scale).to(at::kCUDA);
-}
-
-bool same_bits(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
-  return ca.scalar_type() == cb.scalar_type() && ca.sizes() == cb.sizes() &&
-         std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.nbytes())) == 0;
-}
-
-double rel_error(const at::Tensor& got, const at::Tensor& want) {
-  const at::Tensor g = got.cpu().to(at::kDouble), w = want.cpu().to(at::kDouble);
-  return ((g - w).norm() / w.norm()).item<double>();
 }
 
 // max |got - want| / |want| over elements (float32 results that are products: no cancellation).
@@ -63,16 +55,6 @@ bool within_one_bf16_ulp(const at::Tensor& got, const at::Tensor& want) {
   if (got.scalar_type() != at::kBFloat16 || got.sizes() != want.sizes()) return false;
   const at::Tensor diff = (ordered_bf16(got) - ordered_bf16(want.to(at::kBFloat16))).abs();
   return diff.max().item<int>() <= 1;
-}
-
-at::Tensor unfused_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
-
-at::Tensor unfused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
 
 // Rows of ordinary activations, then a huge row and a tiny one (the sum of squares stays finite

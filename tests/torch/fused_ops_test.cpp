@@ -10,32 +10,16 @@
 #include "catch.h"
 #include "mxablate/kernels/torch/fused_ops.h"
 #include "test_tensors.h"
+#include "unfused_ops.h"
 
 using namespace mxablate::kernels;
-using mxablate::test::same_bits;
+using namespace mxablate::test;
 
 namespace {
 
 at::Tensor randn(at::IntArrayRef shape, uint64_t seed, double scale = 1.0) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * scale;
-}
-
-// ||got - want|| / ||want|| in float64.
-double rel_error(const at::Tensor& got, const at::Tensor& want) {
-  const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
-  return ((g - w).norm() / w.norm()).item<double>();
-}
-
-// The model's former RMSNorm (model.cpp before the fused ops).
-at::Tensor unfused_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
-
-at::Tensor unfused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
 
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t t, int64_t d) {
