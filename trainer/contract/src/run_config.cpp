@@ -148,6 +148,9 @@ void read_value(const json& v, const std::string& path, GemmPath& out) {
 void read_value(const json& v, const std::string& path, Device& out) {
   read_name(v, path, out, parse_device, device_names);
 }
+void read_value(const json& v, const std::string& path, ShardLevel& out) {
+  read_name(v, path, out, parse_shard_level, shard_level_names);
+}
 void read_value(const json& v, const std::string& path, OperandClassSet& out) {
   read_name_set(v, path, out, parse_operand_class, operand_class_names);
 }
@@ -592,6 +595,8 @@ json config_json(const RunConfig& c, JsonKeys keys) {
   };
   if (all_keys || c.parallel.data != ParallelConfig{}.data)
     out["parallel"] = {{"data", c.parallel.data}};
+  if (all_keys || c.parallel.shard != ParallelConfig{}.shard)
+    out["parallel"]["shard"] = name_json(to_string(c.parallel.shard));
   if (all_keys || c.train.activation_checkpointing)
     out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
   if (all_keys || !c.precision_schedule.empty()) {
@@ -646,6 +651,10 @@ void validate(const RunConfig& c) {
                 " micro-batches (train.global_batch_tokens / train.micro_batch_tokens; set "
                 "train.micro_batch_tokens to split a step among the ranks)",
             c.parallel.data);
+  if (c.parallel.shard != ShardLevel::kNone && c.parallel.data < 2)
+    throw ConfigError("parallel.shard: \"" + std::string(to_string(c.parallel.shard)) +
+                      "\" splits state over the ranks of parallel.data, which is " +
+                      std::to_string(c.parallel.data) + " (set parallel.data to 2 or more, or shard: none)");
   require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
   require(t.lr > 0, "train.lr", "must be > 0", t.lr);
   require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
@@ -833,6 +842,7 @@ static RunConfig parse_run_config(const json& j) {
   if (const json* p = root.child("parallel")) {
     ObjectReader r(*p, "parallel");
     r.get("data", c.parallel.data);
+    r.get("shard", c.parallel.shard);
     r.finish();
   }
   root.get("device", c.device);

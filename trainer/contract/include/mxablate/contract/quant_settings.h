@@ -36,19 +36,28 @@ enum class OperandClass : uint8_t { kActivation, kWeight, kGrad };
 // and the Hopper FP8 path for MXFP4 GEMMs.
 enum class GemmPath : uint8_t { kEmulated, kFP8, kAuto };
 enum class Device : uint8_t { kCPU, kCUDA };
+// parallel.shard, what a data-parallel run splits over its ranks besides the batch (docs/design.md
+// §4, "Sharded data parallelism"): kNone replicates weights, gradients and AdamW state (DDP);
+// kOptimizer gives each rank the AdamW state of its slice only (ZeRO stage 1, Megatron-LM's
+// distributed optimizer); kGradients also keeps only the rank's slice of the gradients (ZeRO
+// stage 2). The fp32 weights stay whole on every rank: the quantizers read them.
+enum class ShardLevel : uint8_t { kNone, kOptimizer, kGradients };
 
 std::string_view to_string(GemmPrecision v);
 std::string_view to_string(OperandClass v);
 std::string_view to_string(GemmPath v);
 std::string_view to_string(Device v);
+std::string_view to_string(ShardLevel v);
 std::optional<GemmPrecision> parse_gemm_precision(std::string_view s);
 std::optional<OperandClass> parse_operand_class(std::string_view s);
 std::optional<GemmPath> parse_gemm_path(std::string_view s);
 std::optional<Device> parse_device(std::string_view s);
+std::optional<ShardLevel> parse_shard_level(std::string_view s);
 std::string gemm_precision_names();
 std::string operand_class_names();
 std::string gemm_path_names();
 std::string device_names();
+std::string shard_level_names();
 
 // True for the 4-bit formats (E2M1 elements with block scales).
 bool is_fp4(GemmPrecision p);

@@ -158,8 +158,11 @@ bool takes_name_or_mapping(std::string_view config_path);
 // of every step's micro-batches; gradients are summed over ranks. An execution setting like
 // device or threads: the same run on N ranks quantizes exactly as on one rank with N
 // micro-batches, so it never describes an arm.
+// `shard` splits the optimizer state (and the gradients) over the ranks; it changes the order
+// in which gradients are summed and nothing else, so it is an execution setting too.
 struct ParallelConfig {
   int data = 1;
+  ShardLevel shard = ShardLevel::kNone;
 };
 
 struct RunConfig {
