@@ -39,7 +39,18 @@ std::string good_text() {
   s.divergence = d.state();
   std::vector<CheckpointFile> files;
   for (const auto& name : checkpoint_tensor_files()) files.push_back({name, 1000, kDigest});
+  files.push_back({kOptimizerFile, 1000, kDigest});
   return checkpoint_state_text(s, files, "run-1", expectation().trajectory_config);
+}
+
+// A sharded run's state.json: the optimizer as `shards` files, one per rank.
+std::string sharded_text(int shards) {
+  json j = json::parse(good_text());
+  j["files"].erase(kOptimizerFile);
+  for (int r = 0; r < shards; ++r)
+    j["files"][optimizer_shard_file(r, shards)] = {{"bytes", 1000}, {"sha256", kDigest}};
+  seal_checkpoint_state(j);
+  return j.dump();
 }
 
 std::string rejection(const std::string& text, const CheckpointExpectation& e = expectation()) {
@@ -72,6 +83,39 @@ TEST_CASE("A checkpoint state round-trips and verifies", "[trainer][checkpoint]"
   REQUIRE(cs.files.size() == 3);
   CHECK(cs.files[0].name == "model.pt");
   CHECK(cs.files[2].sha256 == kDigest);
+}
+
+TEST_CASE("A sharded checkpoint lists one optimizer shard per rank, all of them", "[trainer][checkpoint]") {
+  CHECK(optimizer_shard_file(1, 4) == "optimizer-shard-00001-of-00004.pt");
+  CHECK(parse_optimizer_shard_file("optimizer-shard-00001-of-00004.pt") == std::make_pair(1, 4));
+  for (const char* bad : {"optimizer-shard-00004-of-00004.pt", "optimizer-shard-00000-of-00001.pt",
+                          "optimizer-shard-0001-of-00004.pt", "optimizer-shard-00001-of-00004.ptx",
+                          "optimizer-shard-0000a-of-00004.pt", "optimizer.pt", ""})
+    CHECK_FALSE(parse_optimizer_shard_file(bad).has_value());
+  const CheckpointState cs = parse_checkpoint_state(sharded_text(4), expectation());
+  CHECK(cs.optimizer_shards == 4);
+  REQUIRE(cs.files.size() == 6);
+  CHECK(cs.files[2].name == "optimizer-shard-00000-of-00004.pt");
+  CHECK(cs.files[5].name == "optimizer-shard-00003-of-00004.pt");
+  CHECK(parse_checkpoint_state(good_text(), expectation()).optimizer_shards == 0);
+
+  // A shard missing, a stray one of another count, or both layouts at once: not a checkpoint.
+  json missing = json::parse(sharded_text(4));
+  missing["files"].erase(optimizer_shard_file(2, 4));
+  seal_checkpoint_state(missing);
+  CHECK(rejection(missing.dump()) == "state.json: files: optimizer-shard-00002-of-00004.pt is not listed");
+  json stray = json::parse(sharded_text(2));
+  stray["files"][optimizer_shard_file(2, 3)] = {{"bytes", 1000}, {"sha256", kDigest}};
+  seal_checkpoint_state(stray);
+  CHECK(rejection(stray.dump()) == "state.json: files: lists files a checkpoint does not have");
+  json both = json::parse(sharded_text(2));
+  both["files"][kOptimizerFile] = {{"bytes", 1000}, {"sha256", kDigest}};
+  seal_checkpoint_state(both);
+  CHECK(rejection(both.dump()) == "state.json: files: lists files a checkpoint does not have");
+  json none = json::parse(good_text());
+  none["files"].erase(kOptimizerFile);
+  seal_checkpoint_state(none);
+  CHECK(rejection(none.dump()) == "state.json: files: optimizer.pt is not listed");
 }
 
 TEST_CASE("A damaged state file is rejected by its checksum", "[trainer][checkpoint]") {

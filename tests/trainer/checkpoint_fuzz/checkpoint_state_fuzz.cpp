@@ -32,7 +32,8 @@ void check(const std::string& text) {
     const CheckpointState s = parse_checkpoint_state(text, expectation());
     const TrainerState& t = s.state;
     if (t.step < 0 || t.step > 100 || t.tokens != t.step * 1024 || t.samples != t.step * 16 ||
-        t.events_seq < 0 || s.files.size() != checkpoint_tensor_files().size())
+        t.events_seq < 0 ||
+        s.files.size() != checkpoint_tensor_files().size() + static_cast<size_t>(s.optimizer_shards > 0 ? s.optimizer_shards : 1))
       std::abort();  // an accepted state must be one the run can be in
   } catch (const CheckpointRejected& e) {
     const std::string what = e.what();

@@ -1,5 +1,7 @@
 #include "mxablate/trainer/checkpoint_state.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cctype>
 #include <limits>
@@ -70,21 +72,37 @@ std::string digest_of(const json& body) {
   return hash.hex_digest();
 }
 
-std::vector<CheckpointFile> files_of(const json& j) {
+CheckpointFile listed_file(const json& files, const std::string& name) {
+  const auto it = files.find(name);
+  if (it == files.end()) reject("files: " + name + " is not listed");
+  const json& f = *it;
+  if (!f.is_object()) reject("files." + name + ": expected an object, got " + shown(f));
+  CheckpointFile file;
+  file.name = name;
+  file.bytes = count(f, "bytes", "files." + name + ".");
+  file.sha256 = text(f, "sha256", "files." + name + ".");
+  if (!is_sha256(file.sha256)) reject("files." + name + ".sha256: not a SHA-256 digest");
+  return file;
+}
+
+// The listed files: the fixed ones, then the optimizer's — kOptimizerFile, or a complete set of
+// shards (every rank of one count, nothing else).
+std::vector<CheckpointFile> files_of(const json& j, int& optimizer_shards) {
   const json& files = member(j, "files");
   if (!files.is_object()) reject("files: expected an object, got " + shown(files));
   std::vector<CheckpointFile> out;
-  for (const std::string& name : checkpoint_tensor_files()) {
-    const auto it = files.find(name);
-    if (it == files.end()) reject("files: " + name + " is not listed");
-    const json& f = *it;
-    if (!f.is_object()) reject("files." + name + ": expected an object, got " + shown(f));
-    CheckpointFile file;
-    file.name = name;
-    file.bytes = count(f, "bytes", "files." + name + ".");
-    file.sha256 = text(f, "sha256", "files." + name + ".");
-    if (!is_sha256(file.sha256)) reject("files." + name + ".sha256: not a SHA-256 digest");
-    out.push_back(std::move(file));
+  for (const std::string& name : checkpoint_tensor_files()) out.push_back(listed_file(files, name));
+  optimizer_shards = 0;
+  if (files.contains(kOptimizerFile)) {
+    out.push_back(listed_file(files, kOptimizerFile));
+  } else {
+    for (const auto& item : files.items())
+      if (const auto shard = parse_optimizer_shard_file(item.key())) {
+        optimizer_shards = shard->second;
+        break;
+      }
+    if (optimizer_shards == 0) reject(std::string("files: ") + kOptimizerFile + " is not listed");
+    for (int r = 0; r < optimizer_shards; ++r) out.push_back(listed_file(files, optimizer_shard_file(r, optimizer_shards)));
   }
   if (files.size() != out.size()) reject("files: lists files a checkpoint does not have");
   return out;
@@ -97,6 +115,31 @@ bool is_product(int64_t a, int64_t n, int64_t per) {
 }
 
 }  // namespace
+
+std::string optimizer_shard_file(int rank, int shards) {
+  char name[64];
+  std::snprintf(name, sizeof name, "optimizer-shard-%05d-of-%05d.pt", rank, shards);
+  return name;
+}
+
+std::optional<std::pair<int, int>> parse_optimizer_shard_file(std::string_view name) {
+  constexpr std::string_view kHead = "optimizer-shard-", kOf = "-of-", kTail = ".pt";
+  if (name.size() != kHead.size() + 5 + kOf.size() + 5 + kTail.size()) return std::nullopt;
+  if (name.substr(0, kHead.size()) != kHead) return std::nullopt;
+  const auto number = [&](size_t at) -> std::optional<int> {
+    int v = 0;
+    for (size_t i = at; i < at + 5; ++i) {
+      if (name[i] < '0' || name[i] > '9') return std::nullopt;
+      v = v * 10 + (name[i] - '0');
+    }
+    return v;
+  };
+  const size_t of = kHead.size() + 5;
+  if (name.substr(of, kOf.size()) != kOf || name.substr(of + kOf.size() + 5) != kTail) return std::nullopt;
+  const auto rank = number(kHead.size()), shards = number(of + kOf.size());
+  if (!rank || !shards || *shards < 2 || *shards > kMaxOptimizerShards || *rank >= *shards) return std::nullopt;
+  return std::make_pair(*rank, *shards);
+}
 
 json trajectory_config(const json& c) {
   json t = json::object();
@@ -203,7 +246,7 @@ CheckpointState parse_checkpoint_state(std::string_view text_in, const Checkpoin
   } catch (const std::invalid_argument& e) {
     reject(e.what());
   }
-  out.files = files_of(j);
+  out.files = files_of(j, out.optimizer_shards);
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "error_line.h"
 #include "torch_compat.h"
 #include "mxablate/data/sha256.h"
+#include "mxablate/trainer/step_engine.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -98,29 +99,23 @@ void verify_module(const torch::nn::Module& module, torch::serialize::InputArchi
   }
 }
 
-// The AdamW moments loaded into `loaded` must exist for every parameter, match its shape and
-// dtype, and have taken as many steps as the checkpoint says the run has.
-void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
-  size_t index = 0;
-  for (auto& group : loaded.param_groups()) {
-    for (auto& p : group.params()) {
-      const std::string which = "optimizer.pt: the moments of parameter " + std::to_string(index++);
-      const auto it =
-          loaded.state().find(compat::optimizer_state_key(loaded, p.unsafeGetTensorImpl()));
-      if (it == loaded.state().end()) {
-        if (step == 0) continue;
-        throw CheckpointRejected(which + " (" + shape_text(p) + ") are missing");
-      }
-      const auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
-      if (!st) throw CheckpointRejected(which + " are not AdamW's");
-      for (const at::Tensor* m : {&st->exp_avg(), &st->exp_avg_sq()})
-        if (!m->defined() || m->sizes() != p.sizes() || m->dtype() != p.dtype())
-          throw CheckpointRejected(which + " are " + (m->defined() ? shape_text(*m) : "undefined") +
-                                   ", the parameter is " + shape_text(p));
-      if (static_cast<int64_t>(st->step()) != step)
-        throw CheckpointRejected(which + " have taken " + std::to_string(st->step()) +
-                                 " steps, the checkpoint says " + std::to_string(step));
-    }
+// Copies every parameter and buffer from the archive into the module's own tensors (verified by
+// verify_module first). Module::load would re-point them at the loaded tensors instead, which
+// would cut the parameters out of a sharded step's flat buffer.
+void load_module_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  const auto copy = [&](const std::string& key, at::Tensor target) {
+    at::Tensor saved;
+    archive.read(key, saved);
+    target.copy_(saved);
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) copy(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) copy(b.key(), b.value());
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    load_module_in_place(*child.value(), child_archive);
   }
 }
 
@@ -156,25 +151,30 @@ void verify_file(const fs::path& dir, const CheckpointFile& f) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer, const TrainerState& state,
-                            const nlohmann::json& run_config) {
+CheckpointFile describe_checkpoint_file(const fs::path& dir, const std::string& name) {
+  fsync_path(dir / name, false);
+  return describe_file(dir, name);
+}
+
+std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
+                            const TrainerState& state, const nlohmann::json& run_config, bool root) {
   char name[32];
   std::snprintf(name, sizeof name, "%s%08lld", kPrefix, static_cast<long long>(state.step));
   const fs::path final_dir = checkpoints_dir(run_dir) / name;
   const fs::path tmp = checkpoints_dir(run_dir) / (std::string(name) + ".tmp");
+  if (!root) {
+    // Another rank writes its optimizer shard, if it has one, into the directory rank 0 made.
+    engine.save_optimizer(tmp, state.step);
+    return "";
+  }
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
+  std::vector<CheckpointFile> files;
   {
     torch::serialize::OutputArchive archive;
     model.save(archive);
     archive.save_to((tmp / "model.pt").string());
-  }
-  {
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
-    archive.save_to((tmp / "optimizer.pt").string());
   }
   {
     // Nothing in training draws from LibTorch's generator after initialization (SR and the data
@@ -185,8 +185,8 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
   }
   // Checksums of the files as they are on disk, so that what is verified at load is what was
   // written.
-  std::vector<CheckpointFile> files;
-  for (const std::string& f : checkpoint_tensor_files()) files.push_back(describe_file(tmp, f));
+  for (const std::string& f : checkpoint_tensor_files()) files.push_back(describe_checkpoint_file(tmp, f));
+  for (CheckpointFile& f : engine.save_optimizer(tmp, state.step)) files.push_back(std::move(f));
   const std::string run_id = run_config.is_object() ? run_config.value("run_id", std::string()) : "";
   {
     std::ofstream out(tmp / kCheckpointStateFile, std::ios::trunc | std::ios::binary);
@@ -194,7 +194,6 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
     out.flush();
     if (!out) throw std::runtime_error((tmp / kCheckpointStateFile).string() + ": write failed");
   }
-  for (const std::string& f : checkpoint_tensor_files()) fsync_path(tmp / f, false);
   fsync_path(tmp / kCheckpointStateFile, false);
   fsync_path(tmp, true);
   fs::remove_all(final_dir);  // a checkpoint of the same step from a lost timeline
@@ -210,30 +209,24 @@ std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
   return paths;
 }
 
-TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::AdamW& optimizer, const CheckpointExpectation& expect) {
+TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model, StepEngine& engine,
+                             const CheckpointExpectation& expect, bool verify_files) {
   const fs::path dir(path);
   CheckpointExpectation e = expect;
   e.step_in_name = step_of_name(dir.filename().string());
   const CheckpointState cs = parse_checkpoint_state(read_state_text(dir / kCheckpointStateFile), e);
-  for (const CheckpointFile& f : cs.files) verify_file(dir, f);
+  if (verify_files)
+    for (const CheckpointFile& f : cs.files) verify_file(dir, f);
 
   // The files are the ones written at save time; now what they hold must fit this model and
   // optimizer. Everything is read and checked before anything is changed.
   const at::Device device = model.parameters().front().device();
   torch::serialize::InputArchive model_archive;
-  torch::optim::AdamW loaded(optimizer.param_groups(),
-                             static_cast<const torch::optim::AdamWOptions&>(optimizer.defaults()));
   at::Tensor generator_state;
   const char* reading = "model.pt";
   try {
     model_archive.load_from((dir / "model.pt").string(), device);
     verify_module(model, model_archive, "");
-    reading = "optimizer.pt";
-    torch::serialize::InputArchive optimizer_archive;
-    optimizer_archive.load_from((dir / "optimizer.pt").string(), device);
-    loaded.load(optimizer_archive);
-    verify_adamw_state(loaded, cs.state.step);
     reading = "rng.pt";
     torch::serialize::InputArchive rng_archive;
     rng_archive.load_from((dir / "rng.pt").string());
@@ -248,9 +241,10 @@ TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
   } catch (const std::exception& err) {
     throw CheckpointRejected(std::string(reading) + ": " + error_line(err));
   }
+  // The optimizer reads and checks its files, then takes their state (or throws, unchanged).
+  engine.load_optimizer(dir, cs.files, cs.state.step);
 
-  model.load(model_archive);
-  optimizer.state().swap(loaded.state());
+  load_module_in_place(model, model_archive);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the default
   generator.set_state(generator_state);
   return cs.state;

@@ -83,6 +83,39 @@ c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
 
 void DataParallel::sum(at::Tensor& tensor) { wait(sum_async(tensor)); }
 
+at::Tensor DataParallel::chunk_of(const at::Tensor& bucket) const {
+  const int64_t chunk = bucket.numel() / rank_.world;
+  return bucket.narrow(0, chunk * rank_.rank, chunk);
+}
+
+c10::intrusive_ptr<c10d::Work> DataParallel::reduce_scatter_async(at::Tensor& bucket) {
+#if MXABLATE_WITH_NCCL
+  if (impl_->nccl) {
+    at::Tensor mine = chunk_of(bucket);
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    return impl_->nccl->_reduce_scatter_base(mine, bucket, options);
+  }
+#endif
+  return sum_async(bucket);
+}
+
+c10::intrusive_ptr<c10d::Work> DataParallel::all_gather_async(at::Tensor& bucket) {
+#if MXABLATE_WITH_NCCL
+  if (impl_->nccl) {
+    at::Tensor mine = chunk_of(bucket);
+    return impl_->nccl->_allgather_base(bucket, mine);
+  }
+#endif
+  // Gloo's list form: each rank's chunk lands in its place of the bucket. The input is a copy:
+  // it must not alias the outputs it is gathered into.
+  const int64_t chunk = bucket.numel() / rank_.world;
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < rank_.world; ++r) outputs[0].push_back(bucket.narrow(0, chunk * r, chunk));
+  std::vector<at::Tensor> input{chunk_of(bucket).clone()};
+  return impl_->backend->allgather(outputs, input);
+}
+
 // A collective fails when a peer is gone; say so, not only what the transport saw (the launcher
 // names the rank that ended).
 void DataParallel::wait(const c10::intrusive_ptr<c10d::Work>& work) {

@@ -46,6 +46,19 @@ class DataParallel {
   void sum(at::Tensor& tensor);
   static void wait(const c10::intrusive_ptr<c10d::Work>& work);
 
+  // Sharded data parallelism (docs/design.md §4, "Sharded data parallelism"): `bucket` (1-D,
+  // contiguous, numel a multiple of world()) is cut into world() equal chunks, chunk r being rank
+  // r's. reduce_scatter: afterwards this rank's chunk holds the sum of everyone's bucket over the
+  // ranks (the rest of the bucket is undefined). all_gather: afterwards the whole bucket holds
+  // every rank's chunk. In place, as NCCL allows (Megatron-LM's distributed optimizer does the
+  // same): no second buffer of the bucket's size. Gloo in LibTorch 1.13 has no reduce-scatter:
+  // there the bucket is all-reduced, which leaves the same sums in every chunk (more traffic;
+  // CPU ranks exist for tests).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_async(at::Tensor& bucket);
+  c10::intrusive_ptr<c10d::Work> all_gather_async(at::Tensor& bucket);
+  // This rank's chunk of `bucket` (a view).
+  at::Tensor chunk_of(const at::Tensor& bucket) const;
+
   // Leaves the group after the run ended the same way on every rank (torch 2 warns when a NCCL
   // group is destroyed without it). Not after a failure: a lost peer could make it wait.
   void close();

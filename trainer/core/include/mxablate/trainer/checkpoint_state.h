@@ -20,11 +20,21 @@ namespace mxablate::trainer {
 
 inline constexpr int kCheckpointVersion = 2;
 inline constexpr const char* kCheckpointStateFile = "state.json";
-// The tensor files of a checkpoint, each listed in its state.json with size and checksum.
+// The tensor files of a checkpoint, each listed in its state.json with size and checksum: these
+// always, and the optimizer state either as one file (kOptimizerFile, a replicated run's AdamW) or
+// as one shard per rank of a sharded run (optimizer_shard_file(r, n) for every r < n; each holds
+// its slices of the flat parameter space with their places, so that a resume on another number
+// of ranks re-shards them: docs/design.md §4, "Sharded checkpoints").
 inline const std::vector<std::string>& checkpoint_tensor_files() {
-  static const std::vector<std::string> files{"model.pt", "optimizer.pt", "rng.pt"};
+  static const std::vector<std::string> files{"model.pt", "rng.pt"};
   return files;
 }
+inline constexpr const char* kOptimizerFile = "optimizer.pt";
+inline constexpr int kMaxOptimizerShards = 4096;  // parallel.data's bound
+// "optimizer-shard-00001-of-00004.pt" for rank 1 of 4.
+std::string optimizer_shard_file(int rank, int shards);
+// The rank and shard count a file name says, when it is a well-formed shard name.
+std::optional<std::pair<int, int>> parse_optimizer_shard_file(std::string_view name);
 
 struct TrainerState {
   int64_t step = 0;            // optimizer steps done
@@ -75,7 +85,8 @@ void seal_checkpoint_state(nlohmann::json& state);
 
 struct CheckpointState {
   TrainerState state;
-  std::vector<CheckpointFile> files;  // exactly checkpoint_tensor_files(), in that order
+  std::vector<CheckpointFile> files;  // checkpoint_tensor_files() in that order, then the optimizer's
+  int optimizer_shards = 0;           // 0: kOptimizerFile; n: n shard files, in rank order
 };
 
 // Parses and verifies state.json: its checksum, every field's type and range, and its agreement

@@ -12,6 +12,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,20 +22,26 @@
 
 namespace mxablate::trainer {
 
-// Writes RUN_DIR/checkpoints/step-XXXXXXXX and returns its path.
-std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer, const TrainerState& state,
-                            const nlohmann::json& run_config);
+class StepEngine;  // the run's optimizer step (trainer/engine/src/step_engine.h)
 
+// Writes RUN_DIR/checkpoints/step-XXXXXXXX and returns its path. Every rank of a run calls it at
+// the same step: rank 0 (`root`) writes the model, the RNG state and state.json and publishes the
+// directory; the optimizer state is the step engine's (one file, or one shard per rank written by
+// each rank into the directory rank 0 made). Other ranks return "".
+std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
+                            const TrainerState& state, const nlohmann::json& run_config, bool root);
+// Size and SHA-256 of `name` in `dir`, after it is fsynced: its line in state.json.
+CheckpointFile describe_checkpoint_file(const std::filesystem::path& dir, const std::string& name);
 // The complete checkpoint directories (final name, with a state.json), newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 
-// Verifies the checkpoint at `path` against `expect` and the model and optimizer, then restores
-// them and the CPU generator in place and returns the state. Throws CheckpointRejected (one line
-// naming the file and the problem) with nothing changed when the checkpoint cannot be used.
-TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::AdamW& optimizer, const CheckpointExpectation& expect);
-
+// Verifies the checkpoint at `path` against `expect` and the model and the step engine, then
+// restores them and the CPU generator in place and returns the state. Throws CheckpointRejected
+// (one line naming the file and the problem) with nothing changed when the checkpoint cannot be
+// used, contract::ConfigError when its optimizer layout is not this engine's. `verify_files`:
+// check every file's size and checksum (rank 0 does; the ranks it publishes the path to trust it).
+TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model, StepEngine& engine,
+                             const CheckpointExpectation& expect, bool verify_files = true);
 // Renames a rejected checkpoint to step-XXXXXXXX.rejected (replacing an older one of that name),
 // so that it is neither resumed from again nor counted among the kept ones, and stays for
 // inspection. Returns the new path ("" if it could not be moved).

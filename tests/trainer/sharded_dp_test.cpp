@@ -1,0 +1,221 @@
+// Sharded data parallelism on the CPU (Gloo), end to end through mxablate-train: ZeRO-1/2 runs
+// against the replicated run, a rank killed mid-run, a damaged shard, and a resume on another
+// number of ranks (docs/design.md §4, "Sharded data parallelism"; docs/trainer.md).
+//
+// The tolerance. A sharded step computes exactly the replicated step's per-element AdamW update;
+// what differs is only the order of two sums: the global gradient norm (each rank's sum of squares
+// in float64, summed over the ranks, against LibTorch's norm of per-parameter float32 norms) and,
+// with `gradients`, the gradients themselves (each micro-batch summed over the ranks, then over
+// the micro-batches, against the reverse). Both are float32 roundings, relative 1e-7 per step;
+// AdamW divides by the running RMS of the gradient, so they stay of that order in the weights,
+// and the losses of a 12-step smoke run agree to 1e-5 (as two ranks against one with the same
+// micro-batches, data_parallel_test). The first step's loss is computed from the same weights with
+// the same quantization keys, so it is the same bits.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "run_test_support.h"
+
+using namespace mxablate;
+using namespace mxablate::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+contract::RunConfig sharded_config(int ranks, int64_t micro_batch_tokens, contract::ShardLevel shard) {
+  contract::RunConfig c = smoke_config();
+  use_every_random_stream(c);
+  c.train.global_batch_tokens = 512;
+  c.train.micro_batch_tokens = micro_batch_tokens;
+  c.train.max_tokens = 512 * 12;
+  c.train.warmup_tokens = 512 * 2;
+  c.eval.every_tokens = 512 * 4;
+  c.eval.tokens = 1024;
+  c.checkpoint.every_steps = 5;
+  c.checkpoint.keep = 3;
+  c.telemetry.train_every_steps = 1;
+  c.telemetry.quant_every_steps = 5;
+  c.parallel.data = ranks;
+  c.parallel.shard = shard;
+  return c;
+}
+
+struct Trajectory {
+  std::vector<double> loss, grad_norm;
+  std::vector<std::pair<int64_t, double>> evals;
+};
+
+Trajectory trajectory_of(const std::string& dir) {
+  const auto events = effective_events(dir);
+  Trajectory t;
+  for (const json& e : events_of_kind(events, "train")) {
+    t.loss.push_back(e["loss"].get<double>());
+    t.grad_norm.push_back(e["grad_norm"].get<double>());
+  }
+  t.evals = eval_curve(events);
+  return t;
+}
+
+bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
+
+void check_close(const Trajectory& a, const Trajectory& b, double relative) {
+  REQUIRE(a.loss.size() == b.loss.size());
+  REQUIRE(!a.loss.empty());
+  CHECK(a.loss.front() == b.loss.front());  // the same weights and keys: the same bits
+  for (size_t i = 0; i < a.loss.size(); ++i) {
+    INFO("step " << i + 1 << ": " << a.loss[i] << " vs " << b.loss[i]);
+    CHECK(within(a.loss[i], b.loss[i], relative));
+    CHECK(within(a.grad_norm[i], b.grad_norm[i], relative));
+  }
+  REQUIRE(a.evals.size() == b.evals.size());
+  for (size_t i = 0; i < a.evals.size(); ++i) {
+    CHECK(a.evals[i].first == b.evals[i].first);
+    CHECK(within(a.evals[i].second, b.evals[i].second, relative));
+  }
+}
+
+// Runs `c` in a fresh run directory; "" where this build has no Gloo (the caller skips).
+std::string sharded_run(const std::string& name, const contract::RunConfig& c) {
+  const std::string dir = fresh_run_dir(name);
+  const TrainResult r = run_train(dir, &c);
+  if (lacks_gloo(r.output)) return "";
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return dir;
+}
+
+// The final weights of a run's newest checkpoint are not kept past the end; the last
+// checkpoint's step-N files are what a test can compare: their optimizer shard names.
+std::vector<std::string> files_of_checkpoint(const std::string& run_dir, const std::string& step) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints" / step))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("Sharded optimizer and gradients on 2 and 4 ranks train as the replicated run",
+          "[train][parallel][shard]") {
+  using contract::ShardLevel;
+  const std::string replicated = sharded_run("zero_replicated", sharded_config(1, 128, ShardLevel::kNone));
+  const Trajectory reference = trajectory_of(replicated);
+  REQUIRE(reference.loss.size() == 12);
+  for (const int ranks : {2, 4})
+    for (const ShardLevel shard : {ShardLevel::kOptimizer, ShardLevel::kGradients}) {
+      const std::string label = std::to_string(ranks) + "_" + std::string(contract::to_string(shard));
+      DYNAMIC_SECTION(ranks << " ranks, shard " << contract::to_string(shard)) {
+        const std::string dir = sharded_run("zero_" + label, sharded_config(ranks, 128, shard));
+        if (dir.empty()) MXABLATE_SKIP(kNoGloo);
+        check_close(trajectory_of(dir), reference, 1e-5);
+        const auto events = effective_events(dir);
+        const json& start = events.front();
+        CHECK(start["ranks"] == ranks);
+        CHECK(start["shard"] == contract::to_string(shard));
+        // Each rank holds 1/ranks of the AdamW moments (give or take the buckets' padding).
+        const double whole = events_of_kind(effective_events(replicated), "run_start")
+                                 .front()["optimizer_state_bytes_per_rank"]
+                                 .get<double>();
+        CHECK(start["optimizer_state_bytes_per_rank"].get<double>() <= whole / ranks + 4096);
+        // Its checkpoints hold one optimizer shard per rank.
+        const auto files = files_of_checkpoint(dir, "step-00000010");
+        CHECK(std::count_if(files.begin(), files.end(), [](const std::string& f) {
+                return f.rfind("optimizer-shard-", 0) == 0;
+              }) == ranks);
+        CHECK(std::find(files.begin(), files.end(), "optimizer.pt") == files.end());
+      }
+    }
+}
+
+TEST_CASE("A sharded run whose rank dies resumes from its sharded checkpoint to the uninterrupted curve",
+          "[train][parallel][shard]") {
+  const contract::RunConfig c = sharded_config(2, 128, contract::ShardLevel::kGradients);
+  const std::string reference = sharded_run("zero_uninterrupted", c);
+  if (reference.empty()) MXABLATE_SKIP(kNoGloo);
+
+  const std::string dir = fresh_run_dir("zero_rank_dies");
+  const TrainResult crashed = run_train(dir, &c, "--debug-crash-at-step 7 --debug-fault-rank 1");
+  INFO(crashed.output);
+  CHECK(crashed.exit_code == 137);
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto resume = events_of_kind(effective_events(dir), "resume");
+  REQUIRE(resume.size() == 1);
+  CHECK(resume[0]["step"] == 5);
+  // Every rank's moments and the weights came back exactly: the same steps, bit for bit.
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+  CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
+}
+
+TEST_CASE("A damaged optimizer shard sets its checkpoint aside and the run resumes from the one before",
+          "[train][parallel][shard]") {
+  const contract::RunConfig c = sharded_config(2, 128, contract::ShardLevel::kOptimizer);
+  const std::string reference = sharded_run("zero_damage_reference", c);
+  if (reference.empty()) MXABLATE_SKIP(kNoGloo);
+
+  const std::string dir = fresh_run_dir("zero_damaged_shard");
+  const TrainResult crashed = run_train(dir, &c, "--debug-crash-at-step 11 --debug-fault-rank 0");
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == 137);
+  const fs::path shard = fs::path(dir) / "checkpoints" / "step-00000010" / "optimizer-shard-00001-of-00002.pt";
+  REQUIRE(fs::exists(shard));
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.put('\x5a');
+  }
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = effective_events(dir);
+  const auto rejected = events_of_kind(events, "checkpoint_rejected");
+  REQUIRE(rejected.size() == 1);
+  CHECK(rejected[0]["reason"].get<std::string>().find("optimizer-shard-00001-of-00002.pt: checksum does not match") !=
+        std::string::npos);
+  REQUIRE(events_of_kind(events, "resume").size() == 1);
+  CHECK(events_of_kind(events, "resume")[0]["step"] == 5);
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+}
+
+TEST_CASE("A sharded checkpoint resumes on another number of ranks, re-sharded, and a replicated one is refused",
+          "[train][parallel][shard]") {
+  const contract::RunConfig two = sharded_config(2, 128, contract::ShardLevel::kGradients);
+  const std::string reference = sharded_run("zero_reshard_reference", two);
+  if (reference.empty()) MXABLATE_SKIP(kNoGloo);
+
+  const std::string dir = fresh_run_dir("zero_reshard");
+  const TrainResult crashed = run_train(dir, &two, "--debug-crash-at-step 7 --debug-fault-rank 1");
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == 137);
+  SECTION("4 ranks take over 2 ranks' shards") {
+    contract::RunConfig four = two;
+    four.parallel.data = 4;
+    contract::write_run_config(dir + "/config.json", four);
+    const TrainResult resumed = run_train(dir, nullptr, "--resume");
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(events_of_kind(effective_events(dir), "resume")[0]["step"] == 5);
+    // The moments are the same numbers in other hands; only the sums' order changes from here on.
+    check_close(trajectory_of(dir), trajectory_of(reference), 1e-5);
+  }
+  SECTION("1 rank cannot take a sharded checkpoint: refused before anything starts") {
+    contract::RunConfig one = two;
+    one.parallel.data = 1;
+    one.parallel.shard = contract::ShardLevel::kNone;
+    contract::write_run_config(dir + "/config.json", one);
+    const TrainResult resumed = run_train(dir, nullptr, "--resume");
+    INFO(resumed.output);
+    CHECK(resumed.exit_code == 2);
+    CHECK(resumed.output.find("parallel.shard: checkpoint ") != std::string::npos);
+    CHECK(resumed.output.find("holds the AdamW state in 2 shards") != std::string::npos);
+    CHECK(events_of_kind(effective_events(dir), "resume").empty());
+  }
+}

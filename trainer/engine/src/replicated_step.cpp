@@ -1,0 +1,119 @@
+// The replicated step (docs/design.md §4, "The step engine"): every rank keeps every weight,
+// gradient and AdamW moment; gradients are summed over the ranks in buckets overlapped with the
+// last backward (gradient_sync.h). One rank is the case of no group at all.
+#include "replicated_step.h"
+
+#include <torch/serialize.h>
+
+#include "data_parallel.h"
+#include "error_line.h"
+#include "gradient_sync.h"
+#include "mxablate/trainer/checkpoint.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/optimizer.h"
+#include "torch_compat.h"
+
+namespace mxablate::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes() << " " << t.dtype();
+  return os.str();
+}
+
+// The AdamW moments loaded into `loaded` must exist for every parameter, match its shape and
+// dtype, and have taken as many steps as the checkpoint says the run has.
+void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
+  size_t index = 0;
+  for (auto& group : loaded.param_groups()) {
+    for (auto& p : group.params()) {
+      const std::string which = std::string(kOptimizerFile) + ": the moments of parameter " + std::to_string(index++);
+      const auto it = loaded.state().find(compat::optimizer_state_key(loaded, p.unsafeGetTensorImpl()));
+      if (it == loaded.state().end()) {
+        if (step == 0) continue;
+        throw CheckpointRejected(which + " (" + shape_text(p) + ") are missing");
+      }
+      const auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+      if (!st) throw CheckpointRejected(which + " are not AdamW's");
+      for (const at::Tensor* m : {&st->exp_avg(), &st->exp_avg_sq()})
+        if (!m->defined() || m->sizes() != p.sizes() || m->dtype() != p.dtype())
+          throw CheckpointRejected(which + " are " + (m->defined() ? shape_text(*m) : "undefined") +
+                                   ", the parameter is " + shape_text(p));
+      if (static_cast<int64_t>(st->step()) != step)
+        throw CheckpointRejected(which + " have taken " + std::to_string(st->step()) +
+                                 " steps, the checkpoint says " + std::to_string(step));
+    }
+  }
+}
+
+}  // namespace
+
+ReplicatedStep::ReplicatedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel* group)
+    : model_(model), group_(group), optimizer_(make_adamw(model, config.train)) {
+  if (group_) sync_ = std::make_unique<GradientSync>(model_.parameters(), *group_);
+}
+
+ReplicatedStep::~ReplicatedStep() = default;
+
+void ReplicatedStep::zero_gradients() {
+  if (sync_) sync_->zero();
+  else optimizer_->zero_grad();
+}
+
+void ReplicatedStep::begin_backward(bool last) {
+  if (sync_ && last) sync_->arm();
+}
+
+void ReplicatedStep::end_backward(bool last) {
+  if (sync_ && last) sync_->finish();
+}
+
+double ReplicatedStep::clip_gradients(double max_norm) { return clip_grad_norm(model_.parameters(), max_norm); }
+
+void ReplicatedStep::step(double lr) {
+  set_learning_rate(*optimizer_, lr);
+  adamw_step(*optimizer_);  // fused on CUDA, torch::optim::AdamW itself elsewhere
+}
+
+std::vector<CheckpointFile> ReplicatedStep::save_optimizer(const fs::path& dir, int64_t /*step*/) {
+  if (group_ && group_->rank() != 0) return {};  // every rank holds the same state; rank 0 keeps it
+  torch::serialize::OutputArchive archive;
+  optimizer_->save(archive);
+  archive.save_to((dir / kOptimizerFile).string());
+  return {describe_checkpoint_file(dir, kOptimizerFile)};
+}
+
+void ReplicatedStep::load_optimizer(const fs::path& dir, const std::vector<CheckpointFile>& files, int64_t step) {
+  for (const CheckpointFile& f : files)
+    if (const auto shard = parse_optimizer_shard_file(f.name))
+      throw contract::ConfigError(
+          "parallel.shard: checkpoint " + dir.string() + " holds the AdamW state in " +
+          std::to_string(shard->second) +
+          " shards (a run with parallel.shard: optimizer or gradients); this run keeps it whole "
+          "(parallel.shard: none): resume it with the shard setting it was written under");
+  const at::Device device = model_.parameters().front().device();
+  torch::optim::AdamW loaded(optimizer_->param_groups(),
+                             static_cast<const torch::optim::AdamWOptions&>(optimizer_->defaults()));
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / kOptimizerFile).string(), device);
+    loaded.load(archive);
+  } catch (const std::exception& e) {
+    throw CheckpointRejected(std::string(kOptimizerFile) + ": " + error_line(e));
+  }
+  verify_adamw_state(loaded, step);
+  optimizer_->state().swap(loaded.state());
+}
+
+int64_t ReplicatedStep::optimizer_state_bytes() const {
+  int64_t n = 0;
+  for (const at::Tensor& p : model_.parameters()) n += p.numel();
+  return 2 * n * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t ReplicatedStep::gradient_bytes() const { return optimizer_state_bytes() / 2; }
+
+}  // namespace mxablate::trainer

@@ -1,0 +1,123 @@
+#include "run_setup.h"
+
+#include <torch/cuda.h>
+
+#include <iostream>
+
+#include "mxablate/contract/gemm_route.h"
+#include "mxablate/data/dataset_location.h"
+#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "mxablate/trainer/plan_rules.h"
+#include "mxablate/trainer/run_fit.h"
+#include "torch_compat.h"
+
+namespace mxablate::trainer {
+namespace {
+
+using contract::ConfigError;
+using contract::RunConfig;
+
+// A rank of a data-parallel run takes the GPU of its local rank among the visible ones.
+at::Device resolve_device(const RunConfig& c, int local_rank) {
+  if (c.device == contract::Device::kCPU) return at::kCPU;
+  if (!torch::cuda::is_available())
+    throw ConfigError("device: \"cuda\" requested but LibTorch " + std::string(compat::torch_version()) +
+                      " sees no CUDA device");
+  const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
+  if (local_rank >= visible)
+    throw ConfigError("parallel.data: rank " + std::to_string(local_rank) + " needs GPU " +
+                      std::to_string(local_rank) + " but " + std::to_string(visible) +
+                      " are visible (CUDA_VISIBLE_DEVICES); each rank takes its own GPU");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+// How each GEMM precision runs here (contract/gemm_route.h holds the rule): what the device and
+// this build can run, as the kernels say, then the rule. A GEMM path the config demands but the
+// device lacks is a ConfigError; auto's fallback to emulation is said on rank 0's stderr (and in
+// run_start).
+contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& device,
+                                         const std::vector<LinearShape>& layers, int64_t n_layers,
+                                         int64_t tokens, bool say_fallback) {
+  contract::GemmRouteSupport support;
+  support.fp8_tensorwise = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kFP8Tensorwise, device);
+  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, n_layers, tokens);
+  support.hopper_fp8 = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kHopperFP8, device);
+  const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
+  const std::string& fallback = routes.by_precision[static_cast<size_t>(contract::GemmPrecision::kFP8)].fallback;
+  if (say_fallback && !fallback.empty() && contract::has_fp8_gemm(c))
+    std::cerr << "mxablate-train: quant.gemm_path " << contract::to_string(c.quant.gemm_path)
+              << ": the fp8 GEMMs run emulated: " << fallback << "\n";
+  return routes;
+}
+
+// Data up to TrainOptions::always_verify_data_bytes (64 MiB) is verified completely (checksums,
+// every token id) at every start: it costs well under a second. Larger data gets the cheap checks
+// of open_dataset, and all of them with --verify-data.
+void verify_data(const data::TokenDataset& dataset, const TrainOptions& options) {
+  const int64_t bytes = (dataset.train.size() + dataset.validation.size()) * dataset.manifest.bytes_per_token;
+  if (!options.verify_data && bytes > options.always_verify_data_bytes) return;
+  const std::string problem = data::verify_dataset(dataset.dir);
+  if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
+}
+
+}  // namespace
+
+RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const RankInfo& rank) {
+  RunSetup s;
+  s.config = config;
+  s.rank = rank;
+  if (config.threads > 0) {
+    at::set_num_threads(config.threads);
+    kernels::set_cpu_threads(config.threads);
+    compat::set_blas_threads(config.threads);
+  }
+  s.device = resolve_device(config, rank.local_rank);
+  if (s.device.is_cuda()) compat::set_current_device(s.device);
+
+  s.shape = runnable_model_shape(config);
+  s.plan = make_training_plan(config);
+
+  s.data_dir = resolve_dataset_dir(config.data.dataset);
+  try {
+    s.dataset = std::make_unique<data::TokenDataset>(data::open_dataset(s.data_dir));
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("data.dataset: ") + e.what());
+  }
+  verify_data(*s.dataset, options);
+  const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
+  s.layers = linear_layers(s.shape, vocab);
+
+  // Every layer in every phase of the schedule must be able to run: checked before training.
+  check_run_fits(config, s.shape, vocab);
+
+  auto session = std::make_shared<QuantSession>();
+  session->seed = config.train.seed;
+  s.routes = resolve_gemm_routes(config, s.device, s.layers, s.shape.n_layers,
+                                 s.plan.micro_batch_tokens, rank.rank == 0);
+  session->routes = s.routes;
+  ModelOptions mo;
+  mo.shape = s.shape;
+  mo.vocab_size = vocab;
+  mo.layer_plans = layer_plans(config, s.layers, s.shape.n_layers, 0);
+  mo.session = session;
+  mo.device = s.device;
+  mo.init_seed = config.train.seed;
+  mo.activation_checkpointing = config.train.activation_checkpointing;
+  s.model = LlamaModel(mo);
+  if (rank.world > 1) s.group = std::make_unique<DataParallel>(rank, s.device);
+  // Before any checkpoint is restored: a sharded engine moves the parameters into its flat
+  // buffer, and a checkpoint is loaded into the parameters in place.
+  s.engine = make_step_engine(config, *s.model, s.group.get());
+
+  const uint64_t data_seed = config.train.data_seed != 0 ? config.train.data_seed : config.train.seed;
+  try {
+    s.batches = std::make_unique<TrainBatches>(*s.dataset, config.data.seq_len, data_seed);
+    s.validation = validation_batches(*s.dataset, config.data.seq_len, s.plan.eval_sequences,
+                                      s.plan.sequences_per_micro_batch, s.device);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("data: ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace mxablate::trainer

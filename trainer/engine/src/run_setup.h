@@ -1,0 +1,49 @@
+// What a run is built from before its first step (docs/design.md §4, "The step engine"): the
+// config, this rank's place, the device, the data, the model and its step engine. Any problem
+// found while building it is a configuration problem (contract::ConfigError: exit 2) and nothing
+// has been trained.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data_parallel.h"
+#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/data/manifest.h"
+#include "mxablate/trainer/batches.h"
+#include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/model.h"
+#include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/ranks.h"
+#include "mxablate/trainer/step_engine.h"
+#include "mxablate/trainer/trainer.h"
+#include "mxablate/trainer/training_plan.h"
+
+namespace mxablate::trainer {
+
+// Everything a run needs, built from the config before the first step; any problem here is a
+// configuration problem (exit 2) and nothing has been trained.
+struct RunSetup {
+  contract::RunConfig config;
+  RankInfo rank;  // rank 0 of 1 unless the run is data-parallel
+  at::Device device = at::kCPU;
+  ModelShape shape;
+  TrainingPlan plan;
+  std::string data_dir;
+  std::unique_ptr<data::TokenDataset> dataset;
+  std::vector<LinearShape> layers;
+  contract::GemmRoutes routes;  // how each GEMM precision runs here
+  LlamaModel model{nullptr};
+  std::unique_ptr<DataParallel> group;  // a data-parallel run's process group (null for one rank)
+  std::unique_ptr<StepEngine> engine;   // the optimizer step, replicated or sharded
+  std::unique_ptr<TrainBatches> batches;
+  std::vector<TokenBatch> validation;
+};
+
+RunSetup build_setup(const contract::RunConfig& config, const TrainOptions& options, const RankInfo& rank);
+
+}  // namespace mxablate::trainer
