@@ -2,6 +2,7 @@
 #include "mxablate/contract/config_keys.h"
 
 #include <string>
+#include <utility>
 
 namespace mxablate::contract {
 namespace {
@@ -27,10 +28,15 @@ json keys_with(const json& tree, const std::string& path, KeyTrait trait) {
   for (const auto& item : tree.items()) {
     const std::string key = path.empty() ? item.key() : path + "." + item.key();
     const ConfigKey* row = config_key(key);
-    if (!row || !row->has(trait)) continue;
-    out[item.key()] = item.value().is_object() && has_rows_under(key)
-                          ? keys_with(item.value(), key, trait)
-                          : item.value();
+    if (!row) continue;
+    if (item.value().is_object() && has_rows_under(key)) {
+      // Key by key: a section keeps its keys with the trait (train without
+      // activation_checkpointing), or gives the ones that have it (train's only execution key).
+      json inner = keys_with(item.value(), key, trait);
+      if (row->has(trait) || !inner.empty()) out[item.key()] = std::move(inner);
+    } else if (row->has(trait)) {
+      out[item.key()] = item.value();
+    }
   }
   return out;
 }
