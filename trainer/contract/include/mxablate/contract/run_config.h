@@ -206,11 +206,9 @@ int64_t micro_batch_tokens(const RunConfig& c);
 int64_t micro_batches_per_step(const RunConfig& c);
 
 // Strict conversion. from_json throws ConfigError naming the offending key path. to_json writes
-// keys added after the first release (config_keys.h, kWrittenWhenSet: weight_blocks,
-// sr_prescale, dge, occ, precision_schedule, overrides, parallel.data, parallel.shard,
-// train.activation_checkpointing, a shape's rope_theta and norm_eps) only when they differ from
-// their defaults, so a run's id (a hash of this JSON) stays the same across releases that add
-// settings.
+// keys added after the first release (config_keys.h marks them kWrittenWhenSet: quant.dge,
+// parallel.shard, …) only when they differ from their defaults, so a run's id (a hash of this
+// JSON) stays the same across releases that add settings.
 nlohmann::json to_json(const RunConfig& c);
 // Every key at its value (dge: null when off, empty lists): for comparing configs key by key.
 nlohmann::json to_json_full(const RunConfig& c);
