@@ -1,6 +1,7 @@
-// Everything that differs between the LibTorch versions we build against lives here:
-// Debian 12's libtorch 1.13.1 (CPU only, the dev/CI machine) and torch 2.11 + CUDA (the GPU
-// machine). Other files ask these macros and helpers instead of testing versions themselves.
+// What differs in the kernels' LibTorch adapters between the LibTorch versions we build against
+// lives here: Debian 12's libtorch 1.13.1 (CPU only, the dev/CI machine) and torch 2.11 + CUDA
+// (the GPU machine). Other files ask these macros and helpers instead of testing versions
+// themselves; the trainer has its own (one small header per area, docs/design.md §8).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,9 +1,8 @@
 #include "mxablate/contract/settings_difference.h"
 
 #include <algorithm>
-#include <iterator>
-#include <set>
 
+#include "mxablate/contract/config_keys.h"
 #include "mxablate/contract/gemm_route.h"
 
 namespace mxablate::contract {
@@ -11,16 +10,13 @@ namespace {
 
 using nlohmann::json;
 
+// Keys that do not describe an arm (config_keys.h: the run's name, the target, seeds, where it
+// runs); the model does, but is compared as its label, below (a preset and a shape are different
+// JSON types). A key without a row is compared.
 bool left_out(const std::string& key) {
-  // The model is compared as its type, below (a preset and a shape are different JSON types).
-  static const std::set<std::string> kLeftOut = [] {
-    std::set<std::string> keys{"run_id", "sweep",      "arm",   "model",
-                               "target", "train.seed", "train.data_seed",
-                               "device", "threads",    "mllog", "parallel"};
-    keys.insert(std::begin(kResultNeutralKeys), std::end(kResultNeutralKeys));
-    return keys;
-  }();
-  return kLeftOut.count(key) > 0;
+  if (key == kModelKey) return true;
+  const ConfigKey* row = config_key(key);
+  return row && !row->has(kDescribesArm);
 }
 
 // A value as compact text: names bare, numbers as JSON writes them, null as "off", mappings as

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <limits>
 
+#include "mxablate/contract/config_keys.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/divergence.h"
@@ -142,18 +143,7 @@ std::optional<std::pair<int, int>> parse_optimizer_shard_file(std::string_view n
 }
 
 json trajectory_config(const json& c) {
-  json t = json::object();
-  for (const char* key : {"model", "data", "train", "precision", "quant"})
-    if (c.is_object() && c.contains(key)) t[key] = c.at(key);
-  // Keys that change no result (activation checkpointing) may change across a resume.
-  for (const char* key : contract::kResultNeutralKeys) {
-    const std::string path = key;
-    const size_t dot = path.find('.');
-    const std::string section = path.substr(0, dot), name = path.substr(dot + 1);
-    if (dot != std::string::npos && t.contains(section) && t[section].is_object())
-      t[section].erase(name);
-  }
-  return t;
+  return contract::keys_with(c, contract::kTrajectory);
 }
 
 void seal_checkpoint_state(json& state) {

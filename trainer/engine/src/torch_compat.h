@@ -1,6 +1,7 @@
-// Everything in the trainer that differs between the LibTorch versions it builds against lives
-// here: Debian 12's libtorch 1.13.1 (CPU only; dev/CI machine) and torch 2.11 + CUDA (the GPU
-// machine). MXABLATE_TRAINER_CUDA is set by trainer/engine/CMakeLists.txt when LibTorch has CUDA.
+// What differs in the trainer's ATen, optimizer and CUDA calls between the LibTorch versions it
+// builds against lives here: Debian 12's libtorch 1.13.1 (CPU only; dev/CI machine) and torch
+// 2.11 + CUDA (the GPU machine). torch.distributed's differences are c10d_compat.h's: one small
+// header per area (docs/design.md §8). MXABLATE_TRAINER_CUDA is set by trainer/engine/CMakeLists.txt when LibTorch has CUDA.
 #pragma once
 
 #include <ATen/ATen.h>

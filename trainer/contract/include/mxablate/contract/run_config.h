@@ -6,8 +6,9 @@
 // resolved, plus the run's identity. Parsing is strict: an unknown key, a wrong type, a number
 // that is not finite or does not fit its type, a string that is not UTF-8, or a value outside its
 // range is a ConfigError naming the key path and the value (e.g. "train.lr: must be in (0, 10],
-// got -1.0"). The ranges live in run_config.cpp's validate(), the one definition the trainer
-// and the orchestrator's planner share.
+// got -1.0"). The ranges live in validate.cpp's validate(), the one definition the trainer
+// and the orchestrator's planner share. What each key is to a run's identity, a checkpoint's
+// trajectory and an arm's description is config_keys.h's table.
 #pragma once
 
 #include <cstdint>
@@ -204,15 +205,10 @@ int64_t micro_batch_tokens(const RunConfig& c);
 // Micro-batches of one optimizer step over all ranks; each rank takes micro_batches / parallel.data.
 int64_t micro_batches_per_step(const RunConfig& c);
 
-// Keys (JSON paths) that change how a run executes but not one bit of what it computes: an arm
-// is not described by them (settings_difference) and a checkpoint resumes with them changed
-// (the trainer's trajectory_config). The one list both read.
-inline constexpr const char* kResultNeutralKeys[] = {"train.activation_checkpointing"};
-
 // Strict conversion. from_json throws ConfigError naming the offending key path. to_json writes
-// keys added after the first release (weight_blocks, sr_prescale, dge, occ, precision_schedule,
-// overrides, parallel, train.activation_checkpointing) only when they differ from their
-// defaults, so a run's id (a hash of this JSON) stays the same across releases that add settings.
+// keys added after the first release (config_keys.h marks them kWrittenWhenSet: quant.dge,
+// parallel.shard, …) only when they differ from their defaults, so a run's id (a hash of this
+// JSON) stays the same across releases that add settings.
 nlohmann::json to_json(const RunConfig& c);
 // Every key at its value (dge: null when off, empty lists): for comparing configs key by key.
 nlohmann::json to_json_full(const RunConfig& c);

@@ -18,10 +18,11 @@ struct SettingDifference {
   nlohmann::json raw;  // the run's value as the config holds it
 };
 
-// Every setting of `run` that differs from `reference`, in key order. Left out: the run's
-// identity (run_id, sweep, arm), the target (one per sweep), seeds (they pair runs, they do not
-// describe arms), where it runs (device, threads, mllog, parallel) and how, where that changes
-// no result (kResultNeutralKeys: activation checkpointing). A Hadamard rotation is one setting
+// Every setting of `run` that differs from `reference`, in key order. Left out: the keys that
+// do not describe an arm (config_keys.h, kDescribesArm): the run's identity (run_id, sweep, arm),
+// the target (one per sweep), seeds (they pair runs, they do not describe arms), where it runs
+// (device, threads, mllog, parallel) and how, where that changes no result (activation
+// checkpointing). A Hadamard rotation is one setting
 // (mode, size and GEMMs together): a rotation is not described by the part that changed. So is
 // the model, shown by its label (model_label: "llama-20m", "d512-L6-h8/4-f1408").
 std::vector<SettingDifference> settings_difference(const RunConfig& run, const RunConfig& reference);

@@ -71,9 +71,10 @@ struct CheckpointExpectation {
   std::optional<int64_t> step_in_name;   // the step its directory name says, when known
 };
 
-// Sections of the run config that determine the trajectory, less the keys that change no result
-// (contract::kResultNeutralKeys); a checkpoint written under a config that differs in any of them
-// is not this run's.
+// The keys of the run config that determine the trajectory (contract/config_keys.h: kTrajectory;
+// not the run's name, the target, where it runs, nor what changes no result such as activation
+// checkpointing); a checkpoint written under a config that differs in any of them is not this
+// run's.
 nlohmann::json trajectory_config(const nlohmann::json& run_config);
 
 // The text of state.json for `state`, with `files` listed and the whole sealed by its checksum.

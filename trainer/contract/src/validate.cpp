@@ -1,0 +1,131 @@
+// The run config's ranges (validate.h): each key's own range, then the limits no attempt of the
+// trainer could pass (validate_limits, validate_runnable).
+#include "validate.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "json_reading.h"
+
+namespace mxablate::contract::detail {
+namespace {
+
+using nlohmann::json;
+
+// Limits beyond the planner's runnable rules (validate_runnable): quantization keys number steps
+// in 32 bits (the last value reserved); sequences and batches no machine holds; learning rates
+// and epsilons that are typing mistakes. Non-finite numbers never get this far: read_value
+// refuses them.
+void validate_limits(const RunConfig& c) {
+  constexpr int64_t kMaxSteps = 0xFFFFFFFEll;
+  const TrainConfig& t = c.train;
+  require(t.global_batch_tokens <= (int64_t{1} << 40), "train.global_batch_tokens",
+          "must be at most 2^40", t.global_batch_tokens);
+  // Budgets beyond 9e15 tokens are validate_runnable's to refuse.
+  if (t.global_batch_tokens > 0 && t.max_tokens <= kLargestFloatInteger)
+    require(std::ceil(t.max_tokens / static_cast<double>(t.global_batch_tokens)) <=
+                static_cast<double>(kMaxSteps),
+            "train.max_tokens",
+            "needs more than " + std::to_string(kMaxSteps) +
+                " optimizer steps of train.global_batch_tokens (the most a run can number)",
+            t.max_tokens);
+  require(t.lr <= 10, "train.lr", "must be at most 10", t.lr);
+  require(t.eps <= 1, "train.eps", "must be at most 1", t.eps);
+  if (c.target.val_loss)
+    require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
+}
+
+// Values that pass the per-key rules above yet make every attempt of the trainer fail or never
+// end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
+// reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
+// arithmetic (int64 steps) would overflow, a GPU-only GEMM path on the CPU.
+void validate_runnable(const RunConfig& c) {
+  constexpr int kMaxThreads = 1024;
+  require(c.threads >= 0 && c.threads <= kMaxThreads, "threads", "must be in [0, 1024] (0: the library default)",
+          c.threads);
+  require(c.train.weight_decay >= 0, "train.weight_decay", "must be >= 0",
+          c.train.weight_decay);
+  require(c.train.lr * c.train.weight_decay < 1, "train.weight_decay",
+          "must keep train.lr * train.weight_decay below 1 (the decay step; lr " +
+              json(c.train.lr).dump() + ")",
+          c.train.weight_decay);
+  for (const auto& [name, value] : {std::pair{"train.max_tokens", c.train.max_tokens},
+                                    std::pair{"train.warmup_tokens", c.train.warmup_tokens},
+                                    std::pair{"eval.every_tokens", c.eval.every_tokens},
+                                    std::pair{"eval.tokens", c.eval.tokens}})
+    require(value <= kLargestFloatInteger, name, "must be at most 9e15", value);
+  // The trainer resolves the GEMM path before the first step, whatever the precisions.
+  if (c.quant.gemm_path == GemmPath::kFP8 && c.device != Device::kCUDA)
+    throw ConfigError("quant.gemm_path: \"fp8\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) "
+                      "needs device: cuda, this run's device is \"" +
+                      std::string(to_string(c.device)) + "\"");
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  require(c.data.seq_len > 0, "data.seq_len", "must be > 0", c.data.seq_len);
+  require(c.data.seq_len <= (int64_t{1} << 20), "data.seq_len", "must be at most 1048576",
+          c.data.seq_len);
+  const TrainConfig& t = c.train;
+  require(t.global_batch_tokens > 0 && t.global_batch_tokens % c.data.seq_len == 0,
+          "train.global_batch_tokens", "must be a positive multiple of data.seq_len",
+          t.global_batch_tokens);
+  constexpr int kMaxRanks = 4096;
+  require(c.parallel.data >= 1 && c.parallel.data <= kMaxRanks, "parallel.data",
+          "must be in [1, 4096] (the ranks of one run)", c.parallel.data);
+  require(t.micro_batch_tokens >= 0 && (t.micro_batch_tokens == 0 ||
+                                        (t.micro_batch_tokens % c.data.seq_len == 0 &&
+                                         t.global_batch_tokens % t.micro_batch_tokens == 0)),
+          "train.micro_batch_tokens",
+          "must be 0 or a multiple of data.seq_len dividing train.global_batch_tokens",
+          t.micro_batch_tokens);
+  // The micro-batch is set explicitly for several ranks: it decides where the quantizers' blocks and
+  // random streams begin (docs/design.md §4, "Data-parallel runs"), so the same run on one rank is the same config.
+  if (c.parallel.data > 1)
+    require(micro_batches_per_step(c) % c.parallel.data == 0, "parallel.data",
+            "must divide the step's " + std::to_string(micro_batches_per_step(c)) +
+                " micro-batches (train.global_batch_tokens / train.micro_batch_tokens; set "
+                "train.micro_batch_tokens to split a step among the ranks)",
+            c.parallel.data);
+  if (c.parallel.shard != ShardLevel::kNone && c.parallel.data < 2)
+    throw ConfigError("parallel.shard: \"" + std::string(to_string(c.parallel.shard)) +
+                      "\" splits state over the ranks of parallel.data, which is " +
+                      std::to_string(c.parallel.data) + " (set parallel.data to 2 or more, or shard: none)");
+  require(t.max_tokens > 0, "train.max_tokens", "must be > 0", t.max_tokens);
+  require(t.lr > 0, "train.lr", "must be > 0", t.lr);
+  require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]",
+          t.min_lr_ratio);
+  require(t.warmup_tokens >= 0, "train.warmup_tokens", "must be >= 0", t.warmup_tokens);
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)", t.beta1);
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)", t.beta2);
+  require(t.eps > 0, "train.eps", "must be > 0", t.eps);
+  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables)", t.grad_clip);
+  validate_limits(c);
+  require(c.eval.every_tokens > 0, "eval.every_tokens", "must be > 0", c.eval.every_tokens);
+  require(c.eval.tokens >= c.data.seq_len, "eval.tokens", "must be at least one sequence",
+          c.eval.tokens);
+  require(c.quant.bf16_first_blocks >= 0, "quant.bf16_first_blocks", "must be >= 0",
+          c.quant.bf16_first_blocks);
+  require(c.quant.bf16_last_blocks >= 0, "quant.bf16_last_blocks", "must be >= 0",
+          c.quant.bf16_last_blocks);
+  require(c.divergence.loss_spike_factor > 1, "divergence.loss_spike_factor", "must be > 1",
+          c.divergence.loss_spike_factor);
+  require(c.divergence.grad_norm_factor > 1, "divergence.grad_norm_factor", "must be > 1",
+          c.divergence.grad_norm_factor);
+  require(c.divergence.val_regression >= 0, "divergence.val_regression", "must be >= 0",
+          c.divergence.val_regression);
+  require(c.divergence.fatal_after_spikes >= 0, "divergence.fatal_after_spikes", "must be >= 0",
+          c.divergence.fatal_after_spikes);
+  require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0",
+          c.checkpoint.every_steps);
+  require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
+  require(c.telemetry.train_every_steps >= 1, "telemetry.train_every_steps", "must be >= 1",
+          c.telemetry.train_every_steps);
+  require(c.telemetry.quant_every_steps >= 0, "telemetry.quant_every_steps", "must be >= 0",
+          c.telemetry.quant_every_steps);
+  validate_runnable(c);
+}
+
+}  // namespace mxablate::contract::detail
