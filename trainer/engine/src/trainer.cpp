@@ -25,6 +25,7 @@
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/trainer/divergence.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/mllog.h"
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/optimizer.h"
@@ -689,6 +690,13 @@ int run_trainer(const TrainOptions& options) {
     // Another rank died: this run is interrupted, not failed (no run_end; it is retried).
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     return exit_code::kInternal;
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string line = out_of_memory_line(  // memory_plan.h: one line, the fix; final
+        e.what_without_backtrace(), setup ? &setup->config : nullptr,
+        setup && setup->dataset ? setup->dataset->manifest.tokenizer.vocab_size : 0);
+    std::cerr << "mxablate-train: " << line << "\n";
+    if (run) run->record_failure(line, exit_code::kOutOfMemory);
+    return exit_code::kOutOfMemory;
   } catch (const std::exception& e) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kInternal);
