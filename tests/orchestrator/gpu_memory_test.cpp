@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "catch.h"
 #include "mxablate/data/manifest.h"
@@ -107,6 +108,13 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
   // fragment, total (memory_plan_test: sharded gradients with checkpointing).
   CHECK(contains(m.out, "  A    29.9 GiB  7.5 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
                         "384 MiB  512 MiB  1.0 GiB    833 MiB   62.8 GiB\n"));
+  // --json: the parts in bytes (memory_plan_test's 67484029286 in all).
+  const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", true, "gradients"));
+  REQUIRE(j.code() == 0);
+  const nlohmann::json runs = nlohmann::json::parse(j.out);
+  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 67484029286);
+  CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8082690048);
+  CHECK(runs[0]["gpu_memory_per_rank"]["logits_chunk_tokens"] == 523);
   // A CPU run is not modelled: no column, and --gpu-memory does not refuse it.
   const ProcessResult cpu = f.mx({"plan", "--gpu-memory", "1GB"}, recipe(f.data.string(), "cpu", false, "none"));
   INFO(cpu.err);
