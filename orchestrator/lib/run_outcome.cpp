@@ -50,6 +50,10 @@ Outcome decide_outcome(const AttemptObservation& o) {
   if (o.exit_code == trainer_exit::kBadConfig)
     return {false, st::kFailed,
             with_tail("the trainer rejected config.json (exit code 2)", o.stderr_tail)};
+  if (o.exit_code == trainer_exit::kOutOfMemory)
+    // Memory does not come back on a retry: the trainer's last line says what to change.
+    return {false, st::kFailed,
+            with_tail("the trainer ran out of GPU memory (exit code 5)", o.stderr_tail)};
   if (o.exit_code == trainer_exit::kDiverged)
     return {false, st::kDiverged, "exit code 3 (diverged) without a run_end event"};
   if (!o.exit_code && !o.signal)

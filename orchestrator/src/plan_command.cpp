@@ -1,5 +1,6 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
-// precisions, ranks where any run has several, token budget) and the totals — without running anything. Every recipe error is
+// precisions, ranks where any run has several, predicted peak GPU memory per rank of CUDA runs,
+// token budget) and the totals — without running anything. Every recipe error is
 // reported here exactly as `run` would report it, and so is every launch check against the
 // datasets the runs name (launch_checks.h).
 #include <CLI/CLI.hpp>
@@ -14,11 +15,13 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "mxablate/analysis/escape.h"
+#include "mxablate/orchestrator/gpu_memory.h"
 #include "mxablate/orchestrator/plan.h"
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/recipe.h"
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
 #include "mxablate/contract/settings_difference.h"
@@ -33,6 +36,8 @@ struct PlanOptions {
   std::string recipe;
   bool json = false;
   bool layers = false;
+  bool memory = false;
+  std::string gpu_memory;  // --gpu-memory SIZE: refuse CUDA runs predicted not to fit
 };
 
 std::string axis_cell(const RunSpec& run, const std::string& axis) {
@@ -63,6 +68,16 @@ ModelSize model_size(const RunSpec& run, const DatasetVocabularies& vocabularies
 
 std::string name(contract::GemmPrecision p) { return std::string(contract::to_string(p)); }
 
+// A CUDA run's predicted peak GPU memory per rank (memory_plan.h) at its dataset's vocabulary;
+// none for CPU runs (not modelled) or an unknown vocabulary.
+std::optional<trainer::MemoryPlan> memory_plan(const RunSpec& run,
+                                               const DatasetVocabularies& vocabularies) {
+  if (run.config.device != contract::Device::kCUDA) return std::nullopt;
+  const auto it = vocabularies.find(run.config.data.dataset);
+  if (it == vocabularies.end()) return std::nullopt;
+  return trainer::plan_memory(run.config, it->second);
+}
+
 void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
   // Free text from the recipe (names are validated by the loader): shown, never sent raw.
@@ -90,6 +105,10 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
   const bool ranks = std::any_of(plan.runs.begin(), plan.runs.end(),
                                  [](const RunSpec& r) { return r.config.parallel.data > 1; });
   if (ranks) headers.push_back("ranks");
+  const bool on_gpu = std::any_of(plan.runs.begin(), plan.runs.end(), [](const RunSpec& r) {
+    return r.config.device == contract::Device::kCUDA;
+  });
+  if (on_gpu) headers.push_back("gpu mem/rank");
   headers.push_back("tokens");
   TextTable table(headers);
   bool all_known = true;
@@ -109,6 +128,10 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
     row.push_back(name(r.config.precision.wgrad));
     row.push_back(r.interventions);
     if (ranks) row.push_back(std::to_string(r.config.parallel.data));
+    if (on_gpu) {
+      const std::optional<trainer::MemoryPlan> m = memory_plan(r, vocabularies);
+      row.push_back(m ? trainer::format_bytes(m->total()) : "-");
+    }
     row.push_back(format_count(r.config.train.max_tokens));
     table.add_row(row);
   }
@@ -122,6 +145,9 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
   if (vocab_sizes.empty())
     std::cout << "params: outside the embeddings only (*): the datasets' vocabularies are not "
                  "known\n";
+  if (on_gpu)
+    std::cout << "gpu mem/rank: the predicted peak GPU memory of each rank (CUDA runs; `plan "
+                 "--memory` shows its parts)\n";
   std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
                            "grid point\n",
                            escape::terminal(plan.baseline_arm));
@@ -170,6 +196,56 @@ void print_layers(const Plan& plan) {
   }
 }
 
+// `plan --memory`: each CUDA run's predicted peak GPU memory per rank, part by part.
+void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies) {
+  TextTable table({"#", "run_id", "arm", "weights", "grads", "optimizer", "activations",
+                   "w operands", "working", "logits", "comm", "workspace", "fragment", "total"});
+  bool any = false;
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    const RunSpec& r = plan.runs[i];
+    const std::optional<trainer::MemoryPlan> m = memory_plan(r, vocabularies);
+    if (!m) continue;
+    any = true;
+    std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm};
+    for (const int64_t bytes : {m->weights, m->gradients, m->optimizer, m->activations,
+                                m->weight_operands, m->working, m->logits, m->communication,
+                                m->workspace, m->fragmentation, m->total()})
+      row.push_back(trainer::format_bytes(bytes));
+    table.add_row(row);
+  }
+  if (!any) {
+    std::cout << "no run uses device cuda: GPU memory is not predicted for CPU runs\n";
+    return;
+  }
+  std::cout << table.render(2);
+  std::cout << fmt::format(
+      "predicted peak GPU memory per rank (docs/trainer.md, \"GPU memory\"): weights FP32 on "
+      "every rank; grads FP32 (a 1/ranks shard and {} buckets of {} with parallel.shard: "
+      "gradients); optimizer AdamW's two FP32 moments (1/ranks with parallel.shard); activations "
+      "saved by one micro-batch; w operands the BF16 weights Dgrad reads; working the largest "
+      "block backward; logits one chunk of the loss; comm NCCL {}; workspace CUDA context and "
+      "cuBLAS {}; fragment {}% of the per-micro-batch parts\n",
+      trainer::kShardedBucketsInFlight, trainer::format_bytes(trainer::kGradientBucketBytes),
+      trainer::format_bytes(trainer::kNcclBufferBytes),
+      trainer::format_bytes(trainer::kCudaWorkspaceBytes), trainer::kFragmentationPercent);
+}
+
+nlohmann::json memory_json(const trainer::MemoryPlan& m) {
+  return {{"weights", m.weights},
+          {"gradients", m.gradients},
+          {"optimizer", m.optimizer},
+          {"activations", m.activations},
+          {"weight_operands", m.weight_operands},
+          {"working", m.working},
+          {"logits", m.logits},
+          {"communication", m.communication},
+          {"workspace", m.workspace},
+          {"fragmentation", m.fragmentation},
+          {"total", m.total()},
+          {"micro_batch_tokens", m.tokens},
+          {"logits_chunk_tokens", m.logits_tokens}};
+}
+
 void print_json(const Plan& plan, const DatasetVocabularies& vocabularies) {
   nlohmann::json out = nlohmann::json::array();
   for (const RunSpec& r : plan.runs) {
@@ -181,10 +257,12 @@ void print_json(const Plan& plan, const DatasetVocabularies& vocabularies) {
         {"non_embedding_parameters", size.non_embedding},
         {"vocab_size", size.vocab ? nlohmann::json(*size.vocab) : nlohmann::json()},
         {"parameters", size.total ? nlohmann::json(*size.total) : nlohmann::json()}};
+    const std::optional<trainer::MemoryPlan> memory = memory_plan(r, vocabularies);
     out.push_back({{"run_id", r.run_id},
                    {"arm", r.arm},
                    {"axes", axes},
                    {"model", model},
+                   {"gpu_memory_per_rank", memory ? memory_json(*memory) : nlohmann::json()},
                    {"config", r.config_json}});
   }
   std::cout << out.dump(2) << "\n";
@@ -202,10 +280,31 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--layers", opts->layers,
                 "print each arm's layers with their resolved precision per GEMM and settings "
                 "(overrides, BF16 blocks and the precision schedule applied)");
+  cmd->add_flag("--memory", opts->memory,
+                "print each CUDA run's predicted peak GPU memory per rank, part by part");
+  cmd->add_option("--gpu-memory", opts->gpu_memory,
+                  "refuse CUDA runs predicted to need more GPU memory per rank than SIZE "
+                  "(80GB, 80GiB, 141e9)");
   cmd->callback([opts] {
+    std::optional<GpuMemory> gpu;
+    if (!opts->gpu_memory.empty()) {
+      try {
+        gpu = GpuMemory{parse_memory_size(opts->gpu_memory), "--gpu-memory " + opts->gpu_memory};
+      } catch (const std::invalid_argument& e) {
+        throw InputError(std::string("--gpu-memory: ") + e.what());
+      }
+    }
     const RecipeInput input = load_checked_recipe_input(opts->recipe);
+    if (gpu) {
+      try {
+        check_gpu_memory(input.recipe, input.plan, input.vocabularies, *gpu);
+      } catch (const RecipeError& e) {
+        throw InputError(e.what());
+      }
+    }
     if (opts->json) print_json(input.plan, input.vocabularies);
     else if (opts->layers) print_layers(input.plan);
+    else if (opts->memory) print_memory(input.plan, input.vocabularies);
     else print_plan(input.recipe, input.plan, input.vocabularies);
   });
 }

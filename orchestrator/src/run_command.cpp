@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/orchestrator/executor_local.h"
+#include "mxablate/orchestrator/gpu_memory.h"
 #include "mxablate/orchestrator/launch_checks.h"
 #include "mxablate/orchestrator/recipe_error.h"
 #include "mxablate/orchestrator/progress.h"
@@ -52,6 +53,7 @@ struct RunOptions {
   std::string progress = "auto";
   std::string executor = "local";
   bool no_prestart = false;
+  std::string gpu_memory;  // --gpu-memory SIZE; empty: what nvidia-smi reports
   SlurmRunOptions slurm;
   const CLI::App* command = nullptr;
 };
@@ -128,6 +130,25 @@ RankLimit rank_limit(const RunOptions& o, const std::vector<Slot>& slots) {
   return limit;
 }
 
+// The GPU memory CUDA runs are checked against before launch (gpu_memory.h): --gpu-memory, else
+// what this machine's GPUs report; nullopt (with a note on stderr) when neither is known.
+std::optional<GpuMemory> gpu_memory_to_check(const RunOptions& o, bool on_slurm) {
+  if (!o.gpu_memory.empty()) {
+    try {
+      return GpuMemory{parse_memory_size(o.gpu_memory), "--gpu-memory " + o.gpu_memory};
+    } catch (const std::invalid_argument& e) {
+      throw InputError(std::string("--gpu-memory: ") + e.what());
+    }
+  }
+  std::string why = "the runs go to Slurm's GPUs, not this machine's";
+  if (!on_slurm)
+    if (const std::optional<int64_t> bytes = query_gpu_memory(&why))
+      return GpuMemory{*bytes, "the GPUs here (nvidia-smi)"};
+  std::cerr << "mxablate: note: the runs' predicted GPU memory is not checked (" << why
+            << "); give --gpu-memory SIZE to check it\n";
+  return std::nullopt;
+}
+
 ProgressMode parse_progress(const std::string& s) {
   if (s == "auto") return ProgressMode::kAuto;
   if (s == "terminal") return ProgressMode::kTerminal;
@@ -196,6 +217,7 @@ void run_sweep(const RunOptions& o) {
                      "executor; with --executor slurm use --gpus-per-run, --max-parallel and "
                      "--time");
   if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
+  if (!o.gpu_memory.empty()) gpu_memory_to_check(o, on_slurm);  // option errors first
   const RecipeInput input = load_checked_recipe_input(o.recipe);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
   if (!on_slurm) {
@@ -205,6 +227,16 @@ void run_sweep(const RunOptions& o) {
       throw InputError(e.what());
     }
   }
+  // CUDA runs that cannot fit their GPUs are refused here, not after a launch (docs/design.md §4).
+  if (std::any_of(input.plan.runs.begin(), input.plan.runs.end(),
+                  [](const RunSpec& r) { return r.config.device == contract::Device::kCUDA; }))
+    if (const std::optional<GpuMemory> gpu = gpu_memory_to_check(o, on_slurm)) {
+      try {
+        check_gpu_memory(input.recipe, input.plan, input.vocabularies, *gpu);
+      } catch (const RecipeError& e) {
+        throw InputError(e.what());
+      }
+    }
   fs::path trainer;
   try {
     trainer = find_trainer(o.trainer);
@@ -334,6 +366,10 @@ void register_run_command(CLI::App& app) {
                   "local: runs in slots on this machine; slurm: job arrays on a Slurm cluster "
                   "(runs directory and trainer on a shared filesystem)")
       ->capture_default_str();
+  cmd->add_option("--gpu-memory", o->gpu_memory,
+                  "GPU memory per GPU that CUDA runs are checked against before launch (80GB, "
+                  "80GiB, 141e9); default: what nvidia-smi reports")
+      ->type_name("SIZE");
   cmd->add_flag("--no-prestart", o->no_prestart,
                 "start each run only when its slot is free (default: the next run of a busy slot "
                 "is prestarted and sets up meanwhile, holding a second copy of its model and "

@@ -69,6 +69,27 @@ TEST_CASE("a trainer that rejects its config fails at once with its message") {
                       "be > 0");
 }
 
+TEST_CASE("a trainer out of GPU memory fails at once, on its first attempt, with its line") {
+  // Exit code 5 without a run_end (a rank other than 0, or before the event log was open): a
+  // retry would run out again, so it is final like a rejected config.
+  const std::string line =
+      "out of GPU memory: tried to allocate 2.0 GiB; predicted 81.2 GiB per rank (...); set "
+      "parallel.shard: gradients (predicted 61.2 GiB per rank)";
+  AttemptObservation o = ended(5, std::nullopt);
+  o.stderr_tail = line;
+  const Outcome out = decide_outcome(o);
+  CHECK_FALSE(out.retry);
+  CHECK(out.status == "failed");
+  CHECK(out.reason == "the trainer ran out of GPU memory (exit code 5): " + line);
+  // With rank 0's run_end "failed" it is the trainer-reported failure: final too.
+  AttemptObservation reported = ended(5, std::nullopt, "failed");
+  reported.stderr_tail = line;
+  const Outcome r = decide_outcome(reported);
+  CHECK_FALSE(r.retry);
+  CHECK(r.status == "failed");
+  CHECK(r.reason == "the trainer reported failure (exit code 5): " + line);
+}
+
 TEST_CASE("a trainer-reported failure is final") {
   AttemptObservation o = ended(1, std::nullopt, "failed");
   o.stderr_tail = "CUDA error: out of memory";

@@ -1,6 +1,7 @@
 #include "mxablate/trainer/linear_plan.h"
 
 #include <algorithm>
+#include <tuple>
 
 
 namespace mxablate::trainer {
@@ -64,6 +65,19 @@ bool is_plain_bf16(const QuantSpec& spec) {
 
 bool is_low_precision(const QuantSpec& spec) {
   return spec.format != QuantFormat::kBF16 && spec.format != QuantFormat::kFP32;
+}
+
+bool is_memoizable(const QuantSpec& spec) {
+  using kernels::HadamardMode;
+  return spec.rounding == kernels::Rounding::kNearest &&
+         (spec.hadamard == HadamardMode::kNone || spec.hadamard == HadamardMode::kDeterministic);
+}
+
+bool same_quantization(const QuantSpec& a, const QuantSpec& b) {
+  return std::tie(a.format, a.scale_rule, a.rounding, a.hadamard, a.hadamard_size, a.blocks,
+                  a.sr_prescale) ==
+         std::tie(b.format, b.scale_rule, b.rounding, b.hadamard, b.hadamard_size, b.blocks,
+                  b.sr_prescale);
 }
 
 LinearPlan plain_bf16_plan() {

@@ -1,25 +1,13 @@
 #include "mxablate/trainer/quant_memo.h"
 
+#include "mxablate/trainer/linear_plan.h"
+
 #include <tuple>
 #include <utility>
 
 namespace mxablate::trainer {
-namespace {
 
-bool same_spec(const kernels::QuantSpec& a, const kernels::QuantSpec& b) {
-  return std::tie(a.format, a.scale_rule, a.rounding, a.hadamard, a.hadamard_size, a.blocks,
-                  a.sr_prescale) ==
-         std::tie(b.format, b.scale_rule, b.rounding, b.hadamard, b.hadamard_size, b.blocks,
-                  b.sr_prescale);
-}
-
-}  // namespace
-
-bool QuantMemo::memoizable(const kernels::QuantSpec& spec) {
-  using kernels::HadamardMode;
-  return spec.rounding == kernels::Rounding::kNearest &&
-         (spec.hadamard == HadamardMode::kNone || spec.hadamard == HadamardMode::kDeterministic);
-}
+bool QuantMemo::memoizable(const kernels::QuantSpec& spec) { return is_memoizable(spec); }
 
 bool QuantMemo::holds(uint32_t step, const at::Tensor& x) const {
   // Inference tensors keep no version counter: they are never memoized.
@@ -38,7 +26,7 @@ std::optional<QuantMemo::Result> QuantMemo::find(uint32_t step, const at::Tensor
   std::lock_guard<std::mutex> lock(mutex_);
   if (!holds(step, x)) return std::nullopt;
   for (const Entry& e : entries_) {
-    if (e.axis != axis || e.dtype != dtype || !same_spec(e.spec, spec)) continue;
+    if (e.axis != axis || e.dtype != dtype || !same_quantization(e.spec, spec)) continue;
     if (need_telemetry && !e.result.telemetry) return std::nullopt;
     ++hits_;
     return e.result;
@@ -57,7 +45,7 @@ void QuantMemo::store(uint32_t step, const at::Tensor& x, kernels::Axis axis,
     version_ = x._version();
   }
   for (Entry& e : entries_) {
-    if (e.axis == axis && e.dtype == dtype && same_spec(e.spec, spec)) {
+    if (e.axis == axis && e.dtype == dtype && same_quantization(e.spec, spec)) {
       e.result = std::move(result);  // now with telemetry
       return;
     }

@@ -13,6 +13,7 @@
 #include "mxablate/contract/standby.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/ranks.h"
 #include "mxablate/trainer/training_run.h"
@@ -49,13 +50,15 @@ int run_trainer(const TrainOptions& options) {
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(process_age_seconds().value_or(0.0)));
   std::unique_ptr<TrainingRun> run;
+  std::optional<RunConfig> config_read;  // for the out-of-memory line's prediction
   try {
     if (options.run_dir.empty() || !fs::is_directory(options.run_dir))
       throw ConfigError("--run-dir: \"" + options.run_dir + "\" is not a directory");
     const std::string config_path = options.config_path.empty()
                                         ? (fs::path(options.run_dir) / "config.json").string()
                                         : options.config_path;
-    const RunConfig config = contract::read_run_config(config_path);
+    config_read = contract::read_run_config(config_path);
+    const RunConfig& config = *config_read;
     const int ranks = config.parallel.data;
     if (options.standby_fd && ranks > 1)
       throw ConfigError(std::string(contract::kStandbyFdEnv) + ": a run of " +
@@ -98,6 +101,12 @@ int run_trainer(const TrainOptions& options) {
     // Another rank died: this run is interrupted, not failed (no run_end; it is retried).
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     return exit_code::kInternal;
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string line = out_of_memory_line(  // memory_plan.h: one line, the fix; final
+        e.what_without_backtrace(), config_read ? &*config_read : nullptr, run ? run->vocab_size() : 0);
+    std::cerr << "mxablate-train: " << line << "\n";
+    if (run) run->record_failure(line, exit_code::kOutOfMemory);
+    return exit_code::kOutOfMemory;
   } catch (const std::exception& e) {
     std::cerr << "mxablate-train: " << error_line(e) << "\n";
     if (run) run->record_failure(error_line(e), exit_code::kInternal);

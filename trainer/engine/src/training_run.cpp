@@ -527,4 +527,6 @@ int TrainingRun::run() { return loop_->run(); }
 
 void TrainingRun::record_failure(const std::string& why, int code) { loop_->record_failure(why, code); }
 
+int64_t TrainingRun::vocab_size() const { return setup_->dataset->manifest.tokenizer.vocab_size; }
+
 }  // namespace mxablate::trainer

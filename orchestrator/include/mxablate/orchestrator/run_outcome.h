@@ -3,7 +3,8 @@
 // function of what was observed, so the whole decision table is unit-tested.
 //
 // Trainer exit codes (the contract with mxablate-train): 0 success, 1 internal failure, 2 bad
-// config, 3 diverged, 4 interrupted (SIGTERM/SIGINT: checkpointed and stopped). The run_end
+// config, 3 diverged, 4 interrupted (SIGTERM/SIGINT: checkpointed and stopped), 5 out of GPU
+// memory (final: the same run on the same GPUs runs out again; docs/design.md §4). The run_end
 // event, when present, is authoritative; the exit code covers a trainer that never wrote one.
 #pragma once
 
@@ -18,6 +19,7 @@ inline constexpr int kInternalFailure = 1;
 inline constexpr int kBadConfig = 2;
 inline constexpr int kDiverged = 3;
 inline constexpr int kInterrupted = 4;
+inline constexpr int kOutOfMemory = 5;
 }  // namespace trainer_exit
 
 struct AttemptObservation {

@@ -56,6 +56,12 @@ const char* gemm_name(kernels::GemmKind gemm);                             // "f
 bool is_plain_bf16(const kernels::QuantSpec& spec);
 // True when quantizing the operand is worth telemetry (FP8 and the 4-bit formats).
 bool is_low_precision(const kernels::QuantSpec& spec);
+// True when Q(x) under `spec` is a function of x alone (round to nearest, no random Hadamard
+// signs): layers reading the same input may then share it (the engine's QuantMemo), and the
+// memory plan counts one copy for them (memory_plan.h).
+bool is_memoizable(const kernels::QuantSpec& spec);
+// True when two specs quantize alike (every field that changes a value).
+bool same_quantization(const kernels::QuantSpec& a, const kernels::QuantSpec& b);
 
 // The plan of a linear layer with these settings.
 LinearPlan make_linear_plan(const contract::LayerSettings& settings);

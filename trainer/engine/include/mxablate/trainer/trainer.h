@@ -18,6 +18,9 @@ inline constexpr int kBadConfig = 2;    // bad config, data or device (data: als
                                         // run_end "failed" naming the shard, position and id)
 inline constexpr int kDiverged = 3;     // fatal divergence (run_end "diverged")
 inline constexpr int kInterrupted = 4;  // SIGTERM/SIGINT: checkpointed, run_end "interrupted"
+inline constexpr int kOutOfMemory = 5;  // the GPU ran out of memory (run_end "failed", one line
+                                        // with the prediction and the setting to change): final,
+                                        // a retry would run out again (docs/design.md §4)
 }  // namespace exit_code
 
 struct TrainOptions {

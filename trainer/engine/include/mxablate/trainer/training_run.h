@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,8 @@ class TrainingRun {
   int run();
   // After an exception from run(): records the failure (run_end "failed") if the log is open.
   void record_failure(const std::string& why, int code);
+  // The vocabulary of the run's data (the model's embedding rows).
+  int64_t vocab_size() const;
 
  private:
   class Loop;

@@ -1,0 +1,200 @@
+// Memory planned before launch (docs/design.md §4): `mxablate plan` shows each CUDA run's
+// predicted peak GPU memory per rank, `plan --memory` its parts, and `plan --gpu-memory SIZE` and
+// `run` refuse a run that cannot fit at the recipe position of the setting to change. The
+// numbers are memory_plan_test's, computed there by hand (the 8B shape at seq 8192 on 4 ranks).
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "catch.h"
+#include "mxablate/data/manifest.h"
+#include "mxablate/orchestrator/gpu_memory.h"
+#include "test_util.h"
+
+using namespace mxablate::testing;
+using mxablate::orchestrator::parse_memory_size;
+using mxablate::orchestrator::query_gpu_memory;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A manifest with Llama 3's 128256-token vocabulary (4-byte tokens) and plenty of tokens.
+void write_dataset(const fs::path& dir) {
+  fs::create_directories(dir);
+  mxablate::data::Manifest m;
+  m.tokenizer.file = "tokenizer.model";
+  m.tokenizer.model_type = "bpe";
+  m.tokenizer.vocab_size = 128256;
+  m.bytes_per_token = 4;
+  m.train.tokens = 1'000'000'000;
+  m.validation.tokens = 1'000'000;
+  mxablate::data::write_manifest(dir.string(), m);
+}
+
+// The 8B shape at seq 8192, 16 micro-batches a step over 4 ranks. parallel.shard's value is at
+// 14:12, train.activation_checkpointing's at 11:31.
+std::string recipe(const std::string& dataset, const std::string& device, bool checkpointing,
+                   const std::string& shard) {
+  return fmt::format(R"(name: memory
+base:
+  model: {{d_model: 4096, n_layers: 32, n_heads: 32, n_kv_heads: 8, ffn_hidden: 14336}}
+  device: {}
+  data:
+    dataset: {}
+    seq_len: 8192
+  train:
+    global_batch_tokens: 131072
+    micro_batch_tokens: 8192
+    activation_checkpointing: {}
+  parallel:
+    data: 4
+    shard: {}
+arms:
+  A: {{}}
+)",
+                     device, dataset, checkpointing ? "true" : "false", shard);
+}
+
+struct Fixture {
+  TempDir dir;
+  fs::path data = dir.path() / "data";
+  fs::path file = dir.path() / "sweep.yaml";
+  Fixture() { write_dataset(data); }
+  ProcessResult mx(const std::vector<std::string>& options, const std::string& text,
+                   std::map<std::string, std::string> env = {}) {
+    write_file(file, text);
+    std::vector<std::string> args{kMxablate.string()};
+    args.insert(args.end(), options.begin(), options.end());
+    args.push_back(file.string());
+    return run_process(args, dir.path(), env);
+  }
+  std::string at(const std::string& position) const {
+    return "mxablate: " + file.string() + ":" + position + ": ";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("sizes: decimal and binary units, bytes in exponent form, anything else refused") {
+  CHECK(parse_memory_size("80GB") == 80'000'000'000);
+  CHECK(parse_memory_size("80GiB") == int64_t{80} << 30);
+  CHECK(parse_memory_size("141e9") == 141'000'000'000);
+  CHECK(parse_memory_size("81559MiB") == int64_t{81559} << 20);
+  CHECK(parse_memory_size("80 gb") == 80'000'000'000);
+  CHECK(parse_memory_size("1.5TB") == 1'500'000'000'000);
+  CHECK(parse_memory_size("4096") == 4096);
+  for (const char* bad : {"", "GB", "80XB", "-1GB", "0", "nan", "inf", "0x10", "1e30", "80GB "}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse_memory_size(bad),
+                      std::string("expected a size such as 80GB, 80GiB or 141e9 (bytes), more "
+                                  "than 0, got '") + bad + "'");
+  }
+}
+
+TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memory its parts") {
+  Fixture f;
+  const ProcessResult r = f.mx({"plan"}, recipe(f.data.string(), "cuda", false, "none"));
+  INFO(r.err);
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.out, "gpu mem/rank"));
+  CHECK(contains(r.out, "180.2 GiB"));
+  CHECK(contains(r.out, "gpu mem/rank: the predicted peak GPU memory of each rank (CUDA runs; "
+                        "`plan --memory` shows its parts)"));
+  const ProcessResult m = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", true, "gradients"));
+  INFO(m.err);
+  REQUIRE(m.code() == 0);
+  // weights, grads, optimizer, activations, w operands, working, logits, comm, workspace,
+  // fragment, total (memory_plan_test: sharded gradients with checkpointing).
+  CHECK(contains(m.out, "  A    29.9 GiB  7.5 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
+                        "384 MiB  512 MiB  1.0 GiB    833 MiB   62.8 GiB\n"));
+  // --json: the parts in bytes (memory_plan_test's 67484029286 in all).
+  const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", true, "gradients"));
+  REQUIRE(j.code() == 0);
+  const nlohmann::json runs = nlohmann::json::parse(j.out);
+  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 67484029286);
+  CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8082690048);
+  CHECK(runs[0]["gpu_memory_per_rank"]["logits_chunk_tokens"] == 523);
+  // A CPU run is not modelled: no column, and --gpu-memory does not refuse it.
+  const ProcessResult cpu = f.mx({"plan", "--gpu-memory", "1GB"}, recipe(f.data.string(), "cpu", false, "none"));
+  INFO(cpu.err);
+  CHECK(cpu.code() == 0);
+  CHECK_FALSE(contains(cpu.out, "gpu mem/rank"));
+}
+
+TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to change") {
+  Fixture f;
+  ProcessResult r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", false, "none"));
+  CHECK(r.code() == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err ==
+        f.at("14:12") +
+            "parallel.shard: predicted 180.2 GiB of GPU memory per rank (weights 29.9 GiB, "
+            "gradients 29.9 GiB, optimizer 59.8 GiB, activations 38.2 GiB, weight operands 14.0 "
+            "GiB, working 1.1 GiB, logits 384 MiB, communication 512 MiB, workspace 1.0 GiB, "
+            "fragmentation 5.4 GiB), more than the 74.5 GiB of --gpu-memory 80GB; set "
+            "parallel.shard: gradients and train.activation_checkpointing: true (predicted 62.8 "
+            "GiB per rank) (run: A)\n");
+  // Sharded gradients alone leave 113.0 GiB: checkpointing is the setting to change.
+  r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", false, "gradients"));
+  CHECK(r.code() == 2);
+  CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 113.0 GiB", 0) == 0);
+  CHECK(contains(r.err, "; set train.activation_checkpointing: true (predicted 62.8 GiB per "
+                        "rank) (run: A)\n"));
+  // Both: 62.8 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
+  // an H200's 141e9.
+  CHECK(f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", true, "gradients")).code() == 0);
+  CHECK(f.mx({"plan", "--gpu-memory", "141e9"}, recipe(f.data.string(), "cuda", true, "none")).code() == 0);
+  // A size that is not one: one line, exit 2, before the recipe is read.
+  r = f.mx({"plan", "--gpu-memory", "80XB"}, recipe(f.data.string(), "cuda", true, "none"));
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: --gpu-memory: expected a size such as 80GB, 80GiB or 141e9 (bytes), "
+                 "more than 0, got '80XB'\n");
+}
+
+TEST_CASE("run refuses before creating anything, and without nvidia-smi it says it did not check") {
+  Fixture f;
+  const std::vector<std::string> run{"run", "--trainer", FAKE_TRAINER_BIN, "--gpus", "0,1,2,3",
+                                     "--poll-ms", "20"};
+  std::vector<std::string> with_size = run;
+  with_size.insert(with_size.end(), {"--gpu-memory", "80GB"});
+  const ProcessResult r = f.mx(with_size, recipe(f.data.string(), "cuda", false, "none"));
+  CHECK(r.code() == 2);
+  CHECK(r.err.rfind(f.at("14:12") + "parallel.shard: predicted 180.2 GiB", 0) == 0);
+  CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
+  CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
+
+  // No nvidia-smi on PATH (nor in the usual places, on this machine): a note, and the run goes
+  // on (here with the fake trainer).
+  bool smi_installed = false;
+  for (const char* d : {"/usr/bin", "/usr/sbin", "/usr/local/bin"})
+    smi_installed = smi_installed || fs::exists(fs::path(d) / "nvidia-smi");
+  if (smi_installed) return;
+  std::string why;
+  CHECK_FALSE(query_gpu_memory(&why));
+  CHECK(why == "nvidia-smi is not on PATH");
+  const ProcessResult noted = f.mx(run, recipe(f.data.string(), "cuda", true, "gradients"));
+  INFO(noted.err);
+  CHECK(contains(noted.err, "mxablate: note: the runs' predicted GPU memory is not checked "
+                            "(nvidia-smi is not on PATH); give --gpu-memory SIZE to check it\n"));
+  CHECK(fs::exists(f.dir.path() / "mxablate.db"));
+}
+
+TEST_CASE("nvidia-smi's memory.total: the smallest GPU, in MiB") {
+  TempDir dir;
+  const fs::path smi = dir.path() / "nvidia-smi";
+  const char* old_path = std::getenv("PATH");
+  const std::string saved = old_path ? old_path : "";
+  ::setenv("PATH", (dir.path().string() + ":" + saved).c_str(), 1);
+  write_file(smi, "#!/bin/sh\nprintf '81559\\n 81000 \\n'\n");
+  fs::permissions(smi, fs::perms::owner_all);
+  std::string why;
+  CHECK(query_gpu_memory(&why) == int64_t{81000} << 20);
+  write_file(smi, "#!/bin/sh\necho '[N/A]'\n");
+  CHECK_FALSE(query_gpu_memory(&why));
+  CHECK(why == "nvidia-smi printed '[N/A]', not a size in MiB");
+  write_file(smi, "#!/bin/sh\nexit 9\n");
+  CHECK_FALSE(query_gpu_memory(&why));
+  CHECK(why == "nvidia-smi failed (exit code 9)");
+  ::setenv("PATH", saved.c_str(), 1);
+}
