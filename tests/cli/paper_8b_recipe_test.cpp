@@ -86,8 +86,11 @@ TEST_CASE("recipes/paper-8b-c4.yaml plans on Megatron data imported at Llama 3's
   REQUIRE(planned.exit_code == 0);
   CHECK(planned.output.find("target: validation loss 3.3") != std::string::npos);
   // 7 arms × 3 seeds of 8 ranks each; the model at the data's vocabulary: Llama 3.1 8B's count.
-  CHECK(planned.output.find("21 runs") != std::string::npos);
-  CHECK(planned.output.find("8,030,261,248") != std::string::npos);
+  CHECK(planned.output.find("21 runs (7 arms") != std::string::npos);
+  const auto json = run_command(kBin + " plan --json '" + scaled + "'");
+  INFO(json.output);
+  REQUIRE(json.exit_code == 0);
+  CHECK(json.output.find("8030261248") != std::string::npos);
   for (const char* arm : {"fp8", "FDW+SR", "FDW+RHT16", "FDW+H16"}) {
     INFO(arm);
     CHECK(planned.output.find(arm) != std::string::npos);
