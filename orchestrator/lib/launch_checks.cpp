@@ -11,8 +11,6 @@
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sequence_sampler.h"
-#include "mxablate/trainer/model_presets.h"
-#include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/training_plan.h"
 
 namespace mxablate::orchestrator {
@@ -123,16 +121,6 @@ class LaunchChecker {
                               "of {} holds ({} tokens: {} sequences, at most {} tokens)",
                               c.eval.tokens, tp.eval_sequences, seq_len, d.dir, val_tokens,
                               available, available * seq_len));
-
-    // The model's vocabulary is the data's (the embedding and LM head are sized from the
-    // manifest), except for a preset with its own (shape checks only): the data must fit it.
-    // The planner resolved the model already (check_model_fit): this cannot throw.
-    const trainer::ModelShape shape = trainer::model_shape(c.model);
-    const int64_t data_vocab = d.manifest.tokenizer.vocab_size;
-    if (shape.vocab_size > 0 && data_vocab > shape.vocab_size)
-      throw error(run, "model",
-                  fmt::format("the vocabulary of {} ({} tokens) is larger than model {}'s ({})",
-                              d.dir, data_vocab, shape.name, shape.vocab_size));
 
     const double epochs = c.train.max_tokens / static_cast<double>(train_tokens);
     if (epochs > kMaxEpochsWithoutWarning) {

@@ -78,7 +78,6 @@ TEST_CASE("The scale presets have Llama proportions and the documented counts", 
     INFO(name);
     const auto p = find_model_preset(name);
     REQUIRE(p);
-    CHECK_FALSE(p->shape_check_only);
     CHECK(p->nominal_vocab == 32768);
     CHECK(p->d_model % 128 == 0);
     CHECK(p->ffn_hidden % 128 == 0);
@@ -120,8 +119,9 @@ TEST_CASE("A model resolves to a preset or to its custom shape, named by its lab
               "\"llama-7b\"");
   }
   mxablate::contract::RunConfig c;
+  // Every preset is trainable, the 8B shape too (its vocabulary is the data's).
   c.model = "llama-8b";
-  CHECK(message_of([&] { runnable_model_shape(c); }).find("is for shape checks only") != std::string::npos);
+  CHECK(runnable_model_shape(c).d_model == 4096);
   c.model = ModelChoice::shaped({64, 2, 4, 2, 192});
   CHECK(runnable_model_shape(c).name == "d64-L2-h4/2-f192");
 }
@@ -142,7 +142,7 @@ TEST_CASE("A custom shape's mistakes are refused naming the key", "[trainer][pre
   ModelShape broken = custom({64, 2, 4, 2, 192});
   broken.n_heads = 0;
   CHECK(error_of(broken).find("has a width or depth outside") != std::string::npos);
-  // Every preset passes (llama-8b too: its shape is checked, only never trained).
+  // Every preset passes.
   for (const ModelShape& p : model_presets()) {
     INFO(p.name);
     CHECK(error_of(p) == "no error");
@@ -162,7 +162,7 @@ TEST_CASE("Presets span smoke to the 8B shape with the promised sizes", "[traine
   const auto size = [](const char* name) {
     const auto p = find_model_preset(name);
     REQUIRE(p);
-    return parameter_count(*p, p->vocab_size > 0 ? p->vocab_size : 4096);
+    return parameter_count(*p, p->name == "llama-8b" ? p->nominal_vocab : 4096);
   };
   CHECK(size("smoke") < 1000000);
   CHECK(size("llama-5m") == Approx(5.2e6).epsilon(0.1));

@@ -27,7 +27,7 @@ TEST_CASE("Every preset's module has the parameters the preset arithmetic says",
   for (const ModelShape& shape : model_presets()) {
     ModelOptions o;
     o.shape = shape;
-    o.vocab_size = shape.vocab_size > 0 ? shape.vocab_size : 4096;
+    o.vocab_size = shape.nominal_vocab > 0 ? shape.nominal_vocab : 4096;
     o.device = at::Device(at::kMeta);  // shapes only, no memory
     LlamaModel model(o);
     INFO(shape.name);

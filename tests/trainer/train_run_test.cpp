@@ -388,9 +388,6 @@ TEST_CASE("Bad configs and misuse exit with status 2 and one clear line", "[trai
   c.model = "llama-7b";
   expect_bad(c, "model: expected one of smoke, llama-5m");
   c = smoke_config();
-  c.model = "llama-8b";
-  expect_bad(c, "shape checks only");
-  c = smoke_config();
   c.data.dataset = "/nonexistent/data";
   expect_bad(c, "data.dataset: /nonexistent/data/manifest.json: cannot open");
   c = smoke_config();

@@ -7,23 +7,23 @@ const std::vector<ModelShape>& model_presets() {
   // FFN widths about 8/3 d rounded up to a multiple of 128 (Llama's SwiGLU proportion). Sizes in
   // the names hold at the vocabulary in `nominal_vocab` (tests/trainer/model_presets_test.cpp
   // keeps every name within 15 %); README.md lists the counts at 4096 and 32768.
-  // name, d_model, n_layers, n_heads, n_kv_heads, ffn_hidden, vocab_size, rope_theta, norm_eps,
-  // shape_check_only, nominal_vocab, note
+  // name, d_model, n_layers, n_heads, n_kv_heads, ffn_hidden, rope_theta, norm_eps, nominal_vocab,
+  // note
   static const std::vector<ModelShape> presets = {
-      {"smoke", 64, 2, 4, 2, 192, 0, 10000, 1e-5, false, 0,
+      {"smoke", 64, 2, 4, 2, 192, 10000, 1e-5, 0,
        "CPU smoke test: ~0.6 M parameters (0.1 M outside the embeddings)"},
-      {"llama-5m", 256, 4, 8, 4, 768, 0, 10000, 1e-5, false, 4096, "~5.2 M parameters"},
-      {"llama-20m", 512, 6, 8, 4, 1408, 0, 10000, 1e-5, false, 4096, "~22 M parameters"},
-      {"llama-85m", 768, 12, 12, 4, 2048, 0, 10000, 1e-5, false, 4096, "~82 M parameters"},
-      {"llama-125m", 768, 12, 12, 12, 3072, 0, 10000, 1e-5, false, 4096, "~120 M parameters"},
-      {"llama-350m", 1024, 24, 16, 16, 2816, 0, 10000, 1e-5, false, 32768,
+      {"llama-5m", 256, 4, 8, 4, 768, 10000, 1e-5, 4096, "~5.2 M parameters"},
+      {"llama-20m", 512, 6, 8, 4, 1408, 10000, 1e-5, 4096, "~22 M parameters"},
+      {"llama-85m", 768, 12, 12, 4, 2048, 10000, 1e-5, 4096, "~82 M parameters"},
+      {"llama-125m", 768, 12, 12, 12, 3072, 10000, 1e-5, 4096, "~120 M parameters"},
+      {"llama-350m", 1024, 24, 16, 16, 2816, 10000, 1e-5, 32768,
        "~375 M parameters at a 32768-token vocabulary (308 M outside the embeddings)"},
-      {"llama-760m", 1536, 24, 16, 16, 4096, 0, 10000, 1e-5, false, 32768,
+      {"llama-760m", 1536, 24, 16, 16, 4096, 10000, 1e-5, 32768,
        "~780 M parameters at a 32768-token vocabulary (680 M outside the embeddings)"},
-      {"llama-1.3b", 2048, 24, 16, 16, 5504, 0, 10000, 1e-5, false, 32768,
+      {"llama-1.3b", 2048, 24, 16, 16, 5504, 10000, 1e-5, 32768,
        "~1.35 B parameters at a 32768-token vocabulary (1.21 B outside the embeddings)"},
-      {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 500000, 1e-5, true, 128256,
-       "Llama 3.1 8B shape (8.03 B parameters with its 128256 vocabulary); shape checks only"},
+      {"llama-8b", 4096, 32, 32, 8, 14336, 500000, 1e-5, 128256,
+       "Llama 3.1 8B: 8.03 B parameters at Llama 3's 128256-token vocabulary"},
   };
   return presets;
 }

@@ -64,8 +64,6 @@ void check_model_shape(const ModelShape& s) {
 
 ModelShape runnable_model_shape(const RunConfig& c) {
   ModelShape shape = model_shape(c.model);
-  if (shape.shape_check_only)
-    throw ConfigError("model: \"" + shape.name + "\" is for shape checks only (" + shape.note + ")");
   check_model_shape(shape);
   return shape;
 }

@@ -4,27 +4,13 @@
 
 #include <utility>
 
+#include "telemetry_setting.h"
+
 namespace mxablate::trainer {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Sets session.collect_telemetry for a scope and restores it after, also when the block throws.
-class TelemetrySetting {
- public:
-  TelemetrySetting(QuantSession& session, bool collect)
-      : session_(session), before_(session.collect_telemetry) {
-    session_.collect_telemetry = collect;
-  }
-  ~TelemetrySetting() { session_.collect_telemetry = before_; }
-  TelemetrySetting(const TelemetrySetting&) = delete;
-  TelemetrySetting& operator=(const TelemetrySetting&) = delete;
-
- private:
-  QuantSession& session_;
-  bool before_;
-};
 
 // Carries the block through autograd's saved data (which holds only IValues).
 struct BlockCapsule : torch::CustomClassHolder {

@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "mxablate/trainer/block_checkpoint.h"
+#include "mxablate/trainer/chunked_loss.h"
+#include "mxablate/trainer/loss_chunks.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -158,11 +160,13 @@ void LlamaModelImpl::initialize(uint64_t seed) {
   }
 }
 
-at::Tensor LlamaModelImpl::head_output(const at::Tensor& tokens) {
+at::Tensor LlamaModelImpl::final_hidden(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(embedding, tokens);
   for (const auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
-  return lm_head->forward(final_norm->forward(h));
+  return final_norm->forward(h);
 }
+
+at::Tensor LlamaModelImpl::head_output(const at::Tensor& tokens) { return lm_head->forward(final_hidden(tokens)); }
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   // The LM head's GEMM gives BF16 on CUDA; logits and the loss over them stay float32
@@ -171,13 +175,15 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
 }
 
 at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  const at::Tensor out = head_output(tokens);
-  const at::Tensor rows = out.reshape({-1, out.size(-1)});
-  // The fused cross-entropy reads the GEMM's BF16 logits and does its math in float32: the same
-  // values as converting them first (BF16 -> float32 is exact), without a float32 copy of
-  // tokens x vocabulary; its gradient comes back in BF16, as the LM head's Dgrad/Wgrad round it.
-  if (use_fused(options_.fused_ops, out.device())) return fused_cross_entropy(rows, targets.reshape({-1}));
-  return at::cross_entropy_loss(rows.to(at::kFloat), targets.reshape({-1}));
+  return loss(tokens, targets, logits_chunk_tokens(tokens.numel(), options_.vocab_size));
+}
+
+at::Tensor LlamaModelImpl::loss(const at::Tensor& tokens, const at::Tensor& targets, int64_t chunk_tokens) {
+  const at::Tensor h = final_hidden(tokens);
+  // Taken chunk_tokens tokens at a time (docs/design.md §4, "The loss without the logits"); a
+  // micro-batch within one chunk is the whole expression, bit for bit.
+  return chunked_lm_head_loss(h.reshape({-1, h.size(-1)}), lm_head, targets.reshape({-1}), chunk_tokens,
+                              use_fused(options_.fused_ops, h.device()));
 }
 
 int64_t LlamaModelImpl::parameter_count() const {

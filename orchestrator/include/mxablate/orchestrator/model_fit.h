@@ -8,7 +8,7 @@
 namespace mxablate::orchestrator {
 
 // Throws contract::ConfigError("key.path: why"): runnable_model_shape's ("model: …" for an
-// unknown or shape-check-only preset, "model.n_heads: …" for a shape mistake), else
+// unknown preset, "model.n_heads: …" for a shape mistake), else
 // check_run_fits's errors.
 void check_model_fit(const contract::RunConfig& config);
 

@@ -1,8 +1,8 @@
 // Named model shapes (docs/design.md §4): Llama 3.1 architecture (RMSNorm, RoPE, SwiGLU, grouped-query
 // attention, no biases, untied embeddings) from a CPU-smoke size to the 8B shape of the reference
 // paper ("Pretraining Large Language Models with MXFP4 on Native FP4 Hardware", docs/design.md §1).
-// The vocabulary comes from the prepared data, except for shape checks of a preset that names
-// its own (llama-8b: Llama 3's 128256). A run config may also give a shape key by key
+// The vocabulary comes from the prepared data (llama-8b's name holds at Llama 3's 128256 tokens,
+// the vocabulary of the MLPerf C4 data it is trained on). A run config may also give a shape key by key
 // (contract::ModelDims); run_fit.h resolves either to a ModelShape and checks it.
 #pragma once
 
@@ -21,10 +21,8 @@ struct ModelShape {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t ffn_hidden = 0;
-  int64_t vocab_size = 0;     // the preset's own vocabulary (0: none; always taken from the data)
   double rope_theta = 10000;
   double norm_eps = 1e-5;
-  bool shape_check_only = false;  // too large to train here; instantiated for shape checks
   // The vocabulary at which the size in a preset's name holds (llama-20m: ~20 M parameters at
   // the default corpus's 4096 tokens; llama-1.3b: at 32768); 0 for a name without a size.
   int64_t nominal_vocab = 0;

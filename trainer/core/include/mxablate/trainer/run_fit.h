@@ -28,8 +28,8 @@ ModelShape model_shape(const contract::ModelChoice& model);
 // blocks and rotations are check_run_fits's (they depend on the numerics).
 void check_model_shape(const ModelShape& shape);
 
-// model_shape, refusing a preset for shape checks only, then check_model_shape: the model that
-// mxablate-train builds and that the planner plans.
+// model_shape, then check_model_shape: the model that mxablate-train builds and that the planner
+// plans (every preset is trainable; the vocabulary is the data's).
 ModelShape runnable_model_shape(const contract::RunConfig& config);
 
 // Throws contract::ConfigError("key.path: why"), the key being the setting that decides it:

@@ -118,10 +118,15 @@ class LlamaModelImpl : public torch::nn::Module {
   explicit LlamaModelImpl(const ModelOptions& options);
   // tokens: (B, T) int64 -> logits (B, T, vocab) float32
   at::Tensor forward(const at::Tensor& tokens);
+  // The final norm's output (B, T, d_model): the LM head's input.
+  at::Tensor final_hidden(const at::Tensor& tokens);
   // The LM head's output in its GEMM's dtype (BF16 on CUDA, float32 on the CPU).
   at::Tensor head_output(const at::Tensor& tokens);
-  // Mean next-token cross-entropy of (B, T) inputs against (B, T) targets.
+  // Mean next-token cross-entropy of (B, T) inputs against (B, T) targets, the LM head and the
+  // loss taken loss_chunks.h's logits_chunk_tokens at a time (chunked_loss.h).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // The same, `chunk_tokens` tokens at a time (≥ B·T: whole): tests force small chunks here.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets, int64_t chunk_tokens);
 
   const ModelOptions& options() const { return options_; }
   QuantSession& session() { return *options_.session; }

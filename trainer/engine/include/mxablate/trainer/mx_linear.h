@@ -96,6 +96,9 @@ class MXLinearImpl : public torch::nn::Module {
   // A new plan for the next forward; autograd nodes of earlier forwards keep the plan they ran.
   void set_plan(const LinearPlan& plan);
   int layer() const { return state_->layer; }
+  // The layer's identity and current plan, as mx_linear() takes them (the chunked loss runs the
+  // LM head's GEMMs with the state its forward found).
+  std::shared_ptr<const LinearState> state() const { return state_; }
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
 
