@@ -77,9 +77,13 @@ ModelOptions smoke_options(FusedOps fused) {
 TEST_CASE("The chunk rule takes fitting logits whole and cuts the 8B shape's", "[trainer][chunked_loss]") {
   CHECK(logits_chunk_tokens(64, kVocab) == 64);
   CHECK(logits_chunk_tokens(8192, 4096) == 8192);  // 128 MiB of float32 logits: whole
-  // Llama 3's 128256-token vocabulary at seq 8192: 4 GiB whole; 523 tokens (256 MiB) a chunk.
-  CHECK(logits_chunk_tokens(8192, 128256) == 523);
+  // Llama 3's 128256-token vocabulary at seq 8192: 4 GiB whole; 523 tokens fit 256 MiB, and a
+  // chunk is a whole number of 32-token blocks (a block-format Wgrad of the LM head): 512.
+  CHECK(logits_chunk_tokens(8192, 128256) == 512);
   CHECK(523 * 128256 * 4 <= kLogitsChunkBytes);
+  CHECK(524 * 128256 * 4 > kLogitsChunkBytes);
+  // A vocabulary so large that fewer than 32 tokens fit: no rounding to 0.
+  CHECK(logits_chunk_tokens(64, int64_t{4} << 20) == 16);
 }
 
 TEST_CASE("Chunked, the LM head and loss give the whole expression's loss and gradients",
