@@ -107,32 +107,60 @@ PYEOF
 fi
 
 if [[ " $PARTS " == *" 3 "* ]]; then
-  echo "== 3. The 8B shape, vocabulary 128,256, seq 8192, activation checkpointing, BF16, 4 ranks"
+  echo "== 3. llama-8b (vocabulary 128,256), seq 8192, activation checkpointing, BF16, 4 ranks"
   DATA=$SYNTH
-  SHAPE='"model": {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "ffn_hidden": 14336, "rope_theta": 500000}'
-  for shard in gradients optimizer; do
-    extra="{$SHAPE, \"train\": {\"activation_checkpointing\": true}, \"parallel\": {\"data\": 4, \"shard\": \"$shard\"}}"
-    run "p3-$shard" cuda llama-8b bf16 8192 65536 8192 6 1000 8192 0 "$extra" || failures=$((failures + 1))
-    summary "$OUT/p3-$shard"
-    rank_peaks "$OUT/p3-$shard"
-    $PY - "$OUT/p3-$shard" <<'PYEOF' || failures=$((failures + 1))
+  # The plan's prediction for the runs below, and its verdict on 80 GB and 141 GB GPUs.
+  for shard in gradients none; do
+    cat >"$OUT/p3-$shard.yaml" <<YAML
+name: p3-$shard
+base:
+  model: llama-8b
+  device: cuda
+  data: {dataset: $SYNTH, seq_len: 8192}
+  train: {global_batch_tokens: 65536, micro_batch_tokens: 8192, max_tokens: 393216, lr: 3.0e-4,
+          warmup_tokens: 65536, activation_checkpointing: true}
+  eval: {every_tokens: 1.0e9, tokens: 8192}
+  precision: {fprop: bf16, dgrad: bf16, wgrad: bf16}
+  parallel: {data: 4, shard: $shard}
+  checkpoint: {every_steps: 0}
+arms:
+  bf16: {}
+YAML
+    echo "  plan, shard $shard:"
+    "$MXABLATE" plan "$OUT/p3-$shard.yaml" --memory 2>&1 | tail -4 | sed 's/^/    /'
+    for gpu in 80GB 141GB; do
+      if "$MXABLATE" plan "$OUT/p3-$shard.yaml" --gpu-memory $gpu >"$OUT/p3-$shard-$gpu.txt" 2>&1; then
+        echo "    --gpu-memory $gpu: accepted"
+      else
+        echo "    --gpu-memory $gpu: refused: $(tail -1 "$OUT/p3-$shard-$gpu.txt" | cut -c1-240)"
+      fi
+    done
+  done
+  extra='{"train": {"activation_checkpointing": true}, "parallel": {"data": 4, "shard": "gradients"}}'
+  run p3-gradients cuda llama-8b bf16 8192 65536 8192 6 1000 8192 0 "$extra" || failures=$((failures + 1))
+  summary "$OUT/p3-gradients"
+  rank_peaks "$OUT/p3-gradients"
+  $PY - "$OUT/p3-gradients" <<'PYEOF' || failures=$((failures + 1))
 import json, statistics, sys
 sys.path.insert(0, "scripts")
 from llama_shapes import flops_per_token
 ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl") if l.endswith("\n")]
 tps = statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2) / 4
 shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
-# MFU against the H100 SXM's dense BF16 peak, 989 TFLOP/s (H200: the same tensor cores).
+# MFU against the H100 SXM's dense BF16 peak, 989 TFLOP/s (the H200 has the same tensor cores).
 mfu = tps * flops_per_token(shape, 128256) / 989e12
 print(f"    {tps:,.0f} tokens/s per GPU, MFU {100 * mfu:.1f} % (target >= 5,800 tokens/s per GPU)")
 sys.exit(0 if tps >= 5800 else 1)
 PYEOF
-  done
-  extra="{$SHAPE, \"train\": {\"activation_checkpointing\": true}, \"parallel\": {\"data\": 4}}"
-  run "p3-none" cuda llama-8b bf16 8192 65536 8192 3 1000 8192 0 "$extra" && {
-    echo "    the unsharded 8B run did not run out of memory"
-  }
-  tail -3 "$OUT/p3-none/output.txt" | sed 's/^/    /'
+  # Unsharded, it cannot fit 80 GB: the trainer must end with its one line and exit 5.
+  if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
+    rc=0
+    run p3-none cuda llama-8b bf16 8192 65536 8192 3 1000 8192 0 \
+      '{"train": {"activation_checkpointing": true}, "parallel": {"data": 4}}' || rc=$?
+    echo "    unsharded: exit $rc (expected 5); its last lines:"
+    tail -4 "$OUT/p3-none/output.txt" | cut -c1-300 | sed 's/^/      /'
+    [ "$rc" -eq 5 ] || failures=$((failures + 1))
+  fi
 fi
 
 echo "gpu-shard-check: $failures failure(s); run directories in $OUT"
