@@ -225,7 +225,8 @@ void ShardedStep::launch_ready_in_order() {
     b.launched = true;
     if (shard_gradients_) {
       in_flight_.push_back(k);
-      while (in_flight_.size() > kMaxInFlight) settle_oldest_in_flight();
+      in_flight_bytes_ += b.padded * static_cast<int64_t>(sizeof(float));
+      while (in_flight_.size() > 2 && in_flight_bytes_ > kInFlightBytes) settle_oldest_in_flight();
     }
   }
 }
@@ -234,6 +235,7 @@ void ShardedStep::launch_ready_in_order() {
 void ShardedStep::settle_oldest_in_flight() {
   Bucket& b = buckets_[in_flight_.front()];
   in_flight_.pop_front();
+  in_flight_bytes_ -= b.padded * static_cast<int64_t>(sizeof(float));
   DataParallel::wait(b.work);
   b.work.reset();
   b.shard.add_(group_.chunk_of(b.grads));

@@ -13,6 +13,8 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -474,9 +476,14 @@ class TrainingRun::Loop {
     end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);
     events_->run_end(progress(), end);
     // run_end holds rank 0's peak; each rank of a sharded or replicated run says its own.
-    if (dp_ && end.peak_gpu_bytes > 0)
-      std::cerr << "mxablate-train: rank " << s_.rank.rank << " peak GPU memory "
-                << static_cast<double>(end.peak_gpu_bytes) / double(int64_t{1} << 30) << " GiB\n";
+    if (dp_ && end.peak_gpu_bytes > 0) {
+      // One write, so that the ranks' lines do not interleave.
+      std::ostringstream line;
+      line << "mxablate-train: rank " << s_.rank.rank << " peak GPU memory " << std::fixed
+           << std::setprecision(2) << static_cast<double>(end.peak_gpu_bytes) / double(int64_t{1} << 30)
+           << " GiB\n";
+      std::cerr << line.str() << std::flush;
+    }
     const bool success = code == exit_code::kSuccess;
     mllog_.end("run_stop", {{"status", success ? "success" : "aborted"}, {"samples_count", state_.samples}});
     if (dp_ && !failed_) dp_->close();  // every rank ends here together, unless one failed
