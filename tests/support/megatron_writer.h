@@ -104,4 +104,23 @@ inline std::vector<MegatronDocument> random_documents(int count, int64_t vocab, 
   return docs;
 }
 
+// Learnable documents: `count` documents of `sequences(d)` sequences of `length` ids counting
+// up mod `vocab` from a pseudo-random start.
+template <typename SequencesOf>
+inline std::vector<MegatronDocument> counting_documents(int count, int length, int64_t vocab, uint64_t seed,
+                                                        SequencesOf sequences) {
+  std::vector<MegatronDocument> docs;
+  uint64_t s = seed;
+  for (int d = 0; d < count; ++d) {
+    MegatronDocument doc(static_cast<size_t>(sequences(d)));
+    for (auto& seq : doc) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t start = static_cast<int64_t>(s >> 56);
+      for (int i = 0; i < length; ++i) seq.push_back((start + i) % vocab);
+    }
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
 }  // namespace mxablate::test

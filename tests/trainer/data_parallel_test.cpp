@@ -40,21 +40,6 @@ contract::RunConfig dp_config(int ranks, int64_t micro_batch_tokens) {
   return c;
 }
 
-struct Trajectory {
-  std::vector<double> loss, grad_norm;
-  std::vector<std::pair<int64_t, double>> evals;
-};
-
-Trajectory trajectory_of(const std::string& dir) {
-  const auto events = effective_events(dir);
-  Trajectory t;
-  for (const json& e : events_of_kind(events, "train")) {
-    t.loss.push_back(e["loss"].get<double>());
-    t.grad_norm.push_back(e["grad_norm"].get<double>());
-  }
-  t.evals = eval_curve(events);
-  return t;
-}
 
 
 // A TCP port nothing listens on right now (the kernel's pick for port 0).
@@ -71,7 +56,6 @@ int free_local_port() {
   return ntohs(addr.sin_port);
 }
 
-bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
 
 }  // namespace
 

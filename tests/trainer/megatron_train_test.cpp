@@ -16,17 +16,7 @@ TEST_CASE("mxablate-train trains the smoke model on an imported Megatron dataset
   TempDir dir("mxablate_megatron_train");
   // int32 ids (as Megatron writes for large vocabularies): counting sequences mod 256 from a
   // random start, one or two sequences per document.
-  std::vector<MegatronDocument> docs;
-  uint64_t s = 12345;
-  for (int d = 0; d < 200; ++d) {
-    MegatronDocument doc(1 + d % 2);
-    for (auto& seq : doc) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const int64_t start = static_cast<int64_t>(s >> 56);
-      for (int i = 0; i < 150; ++i) seq.push_back((start + i) % 256);
-    }
-    docs.push_back(doc);
-  }
+  const auto docs = counting_documents(200, 150, 256, 12345, [](int d) { return 1 + d % 2; });
   write_megatron(dir / "seq", megatron_parts(docs, 4));
   data::MegatronImportOptions o;
   o.prefixes = {dir / "seq"};

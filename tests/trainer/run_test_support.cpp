@@ -117,4 +117,15 @@ std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<nlohmann::j
   return curve;
 }
 
+Trajectory trajectory_of(const std::string& run_dir) {
+  const auto events = effective_events(run_dir);
+  Trajectory t;
+  for (const auto& e : events_of_kind(events, "train")) {
+    t.loss.push_back(e["loss"].get<double>());
+    t.grad_norm.push_back(e["grad_norm"].get<double>());
+  }
+  t.evals = eval_curve(events);
+  return t;
+}
+
 }  // namespace mxablate::test

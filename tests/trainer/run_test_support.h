@@ -2,6 +2,8 @@
 // text the test writes, run directories with a config, and reading back the events.
 #pragma once
 
+#include <cmath>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -45,5 +47,15 @@ std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& ev
                                            const std::string& kind);
 // The (tokens, val_loss) of every eval event, in order.
 std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<nlohmann::json>& events);
+
+// A run's curve as its events say it: the train events' losses and gradient norms, the evals.
+struct Trajectory {
+  std::vector<double> loss, grad_norm;
+  std::vector<std::pair<int64_t, double>> evals;
+};
+Trajectory trajectory_of(const std::string& run_dir);
+
+// |a - b| within `relative` of |b|.
+inline bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
 
 }  // namespace mxablate::test

@@ -46,23 +46,7 @@ contract::RunConfig sharded_config(int ranks, int64_t micro_batch_tokens, contra
   return c;
 }
 
-struct Trajectory {
-  std::vector<double> loss, grad_norm;
-  std::vector<std::pair<int64_t, double>> evals;
-};
 
-Trajectory trajectory_of(const std::string& dir) {
-  const auto events = effective_events(dir);
-  Trajectory t;
-  for (const json& e : events_of_kind(events, "train")) {
-    t.loss.push_back(e["loss"].get<double>());
-    t.grad_norm.push_back(e["grad_norm"].get<double>());
-  }
-  t.evals = eval_curve(events);
-  return t;
-}
-
-bool within(double a, double b, double relative) { return std::abs(a - b) <= relative * std::abs(b); }
 
 void check_close(const Trajectory& a, const Trajectory& b, double relative) {
   REQUIRE(a.loss.size() == b.loss.size());

@@ -31,16 +31,7 @@ namespace {
 const std::string& dataset() {
   static TempDir dir("mxablate_in_process_data");
   static const std::string path = [] {
-    std::vector<MegatronDocument> docs;
-    uint64_t s = 777;
-    for (int d = 0; d < 300; ++d) {
-      MegatronDocument doc(1);
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const int64_t start = static_cast<int64_t>(s >> 56);
-      for (int i = 0; i < 200; ++i) doc[0].push_back((start + i) % 256);
-      docs.push_back(doc);
-    }
-    write_megatron(dir / "seq", megatron_parts(docs, 4));
+    write_megatron(dir / "seq", megatron_parts(counting_documents(300, 200, 256, 777, [](int) { return 1; }), 4));
     data::MegatronImportOptions o;
     o.prefixes = {dir / "seq"};
     o.out_dir = dir / "data";

@@ -11,25 +11,27 @@
 
 namespace mxablate::trainer {
 
+bool is_decayed(const at::Tensor& parameter) { return parameter.dim() >= 2; }
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(std::vector<at::Tensor> decayed, std::vector<at::Tensor> plain,
+                                                const contract::TrainConfig& train) {
+  const auto options = [&](double weight_decay) {
+    return torch::optim::AdamWOptions(train.lr)
+        .betas({train.beta1, train.beta2})
+        .eps(train.eps)
+        .weight_decay(weight_decay);
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(decayed), std::make_unique<torch::optim::AdamWOptions>(options(train.weight_decay)));
+  groups.emplace_back(std::move(plain), std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), options(train.weight_decay));
+}
+
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model,
                                                 const contract::TrainConfig& train) {
   std::vector<at::Tensor> decayed, plain;
-  for (const auto& p : model.parameters()) (p.dim() >= 2 ? decayed : plain).push_back(p);
-  const auto options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(train.lr)
-            .betas({train.beta1, train.beta2})
-            .eps(train.eps)
-            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decayed, options(train.weight_decay));
-  groups.emplace_back(plain, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(
-      std::move(groups), torch::optim::AdamWOptions(train.lr)
-                             .betas({train.beta1, train.beta2})
-                             .eps(train.eps)
-                             .weight_decay(train.weight_decay));
+  for (const auto& p : model.parameters()) (is_decayed(p) ? decayed : plain).push_back(p);
+  return make_adamw(std::move(decayed), std::move(plain), train);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

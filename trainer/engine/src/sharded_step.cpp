@@ -150,26 +150,14 @@ ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& m
       s.length = end - begin;
       s.value = b.params.narrow(0, begin, end - begin);
       s.value.mutable_grad() = b.shard.narrow(0, begin - mine, end - begin);
-      (p.dim() >= 2 ? decayed : plain).push_back(s.value);
+      (is_decayed(p) ? decayed : plain).push_back(s.value);
       segments_.push_back(std::move(s));
     }
   }
   std::sort(segments_.begin(), segments_.end(),
             [](const Segment& a, const Segment& b) { return a.logical < b.logical; });
   // AdamW as make_adamw sets it up, over this rank's pieces: the same groups, the same update.
-  const contract::TrainConfig& train = config.train;
-  const auto adamw_options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(train.lr)
-                                                            .betas({train.beta1, train.beta2})
-                                                            .eps(train.eps)
-                                                            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decayed, adamw_options(train.weight_decay));
-  groups.emplace_back(plain, adamw_options(0.0));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      std::move(groups),
-      torch::optim::AdamWOptions(train.lr).betas({train.beta1, train.beta2}).eps(train.eps).weight_decay(train.weight_decay));
+  optimizer_ = make_adamw(std::move(decayed), std::move(plain), config.train);
 }
 
 ShardedStep::~ShardedStep() {

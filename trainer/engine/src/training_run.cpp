@@ -52,10 +52,6 @@ using contract::ConfigError;
 using contract::RunConfig;
 using Clock = std::chrono::steady_clock;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 }  // namespace
 
 class TrainingRun::Loop {

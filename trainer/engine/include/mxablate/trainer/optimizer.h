@@ -15,6 +15,12 @@ namespace mxablate::trainer {
 // Group 0: parameters with two or more dimensions (decayed); group 1: vectors (not decayed).
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model,
                                                 const contract::TrainConfig& train);
+// Whether a parameter is weight-decayed (group 0): matrices (linears, embeddings), not gains.
+bool is_decayed(const at::Tensor& parameter);
+// AdamW over the two groups as given (a sharded step's pieces of the parameters, grouped by
+// is_decayed of the parameter each piece belongs to), with the options make_adamw uses.
+std::unique_ptr<torch::optim::AdamW> make_adamw(std::vector<at::Tensor> decayed, std::vector<at::Tensor> plain,
+                                                const contract::TrainConfig& train);
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // True when adamw_step takes ATen's fused multi-tensor kernel: every parameter with a gradient
