@@ -220,12 +220,12 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies) {
   std::cout << table.render(2);
   std::cout << fmt::format(
       "predicted peak GPU memory per rank (docs/trainer.md, \"GPU memory\"): weights FP32 on "
-      "every rank; grads FP32 (a 1/ranks shard and {} buckets of {} with parallel.shard: "
+      "every rank; grads FP32 (a 1/ranks shard and {} of buckets in flight with parallel.shard: "
       "gradients); optimizer AdamW's two FP32 moments (1/ranks with parallel.shard); activations "
       "saved by one micro-batch; w operands the BF16 weights Dgrad reads; working the largest "
       "block backward; logits one chunk of the loss; comm NCCL {}; workspace CUDA context and "
       "cuBLAS {}; fragment {}% of the per-micro-batch parts\n",
-      trainer::kShardedBucketsInFlight, trainer::format_bytes(trainer::kGradientBucketBytes),
+      trainer::format_bytes(trainer::kShardedInFlightBytes),
       trainer::format_bytes(trainer::kNcclBufferBytes),
       trainer::format_bytes(trainer::kCudaWorkspaceBytes), trainer::kFragmentationPercent);
 }

@@ -106,14 +106,14 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
   REQUIRE(m.code() == 0);
   // weights, grads, optimizer, activations, w operands, working, logits, comm, workspace,
   // fragment, total (memory_plan_test: sharded gradients with checkpointing).
-  CHECK(contains(m.out, "  A    29.9 GiB  7.5 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
-                        "376 MiB  512 MiB  1.0 GiB    832 MiB   62.8 GiB\n"));
-  // --json: the parts in bytes (memory_plan_test's 67474717900 in all).
+  CHECK(contains(m.out, "  A    29.9 GiB  8.0 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
+                        "376 MiB  512 MiB  1.0 GiB    832 MiB   63.3 GiB\n"));
+  // --json: the parts in bytes (memory_plan_test's 67959160012 in all).
   const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", true, "gradients"));
   REQUIRE(j.code() == 0);
   const nlohmann::json runs = nlohmann::json::parse(j.out);
-  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 67474717900);
-  CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8082690048);
+  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 67959160012);
+  CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8567132160);
   CHECK(runs[0]["gpu_memory_per_rank"]["logits_chunk_tokens"] == 512);
   // A CPU run is not modelled: no column, and --gpu-memory does not refuse it.
   const ProcessResult cpu = f.mx({"plan", "--gpu-memory", "1GB"}, recipe(f.data.string(), "cpu", false, "none"));
@@ -133,15 +133,15 @@ TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to ch
             "gradients 29.9 GiB, optimizer 59.8 GiB, activations 38.2 GiB, weight operands 14.0 "
             "GiB, working 1.1 GiB, logits 376 MiB, communication 512 MiB, workspace 1.0 GiB, "
             "fragmentation 5.4 GiB), more than the 74.5 GiB of --gpu-memory 80GB; set "
-            "parallel.shard: gradients and train.activation_checkpointing: true (predicted 62.8 "
+            "parallel.shard: gradients and train.activation_checkpointing: true (predicted 63.3 "
             "GiB per rank) (run: A)\n");
-  // Sharded gradients alone leave 113.0 GiB: checkpointing is the setting to change.
+  // Sharded gradients alone leave 113.4 GiB: checkpointing is the setting to change.
   r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", false, "gradients"));
   CHECK(r.code() == 2);
-  CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 113.0 GiB", 0) == 0);
-  CHECK(contains(r.err, "; set train.activation_checkpointing: true (predicted 62.8 GiB per "
+  CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 113.4 GiB", 0) == 0);
+  CHECK(contains(r.err, "; set train.activation_checkpointing: true (predicted 63.3 GiB per "
                         "rank) (run: A)\n"));
-  // Both: 62.8 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
+  // Both: 63.3 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
   // an H200's 141e9.
   CHECK(f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", true, "gradients")).code() == 0);
   CHECK(f.mx({"plan", "--gpu-memory", "141e9"}, recipe(f.data.string(), "cuda", true, "none")).code() == 0);

@@ -177,7 +177,7 @@ MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t voca
   m.weights = p * kF32;
   m.gradients = shard_of(p * kF32, c, ShardLevel::kGradients);
   if (c.parallel.shard == ShardLevel::kGradients && c.parallel.data > 1)
-    m.gradients += kShardedBucketsInFlight * kGradientBucketBytes;
+    m.gradients += kShardedInFlightBytes;
   m.optimizer = shard_of(2 * p * kF32, c, ShardLevel::kOptimizer);
   const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
   for (size_t phase = 0; phase <= c.precision_schedule.size(); ++phase) {

@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "data_parallel.h"
+#include "mxablate/trainer/memory_plan.h"
 
 namespace mxablate::trainer {
 
 class GradientSync {
  public:
-  static constexpr int64_t kBucketBytes = int64_t{25} << 20;
+  static constexpr int64_t kBucketBytes = kGradientBucketBytes;  // memory_plan.h
 
   // `parameters` in model order; their gradients become views into the buckets from here on.
   GradientSync(const std::vector<at::Tensor>& parameters, DataParallel& group,

@@ -31,17 +31,19 @@
 #include <mutex>
 #include <vector>
 
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/step_engine.h"
 
 namespace mxablate::trainer {
 
 class ShardedStep final : public StepEngine {
  public:
-  static constexpr int64_t kBucketBytes = int64_t{25} << 20;
-  // ZeRO-2: staged buckets being reduce-scattered at once, in bytes (at least two buckets). Waiting
-  // on one makes the backward's stream wait for it, so the window must be long enough for the
-  // reduce-scatter to be done by then: 2 buckets cost 1.3B 8 % of its 4-rank throughput.
-  static constexpr int64_t kInFlightBytes = int64_t{512} << 20;
+  static constexpr int64_t kBucketBytes = kGradientBucketBytes;
+  // ZeRO-2: staged buckets being reduce-scattered at once, in bytes (at least two buckets).
+  // Waiting on one makes the backward's stream wait for it, so the window must be long enough
+  // for the reduce-scatter to be done by then: two buckets cost llama-1.3b 3 % of its 4-rank
+  // throughput (docs/performance.md).
+  static constexpr int64_t kInFlightBytes = kShardedInFlightBytes;
 
   ShardedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel& group,
               int64_t bucket_bytes = kBucketBytes);

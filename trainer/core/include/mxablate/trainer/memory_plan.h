@@ -33,10 +33,13 @@ inline constexpr int64_t kCudaWorkspaceBytes = kGiB;
 // NCCL's buffers for a data-parallel run: per channel and peer NCCL_BUFFSIZE (4 MiB) for each
 // protocol, plus c10d's work objects; an allowance, since it depends on the topology NCCL finds.
 inline constexpr int64_t kNcclBufferBytes = 512 * kMiB;
-// The gradient buckets (gradient_sync.h: 25 MiB each). With `parallel.shard: gradients` a rank
-// keeps only its shard, plus this many full buckets being filled and reduce-scattered at once.
+// The gradient buckets of a data-parallel run (gradient_sync.h, sharded_step.h read this). With
+// `parallel.shard: gradients` a rank keeps only its shard, plus the staged buckets being
+// reduce-scattered at once: up to kShardedInFlightBytes (at least two buckets; a bucket larger
+// than the window, such as one parameter of vocabulary × d_model, is staged beyond it — the
+// measured 8B peak stayed within the prediction, docs/performance.md).
 inline constexpr int64_t kGradientBucketBytes = 25 * kMiB;
-inline constexpr int64_t kShardedBucketsInFlight = 2;
+inline constexpr int64_t kShardedInFlightBytes = 512 * kMiB;
 // The caching allocator's holes: tensors freed and reallocated at other sizes every micro-batch
 // (activations, operand copies, working sets, logits) leave split blocks that cannot be reused;
 // this percentage of them is allowed on top. Tensors that live for the whole run (weights,
