@@ -14,18 +14,22 @@
 #      of one sequence per rank: tokens/s per GPU, MFU, peak memory per rank against `mxablate
 #      plan`'s prediction (target >= 5,800 tokens/s per GPU on H100); the plan's verdict on 80 GB
 #      and 141 GB GPUs.
+#   5. llama-8b as part 3 on up to 4 ranks (2 × H200 hold it too) in BF16, the paper's FP8
+#      baseline (F+D+W in FP8, per-tensor current scaling) and MXFP4 F+D+W+H16, 2 micro-batches
+#      per rank: tokens/s per GPU and each arm's step against BF16's in the same run (the rates
+#      the README's cost of the paper's experiment uses).
 #   4. (one GPU of 80 GB) llama-8b unsharded on one rank: the trainer must end with its one-line
 #      out-of-memory reason and exit 5 (what it tried to allocate, the prediction, the setting).
 # The data are uniform random tokens (scripts/synthetic-megatron.py): speed, memory and the
 # agreement of sharded and replicated runs only; nothing is learnt from them.
 #      Then the same run unsharded: it must end with the one-line out-of-memory reason on 80 GB.
 #
-# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4"]   (carry: [".carry"]; parts 1-3 need 4 GPUs)
+# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4 5"]   (carry: [".carry"]; parts 1-3 need 4 GPUs, 5 two)
 #   Env: MXABLATE_GPU_BUILD_DIR (build-gpu), MXABLATE_CHECK_OUT (/tmp/mxablate-gpu-shard-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PARTS="1 2 3 4"
+PARTS="1 2 3 4 5"
 [ "${1:-}" = "--parts" ] && PARTS=$2
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-shard-check}
@@ -34,8 +38,8 @@ PY=python3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$GPUS" -ge 1 ] || { echo "gpu-shard-check: no GPU visible" >&2; exit 2; }
-if [ "$GPUS" -lt 4 ] && [[ "$PARTS" =~ [123] ]]; then
-  echo "gpu-shard-check: parts 1-3 need 4 GPUs, $GPUS visible" >&2
+if { [ "$GPUS" -lt 4 ] && [[ "$PARTS" =~ [123] ]]; } || { [ "$GPUS" -lt 2 ] && [[ "$PARTS" =~ 5 ]]; }; then
+  echo "gpu-shard-check: parts 1-3 need 4 GPUs and part 5 two, $GPUS visible" >&2
   exit 2
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
@@ -61,7 +65,7 @@ synthetic() {  # synthetic NAME VOCAB DOCUMENTS TOKENS
   realpath "$dir"
 }
 DATA=$(synthetic random32k 32000 1200 2049)
-[[ "$PARTS" =~ [34] ]] && SYNTH=$(synthetic random128k 128256 600 8193)
+[[ "$PARTS" =~ [345] ]] && SYNTH=$(synthetic random128k 128256 600 8193)
 
 # rank_peaks DIR: every rank's peak GPU memory as its line in output.txt says it.
 rank_peaks() { grep -h "peak GPU memory" "$1/output.txt" | sed 's/^/    /' || true; }
@@ -160,6 +164,29 @@ shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
 mfu = tps * flops_per_token(shape, 128256) / 989e12
 print(f"    {tps:,.0f} tokens/s per GPU, MFU {100 * mfu:.1f} % (target >= 5,800 tokens/s per GPU)")
 sys.exit(0 if tps >= 5800 else 1)
+PYEOF
+fi
+
+if [[ " $PARTS " == *" 5 "* ]]; then
+  RANKS=$(( GPUS < 4 ? GPUS : 4 ))
+  echo "== 5. llama-8b, seq 8192, $RANKS ranks, shard gradients: BF16, the FP8 baseline, MXFP4 F+D+W+H16"
+  DATA=$SYNTH
+  for prec in bf16 fp8 mxfp4+h16; do
+    run "p5-$prec" cuda llama-8b $prec 8192 $((RANKS * 16384)) 8192 5 1000 8192 0 \
+      "{\"train\": {\"activation_checkpointing\": true}, \"parallel\": {\"data\": $RANKS, \"shard\": \"gradients\"}}" ||
+      failures=$((failures + 1))
+    summary "$OUT/p5-$prec"
+    rank_peaks "$OUT/p5-$prec" | head -1
+  done
+  $PY - "$OUT" "$RANKS" <<'PYEOF'
+import json, statistics, sys
+def tps(name):
+    ev = [json.loads(l) for l in open(f"{sys.argv[1]}/{name}/events.jsonl") if l.endswith("\n")]
+    return statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2) / int(sys.argv[2])
+base = tps("p5-bf16")
+for name in ("p5-bf16", "p5-fp8", "p5-mxfp4+h16"):
+    r = tps(name)
+    print(f"    {name[3:]}: {r:,.0f} tokens/s per GPU, step {base / r:.2f}x the BF16 step")
 PYEOF
 fi
 
