@@ -15,7 +15,7 @@
 // the rest of backward. With `gradients` (ZeRO-2) no full gradient buffer exists: each backward's
 // gradients are copied into a bucket-sized staging buffer as they arrive and freed, the bucket is
 // reduce-scattered as soon as it is complete, and the rank adds its chunk to its own gradient
-// shard; at most a few buckets are in flight at a time.
+// shard; up to kInFlightBytes of staged buckets are in flight at a time.
 //
 // The global gradient norm is the square root of the sum over the ranks of each rank's sum of
 // squares (one all-reduce in float64), so every rank clips and judges divergence alike. The sums
