@@ -22,23 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-// Every random stream in play (MXFP4 everywhere, SR of the gradients, a per-step-random
-// rotation of Wgrad), a train event every step, checkpoints every 5 steps.
-contract::RunConfig dp_config(int ranks, int64_t micro_batch_tokens) {
-  contract::RunConfig c = smoke_config();
-  use_every_random_stream(c);
-  c.train.global_batch_tokens = 512;
-  c.train.micro_batch_tokens = micro_batch_tokens;
-  c.train.max_tokens = 512 * 12;
-  c.train.warmup_tokens = 512 * 2;
-  c.eval.every_tokens = 512 * 4;
-  c.eval.tokens = 1024;
-  c.checkpoint.every_steps = 5;
-  c.telemetry.train_every_steps = 1;
-  c.telemetry.quant_every_steps = 5;
-  c.parallel.data = ranks;
-  return c;
-}
 
 
 

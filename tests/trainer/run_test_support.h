@@ -25,6 +25,11 @@ contract::RunConfig smoke_config();
 // a per-step-random 16-point Hadamard rotation of Wgrad.
 void use_every_random_stream(contract::RunConfig& c);
 
+// A 12-step run of `ranks` data-parallel ranks with every random stream in play (MXFP4
+// everywhere, SR of the gradients, a per-step-random rotation of Wgrad), steps of 512 tokens in
+// micro-batches of `micro_batch_tokens`, a train event every step, checkpoints every 5 steps.
+contract::RunConfig dp_config(int ranks, int64_t micro_batch_tokens);
+
 struct TrainResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together

@@ -28,20 +28,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// dp_config's run (every random stream, 12 steps, checkpoints every 5), three checkpoints kept.
 contract::RunConfig sharded_config(int ranks, int64_t micro_batch_tokens, contract::ShardLevel shard) {
-  contract::RunConfig c = smoke_config();
-  use_every_random_stream(c);
-  c.train.global_batch_tokens = 512;
-  c.train.micro_batch_tokens = micro_batch_tokens;
-  c.train.max_tokens = 512 * 12;
-  c.train.warmup_tokens = 512 * 2;
-  c.eval.every_tokens = 512 * 4;
-  c.eval.tokens = 1024;
-  c.checkpoint.every_steps = 5;
+  contract::RunConfig c = dp_config(ranks, micro_batch_tokens);
   c.checkpoint.keep = 3;
-  c.telemetry.train_every_steps = 1;
-  c.telemetry.quant_every_steps = 5;
-  c.parallel.data = ranks;
   c.parallel.shard = shard;
   return c;
 }
