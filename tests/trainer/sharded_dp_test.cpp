@@ -19,10 +19,14 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/data/sha256.h"
+#include "mxablate/trainer/checkpoint_state.h"
 #include "run_test_support.h"
 
 using namespace mxablate;
 using namespace mxablate::test;
+using mxablate::trainer::optimizer_shard_file;
+using mxablate::trainer::seal_checkpoint_state;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -192,4 +196,40 @@ TEST_CASE("A sharded checkpoint resumes on another number of ranks, re-sharded, 
     CHECK(resumed.output.find("holds the AdamW state in 2 shards") != std::string::npos);
     CHECK(events_of_kind(effective_events(dir), "resume").empty());
   }
+}
+
+TEST_CASE("Optimizer shards that overlap are rejected, not read as the moments of another rank count",
+          "[train][parallel][shard]") {
+  // A checkpoint whose files are consistent with state.json (so no checksum catches it) but whose
+  // shard 1 is a copy of shard 0: both claim rank 0's elements and nobody holds rank 1's.
+  const contract::RunConfig two = sharded_config(2, 128, contract::ShardLevel::kGradients);
+  const std::string dir = fresh_run_dir("zero_overlapping_shards");
+  const TrainResult crashed = run_train(dir, &two, "--debug-crash-at-step 7 --debug-fault-rank 1");
+  if (lacks_gloo(crashed.output)) MXABLATE_SKIP(kNoGloo);
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == 137);
+  const fs::path ckpt = fs::path(dir) / "checkpoints" / "step-00000005";
+  const std::string one = optimizer_shard_file(1, 2);
+  fs::copy_file(ckpt / optimizer_shard_file(0, 2), ckpt / one, fs::copy_options::overwrite_existing);
+  json state;
+  std::ifstream(ckpt / "state.json") >> state;
+  state["files"][one] = {{"bytes", static_cast<int64_t>(fs::file_size(ckpt / one))},
+                         {"sha256", data::sha256_file((ckpt / one).string())}};
+  seal_checkpoint_state(state);
+  std::ofstream(ckpt / "state.json", std::ios::trunc) << state.dump(2);
+
+  contract::RunConfig four = two;
+  four.parallel.data = 4;
+  contract::write_run_config(dir + "/config.json", four);
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = effective_events(dir);
+  const auto rejected = events_of_kind(events, "checkpoint_rejected");
+  REQUIRE(rejected.size() == 1);
+  CHECK(rejected[0]["reason"].get<std::string>().find("two optimizer shards hold the same elements") !=
+        std::string::npos);
+  // No intact checkpoint is left: the run started over and ran to its end.
+  CHECK(events_of_kind(events, "resume")[0]["step"] == 0);
+  CHECK(events_of_kind(events, "run_end").back()["status"] == "budget_exhausted");
 }

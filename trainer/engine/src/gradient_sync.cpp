@@ -20,16 +20,14 @@ struct GradientSync::Hook : torch::autograd::FunctionPostHook {
   size_t bucket;
 };
 
-GradientSync::GradientSync(const std::vector<at::Tensor>& parameters, DataParallel& group,
-                           int64_t bucket_bytes)
-    : group_(group) {
-  // Buckets over the parameters in reverse model order.
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<at::Tensor>& parameters,
+                                                  int64_t bucket_bytes) {
   std::vector<std::vector<size_t>> members;
   int64_t bytes = bucket_bytes;
   for (size_t i = parameters.size(); i-- > 0;) {
     const at::Tensor& p = parameters[i];
     if (p.scalar_type() != at::kFloat)
-      throw std::invalid_argument("GradientSync: parameters must be float32 (master weights)");
+      throw std::invalid_argument("gradient buckets: parameters must be float32 (master weights)");
     const int64_t b = p.numel() * static_cast<int64_t>(sizeof(float));
     if (members.empty() || bytes + b > bucket_bytes) {
       members.emplace_back();
@@ -38,6 +36,13 @@ GradientSync::GradientSync(const std::vector<at::Tensor>& parameters, DataParall
     members.back().push_back(i);
     bytes += b;
   }
+  return members;
+}
+
+GradientSync::GradientSync(const std::vector<at::Tensor>& parameters, DataParallel& group,
+                           int64_t bucket_bytes)
+    : group_(group) {
+  const std::vector<std::vector<size_t>> members = gradient_buckets(parameters, bucket_bytes);
   buckets_.resize(members.size());
   for (size_t k = 0; k < members.size(); ++k) {
     int64_t numel = 0;

@@ -11,6 +11,7 @@
 
 #include "data_parallel.h"
 #include "error_line.h"
+#include "gradient_sync.h"
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/trainer/optimizer.h"
 #include "torch_compat.h"
@@ -59,6 +60,9 @@ ShardTable read_shard(const fs::path& file, int64_t logical_size, int64_t step) 
     const int64_t begin = r[2 * i], length = r[2 * i + 1];
     if (begin < 0 || length <= 0 || begin > logical_size - length)
       throw CheckpointRejected(name + ": a segment lies outside the model's parameters");
+    // Written in ascending order and disjoint: a segment counted twice would hide a missing one.
+    if (!t.rows.empty() && begin < t.rows.back().first + t.rows.back().second)
+      throw CheckpointRejected(name + ": its segments overlap or are out of order");
     t.rows.emplace_back(begin, length);
     total += length;
   }
@@ -86,30 +90,24 @@ struct ShardedStep::Hook : torch::autograd::FunctionPostHook {
 
 ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel& group,
                          int64_t bucket_bytes)
-    : model_(model), group_(group),
+    : group_(group),
       shard_gradients_(config.parallel.shard == contract::ShardLevel::kGradients),
       parameters_(model.parameters()) {
   const int64_t world = group_.world();
   logical_start_.resize(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (parameters_[i].scalar_type() != at::kFloat)
-      throw std::invalid_argument("ShardedStep: parameters must be float32 (master weights)");
     logical_start_[i] = logical_size_;
     logical_size_ += parameters_[i].numel();
   }
-  // Buckets over the parameters in reverse model order; which parameters share a bucket does not
-  // depend on the rank count (only the padding does), nor does anything a checkpoint stores.
-  int64_t bytes = bucket_bytes;
-  for (size_t i = parameters_.size(); i-- > 0;) {
-    const int64_t b = parameters_[i].numel() * static_cast<int64_t>(sizeof(float));
-    if (buckets_.empty() || bytes + b > bucket_bytes) {
-      buckets_.emplace_back();
-      bytes = 0;
+  // Which parameters share a bucket depends on neither the rank count (only the padding does)
+  // nor anything a checkpoint stores.
+  for (const std::vector<size_t>& indices : gradient_buckets(parameters_, bucket_bytes)) {
+    Bucket& bucket = buckets_.emplace_back();
+    int64_t offset = 0;
+    for (const size_t i : indices) {
+      bucket.members.push_back({i, offset, parameters_[i].numel()});
+      offset += parameters_[i].numel();
     }
-    Bucket& bucket = buckets_.back();
-    const int64_t offset = bucket.members.empty() ? 0 : bucket.members.back().offset + bucket.members.back().numel;
-    bucket.members.push_back({i, offset, parameters_[i].numel()});
-    bytes += b;
   }
   for (Bucket& b : buckets_) {
     const int64_t numel = b.members.back().offset + b.members.back().numel;
@@ -336,7 +334,7 @@ void ShardedStep::load_optimizer(const fs::path& dir, const std::vector<Checkpoi
     throw contract::ConfigError(
         "parallel.shard: checkpoint " + dir.string() + " holds the AdamW state whole (" + kOptimizerFile +
         ", a run with parallel.shard: none); this run shards it (parallel.shard: " +
-        std::string(contract::to_string(shards_gradients() ? contract::ShardLevel::kGradients
+        std::string(contract::to_string(shard_gradients_ ? contract::ShardLevel::kGradients
                                                            : contract::ShardLevel::kOptimizer)) +
         "): resume it with the shard setting it was written under");
   // This rank's moments, assembled from whichever shards hold them: the rank's own file when the
@@ -350,9 +348,11 @@ void ShardedStep::load_optimizer(const fs::path& dir, const std::vector<Checkpoi
   const std::string own = optimizer_shard_file(group_.rank(), group_.world());
   const bool same_layout = std::find(shards.begin(), shards.end(), own) != shards.end() &&
                            static_cast<int>(shards.size()) == group_.world();
+  std::vector<std::pair<int64_t, int64_t>> read_rows;  // every file's, to check they are disjoint
   for (const std::string& name : shards) {
     if (same_layout && name != own) continue;
     const ShardTable t = read_shard(dir / name, logical_size_, step);
+    read_rows.insert(read_rows.end(), t.rows.begin(), t.rows.end());
     int64_t at_data = 0;
     for (const auto& [begin, length] : t.rows) {
       // The segments of this rank overlapping [begin, begin + length).
@@ -370,6 +370,12 @@ void ShardedStep::load_optimizer(const fs::path& dir, const std::vector<Checkpoi
       at_data += length;
     }
   }
+  // Across the files too: two shards claiming the same elements are not one rank count's.
+  std::sort(read_rows.begin(), read_rows.end());
+  for (size_t i = 1; i < read_rows.size(); ++i)
+    if (read_rows[i].first < read_rows[i - 1].first + read_rows[i - 1].second)
+      throw CheckpointRejected("two optimizer shards hold the same elements (from " +
+                               std::to_string(read_rows[i].first) + ")");
   for (size_t i = 0; i < segments_.size(); ++i)
     if (covered[i] != segments_[i].length)
       throw CheckpointRejected("the optimizer shards do not cover the parameters exactly (elements " +

@@ -91,9 +91,7 @@ class ShardedStep final : public StepEngine {
   void launch_ready_in_order();
   void settle_oldest_in_flight();
   void finish_buckets();
-  bool shards_gradients() const { return shard_gradients_; }
 
-  torch::nn::Module& model_;
   DataParallel& group_;
   bool shard_gradients_ = false;
   std::vector<at::Tensor> parameters_;  // model order
