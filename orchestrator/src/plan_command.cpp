@@ -38,6 +38,7 @@ struct PlanOptions {
   bool layers = false;
   bool memory = false;
   std::string gpu_memory;  // --gpu-memory SIZE: refuse CUDA runs predicted not to fit
+  bool gpu_memory_given = false;  // an empty SIZE is an error, not the option left out
 };
 
 std::string axis_cell(const RunSpec& run, const std::string& axis) {
@@ -282,12 +283,13 @@ void register_plan_command(CLI::App& app) {
                 "(overrides, BF16 blocks and the precision schedule applied)");
   cmd->add_flag("--memory", opts->memory,
                 "print each CUDA run's predicted peak GPU memory per rank, part by part");
-  cmd->add_option("--gpu-memory", opts->gpu_memory,
+  CLI::Option* gpu_memory_option = cmd->add_option("--gpu-memory", opts->gpu_memory,
                   "refuse CUDA runs predicted to need more GPU memory per rank than SIZE "
                   "(80GB, 80GiB, 141e9)");
-  cmd->callback([opts] {
+  cmd->callback([opts, gpu_memory_option] {
+    opts->gpu_memory_given = gpu_memory_option->count() > 0;
     std::optional<GpuMemory> gpu;
-    if (!opts->gpu_memory.empty()) {
+    if (opts->gpu_memory_given) {
       try {
         gpu = GpuMemory{parse_memory_size(opts->gpu_memory), "--gpu-memory " + opts->gpu_memory};
       } catch (const std::invalid_argument& e) {

@@ -53,7 +53,8 @@ struct RunOptions {
   std::string progress = "auto";
   std::string executor = "local";
   bool no_prestart = false;
-  std::string gpu_memory;  // --gpu-memory SIZE; empty: what nvidia-smi reports
+  std::string gpu_memory;  // --gpu-memory SIZE; not given: what nvidia-smi reports
+  bool gpu_memory_given = false;  // an empty SIZE is an error, not the option left out
   SlurmRunOptions slurm;
   const CLI::App* command = nullptr;
 };
@@ -133,7 +134,7 @@ RankLimit rank_limit(const RunOptions& o, const std::vector<Slot>& slots) {
 // The GPU memory CUDA runs are checked against before launch (gpu_memory.h): --gpu-memory, else
 // what this machine's GPUs report; nullopt (with a note on stderr) when neither is known.
 std::optional<GpuMemory> gpu_memory_to_check(const RunOptions& o, bool on_slurm) {
-  if (!o.gpu_memory.empty()) {
+  if (o.gpu_memory_given) {
     try {
       return GpuMemory{parse_memory_size(o.gpu_memory), "--gpu-memory " + o.gpu_memory};
     } catch (const std::invalid_argument& e) {
@@ -217,7 +218,7 @@ void run_sweep(const RunOptions& o) {
                      "executor; with --executor slurm use --gpus-per-run, --max-parallel and "
                      "--time");
   if (on_slurm) slurm_executor_options(o.slurm);  // option errors first
-  if (!o.gpu_memory.empty()) gpu_memory_to_check(o, on_slurm);  // option errors first
+  if (o.gpu_memory_given) gpu_memory_to_check(o, on_slurm);  // option errors first
   const RecipeInput input = load_checked_recipe_input(o.recipe);
   std::vector<Slot> slots = on_slurm ? std::vector<Slot>{} : choose_slots(o, input.plan);
   if (!on_slurm) {
@@ -366,7 +367,7 @@ void register_run_command(CLI::App& app) {
                   "local: runs in slots on this machine; slurm: job arrays on a Slurm cluster "
                   "(runs directory and trainer on a shared filesystem)")
       ->capture_default_str();
-  cmd->add_option("--gpu-memory", o->gpu_memory,
+  CLI::Option* gpu_memory_option = cmd->add_option("--gpu-memory", o->gpu_memory,
                   "GPU memory per GPU that CUDA runs are checked against before launch (80GB, "
                   "80GiB, 141e9); default: what nvidia-smi reports")
       ->type_name("SIZE");
@@ -376,7 +377,10 @@ void register_run_command(CLI::App& app) {
                 "optimizer on the device; turn it off when they do not fit twice)");
   add_slurm_run_options(cmd, o->slurm);
   o->command = cmd;
-  cmd->callback([o] { run_sweep(*o); });
+  cmd->callback([o, gpu_memory_option] {
+    o->gpu_memory_given = gpu_memory_option->count() > 0;
+    run_sweep(*o);
+  });
 }
 
 }  // namespace mxablate::cli

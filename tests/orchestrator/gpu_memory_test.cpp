@@ -150,6 +150,12 @@ TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to ch
   CHECK(r.code() == 2);
   CHECK(r.err == "mxablate: --gpu-memory: expected a size such as 80GB, 80GiB or 141e9 (bytes), "
                  "more than 0, got '80XB'\n");
+  // An empty size is a mistake too, not the option left out (which would check nothing on plan
+  // and ask nvidia-smi on run).
+  r = f.mx({"plan", "--gpu-memory", ""}, recipe(f.data.string(), "cuda", false, "none"));
+  CHECK(r.code() == 2);
+  CHECK(r.err == "mxablate: --gpu-memory: expected a size such as 80GB, 80GiB or 141e9 (bytes), "
+                 "more than 0, got ''\n");
 }
 
 TEST_CASE("run refuses before creating anything, and without nvidia-smi it says it did not check") {
@@ -163,6 +169,12 @@ TEST_CASE("run refuses before creating anything, and without nvidia-smi it says 
   CHECK(r.err.rfind(f.at("14:12") + "parallel.shard: predicted 180.2 GiB", 0) == 0);
   CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
   CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
+  std::vector<std::string> empty_size = run;
+  empty_size.insert(empty_size.end(), {"--gpu-memory", ""});
+  const ProcessResult empty = f.mx(empty_size, recipe(f.data.string(), "cuda", true, "gradients"));
+  CHECK(empty.code() == 2);
+  CHECK(contains(empty.err, "--gpu-memory: expected a size such as 80GB"));
+  CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
 
   // No nvidia-smi on PATH (nor in the usual places, on this machine): a note, and the run goes
   // on (here with the fake trainer).
