@@ -68,6 +68,18 @@ std::string sharded_run(const std::string& name, const contract::RunConfig& c) {
   return dir;
 }
 
+// A run of `c` whose rank `rank` is killed (kill -9) after step `step`: its directory, "" where
+// this build has no Gloo (the caller skips).
+std::string crashed_run(const std::string& name, const contract::RunConfig& c, int step, int rank) {
+  const std::string dir = fresh_run_dir(name);
+  const TrainResult crashed = run_train(
+      dir, &c, "--debug-crash-at-step " + std::to_string(step) + " --debug-fault-rank " + std::to_string(rank));
+  if (lacks_gloo(crashed.output)) return "";
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == 137);
+  return dir;
+}
+
 // The final weights of a run's newest checkpoint are not kept past the end; the last
 // checkpoint's step-N files are what a test can compare: their optimizer shard names.
 std::vector<std::string> files_of_checkpoint(const std::string& run_dir, const std::string& step) {
@@ -118,10 +130,7 @@ TEST_CASE("A sharded run whose rank dies resumes from its sharded checkpoint to 
   const std::string reference = sharded_run("zero_uninterrupted", c);
   if (reference.empty()) MXABLATE_SKIP(kNoGloo);
 
-  const std::string dir = fresh_run_dir("zero_rank_dies");
-  const TrainResult crashed = run_train(dir, &c, "--debug-crash-at-step 7 --debug-fault-rank 1");
-  INFO(crashed.output);
-  CHECK(crashed.exit_code == 137);
+  const std::string dir = crashed_run("zero_rank_dies", c, 7, 1);
   const TrainResult resumed = run_train(dir, nullptr, "--resume");
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
@@ -139,10 +148,7 @@ TEST_CASE("A damaged optimizer shard sets its checkpoint aside and the run resum
   const std::string reference = sharded_run("zero_damage_reference", c);
   if (reference.empty()) MXABLATE_SKIP(kNoGloo);
 
-  const std::string dir = fresh_run_dir("zero_damaged_shard");
-  const TrainResult crashed = run_train(dir, &c, "--debug-crash-at-step 11 --debug-fault-rank 0");
-  INFO(crashed.output);
-  REQUIRE(crashed.exit_code == 137);
+  const std::string dir = crashed_run("zero_damaged_shard", c, 11, 0);
   const fs::path shard = fs::path(dir) / "checkpoints" / "step-00000010" / "optimizer-shard-00001-of-00002.pt";
   REQUIRE(fs::exists(shard));
   {
@@ -169,10 +175,7 @@ TEST_CASE("A sharded checkpoint resumes on another number of ranks, re-sharded, 
   const std::string reference = sharded_run("zero_reshard_reference", two);
   if (reference.empty()) MXABLATE_SKIP(kNoGloo);
 
-  const std::string dir = fresh_run_dir("zero_reshard");
-  const TrainResult crashed = run_train(dir, &two, "--debug-crash-at-step 7 --debug-fault-rank 1");
-  INFO(crashed.output);
-  REQUIRE(crashed.exit_code == 137);
+  const std::string dir = crashed_run("zero_reshard", two, 7, 1);
   SECTION("4 ranks take over 2 ranks' shards") {
     contract::RunConfig four = two;
     four.parallel.data = 4;
@@ -203,11 +206,8 @@ TEST_CASE("Optimizer shards that overlap are rejected, not read as the moments o
   // A checkpoint whose files are consistent with state.json (so no checksum catches it) but whose
   // shard 1 is a copy of shard 0: both claim rank 0's elements and nobody holds rank 1's.
   const contract::RunConfig two = sharded_config(2, 128, contract::ShardLevel::kGradients);
-  const std::string dir = fresh_run_dir("zero_overlapping_shards");
-  const TrainResult crashed = run_train(dir, &two, "--debug-crash-at-step 7 --debug-fault-rank 1");
-  if (lacks_gloo(crashed.output)) MXABLATE_SKIP(kNoGloo);
-  INFO(crashed.output);
-  REQUIRE(crashed.exit_code == 137);
+  const std::string dir = crashed_run("zero_overlapping_shards", two, 7, 1);
+  if (dir.empty()) MXABLATE_SKIP(kNoGloo);
   const fs::path ckpt = fs::path(dir) / "checkpoints" / "step-00000005";
   const std::string one = optimizer_shard_file(1, 2);
   fs::copy_file(ckpt / optimizer_shard_file(0, 2), ckpt / one, fs::copy_options::overwrite_existing);
