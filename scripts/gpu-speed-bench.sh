@@ -11,7 +11,9 @@
 #   --profile  also writes a Kineto trace of steps 6-8 of each of our runs and prints
 #              profile-summary.py's tables (the profiled run is separate from the timed one)
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, shared with gpu-check.sh), MXABLATE_BENCH_OUT
-#        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (default 30).
+#        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (default 30), MXABLATE_BENCH_EAGER=1
+#        (each of our runs also with train.cuda_graphs: off, as ours-MODEL-ARM-eager),
+#        MXABLATE_BENCH_PEER_ARMS (default "bf16 fp8 fdw fdw+h16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,7 @@ done
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_BENCH_OUT:-/tmp/mxablate-speed}
 STEPS=${MXABLATE_BENCH_STEPS:-30}
+EAGER=${MXABLATE_BENCH_EAGER:-0}  # 1: each of our runs again with train.cuda_graphs: off
 PY=python3
 [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
 [ -f "$DATA/manifest.json" ] || { echo "gpu-speed-bench: $DATA is not a prepared data directory" >&2; exit 2; }
@@ -64,6 +67,14 @@ for shape in "${SHAPES[@]}"; do
     "$TRAIN" --run-dir "$dir" >"$dir/output.txt" 2>&1 || rc=$?
     echo "  $name: exit $rc ($(tail -1 "$dir/output.txt"))"
     summary "$dir"
+    if [ "$EAGER" = 1 ]; then  # the same run with every step eager: what graphed steps gain
+      edir=$OUT/$name-eager
+      rm -rf "$edir" && mkdir -p "$edir"
+      config "$name-eager" cuda "$model" "$arm" "$seq" "$step" "$micro" "$STEPS" 1000000 "$((seq * 8))" 0 \
+        '{"train": {"cuda_graphs": "off"}}' >"$edir/config.json"
+      "$TRAIN" --run-dir "$edir" >"$edir/output.txt" 2>&1 || echo "  $name-eager: failed ($(tail -1 "$edir/output.txt"))"
+      summary "$edir"
+    fi
     if [ "$PROFILE" = 1 ] && [ $rc = 0 ]; then
       pdir=$OUT/profile-$model-$arm
       rm -rf "$pdir" && mkdir -p "$pdir"
@@ -75,7 +86,7 @@ for shape in "${SHAPES[@]}"; do
   done
   if [ "$PEER" = 1 ]; then
     echo "== compiled PyTorch peer $model"
-    for arm in bf16 fp8 fdw fdw+h16; do
+    for arm in ${MXABLATE_BENCH_PEER_ARMS:-bf16 fp8 fdw fdw+h16}; do
       timeout 300 $PY scripts/peer_llama.py --model "$model" --arm "$arm" --vocab "$VOCAB" \
         2>"$OUT/peer-$model-$arm.err" | tee -a "$RESULTS" ||
         echo "  peer $model $arm failed: $(tail -3 "$OUT/peer-$model-$arm.err")"

@@ -405,6 +405,24 @@ MXABLATE_UNROLL
   __syncthreads();
 }
 
+// An axis's random key and Hadamard signs as of this launch. A launch recorded in a CUDA graph
+// reads its step from device memory (RngKey::step_source), so that each replay draws the
+// stochastic-rounding and random-Hadamard streams of the step it replays for; the signs are then
+// derived here by the same function the launcher uses on the host.
+struct AxisRandomness {
+  RngKey key;
+  HadamardSigns signs;
+};
+
+__device__ inline AxisRandomness axis_randomness(const AxisParams& a) {
+  AxisRandomness r{a.key, a.signs};
+  if (a.key.step_source != nullptr) {
+    r.key.step = *a.key.step_source;
+    r.signs = hadamard_signs(a.spec.hadamard, r.key);
+  }
+  return r;
+}
+
 // One pass over the staged tile along kAxis (the axis is a template parameter so that each
 // pass's addressing compiles to straight-line code).
 template <Axis kAxis, typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
@@ -413,9 +431,10 @@ __device__ void quantize_pass(const KernelParams& p, const AxisParams& a, const 
                               unsigned long long& inexact_chunks, const unsigned int* tile_max) {
   const int64_t length = kAxis == Axis::kRows ? p.cols : p.rows;
   const int64_t lines = kAxis == Axis::kRows ? p.rows : p.cols;
+  const AxisRandomness random = axis_randomness(a);
   SegmentContext ctx;
   ctx.spec = a.spec;
-  ctx.key = a.key;
+  ctx.key = random.key;
   ctx.global = axis_global<F>(a);
   ctx.index_stride = segment_index_stride(kAxis, p.cols);
   ctx.bf16_written = a.out.dequant_bf16 != nullptr;
@@ -441,7 +460,7 @@ MXABLATE_UNROLL
     SegmentResult res;
     Fp8Segment fp8;
     ThreadTelemetry seg_tel;
-    const uint32_t signs = segment_sign_word(a.signs, a.spec.hadamard_size, s.part);
+    const uint32_t signs = segment_sign_word(random.signs, a.spec.hadamard_size, s.part);
     bool done = false;
     if constexpr (kAxis == Axis::kCols && kStochastic) {
       if (quad_uniforms) {
@@ -556,13 +575,14 @@ __device__ void axis_amax(const KernelParams& p, const AxisParams& a, const InT*
                           int64_t c0, ReductionScratch& scratch) {
   ShuffleExchange ex;
   Amax m{0.0f, false};
+  const HadamardSigns signs = axis_randomness(a).signs;
 MXABLATE_NO_UNROLL
   for (int sweep = 0; sweep < kSweeps; ++sweep) {
     const SegmentPlace s = place_segment(kAxis, threadIdx.x, sweep, r0, c0, p.rows, p.cols);
     float v[kSegment];
     gather_segment<kAxis>(tile, s, v);
     if (a.spec.hadamard != HadamardMode::kNone)
-      rotate_segment(v, s.part, a.spec, segment_sign_word(a.signs, a.spec.hadamard_size, s.part), ex);
+      rotate_segment(v, s.part, a.spec, segment_sign_word(signs, a.spec.hadamard_size, s.part), ex);
     if (!s.valid) continue;
     const Amax sm = segment_amax(v, s.count);
     m.amax = fmaxf(m.amax, sm.amax);

@@ -71,6 +71,7 @@ const std::map<std::string, std::string> kPinned = {
     {"train.seed", "trajectory"},
     {"train.data_seed", "trajectory"},
     {"train.activation_checkpointing", "set execution"},
+    {"train.cuda_graphs", "set execution"},
     {"eval.every_tokens", "arm"},
     {"eval.tokens", "arm"},
     {"precision.fprop", "trajectory arm"},
@@ -173,7 +174,7 @@ TEST_CASE("the identity JSON leaves out exactly the keys written when set, while
                                              "parallel.data", "parallel.shard", "precision_schedule",
                                              "quant.dge", "quant.occ", "quant.sr_prescale",
                                              "quant.weight_blocks",
-                                             "train.activation_checkpointing"});
+                                             "train.activation_checkpointing", "train.cuda_graphs"});
   CHECK_FALSE(compact.contains("parallel"));  // a section left empty goes too
 }
 
@@ -207,6 +208,7 @@ TEST_CASE("keys_with takes the keys with a trait, sections key by key where thei
   for (const char* section : {"model", "data", "precision", "quant"}) CHECK(t[section] == full[section]);
   json train = full["train"];
   train.erase("activation_checkpointing");
+  train.erase("cuda_graphs");
   CHECK(t["train"] == train);
   // Not a mapping, or a key without a row: taken as it is, or left out.
   CHECK(keys_with(json{{"train", 3}, {"no_such_key", 1}}, kTrajectory) == json{{"train", 3}});
@@ -216,5 +218,5 @@ TEST_CASE("keys_with takes the keys with a trait, sections key by key where thei
                           {"threads", 0},
                           {"mllog", false},
                           {"parallel", full["parallel"]},
-                          {"train", {{"activation_checkpointing", true}}}});
+                          {"train", {{"activation_checkpointing", true}, {"cuda_graphs", "auto"}}}});
 }

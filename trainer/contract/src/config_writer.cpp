@@ -99,6 +99,7 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
       {"parallel", {{"data", c.parallel.data}, {"shard", name_json(to_string(c.parallel.shard))}}},
   };
   out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
+  out["train"]["cuda_graphs"] = name_json(to_string(c.train.cuda_graphs));
   {
     json phases = json::array();
     for (const PrecisionPhase& p : c.precision_schedule)

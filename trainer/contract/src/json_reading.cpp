@@ -150,6 +150,10 @@ void read_value(const json& v, const std::string& path, Device& out) {
 void read_value(const json& v, const std::string& path, ShardLevel& out) {
   read_name(v, path, out, parse_shard_level, shard_level_names);
 }
+
+void read_value(const json& v, const std::string& path, CudaGraphs& out) {
+  read_name(v, path, out, parse_cuda_graphs, cuda_graphs_names);
+}
 void read_value(const json& v, const std::string& path, OperandClassSet& out) {
   read_name_set(v, path, out, parse_operand_class, operand_class_names);
 }

@@ -23,6 +23,8 @@ constexpr NameTable<Device, 2> kDeviceNames{{{Device::kCPU, "cpu"}, {Device::kCU
 constexpr NameTable<ShardLevel, 3> kShardLevelNames{{{ShardLevel::kNone, "none"},
                                                      {ShardLevel::kOptimizer, "optimizer"},
                                                      {ShardLevel::kGradients, "gradients"}}};
+constexpr NameTable<CudaGraphs, 3> kCudaGraphsNames{
+    {{CudaGraphs::kAuto, "auto"}, {CudaGraphs::kOn, "on"}, {CudaGraphs::kOff, "off"}}};
 
 // Glob match with backtracking over the last `*` (linear in practice for layer names).
 bool glob(std::string_view p, std::string_view s) {
@@ -52,6 +54,7 @@ std::string_view to_string(OperandClass v) { return name_of(kOperandClassNames, 
 std::string_view to_string(GemmPath v) { return name_of(kGemmPathNames, v); }
 std::string_view to_string(Device v) { return name_of(kDeviceNames, v); }
 std::string_view to_string(ShardLevel v) { return name_of(kShardLevelNames, v); }
+std::string_view to_string(CudaGraphs v) { return name_of(kCudaGraphsNames, v); }
 std::optional<GemmPrecision> parse_gemm_precision(std::string_view s) {
   return parse_from(kPrecisionNames, s);
 }
@@ -61,11 +64,13 @@ std::optional<OperandClass> parse_operand_class(std::string_view s) {
 std::optional<GemmPath> parse_gemm_path(std::string_view s) { return parse_from(kGemmPathNames, s); }
 std::optional<Device> parse_device(std::string_view s) { return parse_from(kDeviceNames, s); }
 std::optional<ShardLevel> parse_shard_level(std::string_view s) { return parse_from(kShardLevelNames, s); }
+std::optional<CudaGraphs> parse_cuda_graphs(std::string_view s) { return parse_from(kCudaGraphsNames, s); }
 std::string gemm_precision_names() { return names_of(kPrecisionNames); }
 std::string operand_class_names() { return names_of(kOperandClassNames); }
 std::string gemm_path_names() { return names_of(kGemmPathNames); }
 std::string device_names() { return names_of(kDeviceNames); }
 std::string shard_level_names() { return names_of(kShardLevelNames); }
+std::string cuda_graphs_names() { return names_of(kCudaGraphsNames); }
 
 bool is_fp4(GemmPrecision p) { return p == GemmPrecision::kMXFP4 || p == GemmPrecision::kNVFP4; }
 

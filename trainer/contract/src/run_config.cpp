@@ -149,6 +149,7 @@ static RunConfig parse_run_config(const json& j) {
     r.get("seed", c.train.seed);
     r.get("data_seed", c.train.data_seed);
     r.get("activation_checkpointing", c.train.activation_checkpointing);
+    r.get("cuda_graphs", c.train.cuda_graphs);
     r.finish();
   }
   if (const json* e = root.child("eval")) {

@@ -60,6 +60,11 @@ void validate_runnable(const RunConfig& c) {
     throw ConfigError("quant.gemm_path: \"fp8\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) "
                       "needs device: cuda, this run's device is \"" +
                       std::string(to_string(c.device)) + "\"");
+  // The rest of what `on` needs (one rank, no per-step read-back) is the trainer's rule
+  // (trainer/core step_capture.h); the device is known here.
+  if (c.train.cuda_graphs == CudaGraphs::kOn && c.device != Device::kCUDA)
+    throw ConfigError("train.cuda_graphs: \"on\" (each step replayed as a CUDA graph) needs device: cuda, "
+                      "this run's device is \"" + std::string(to_string(c.device)) + "\"");
 }
 
 }  // namespace

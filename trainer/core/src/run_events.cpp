@@ -117,6 +117,7 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
                                     std::pair{"train_s", &e.train_s}, std::pair{"eval_s", &e.eval_s},
                                     std::pair{"checkpoint_s", &e.checkpoint_s}})
     if (*value) f[name] = std::max(0.0, **value);
+  if (e.graphed_steps) f["graphed_steps"] = *e.graphed_steps;
   return append(kind::kRunEnd, std::move(f), true);
 }
 

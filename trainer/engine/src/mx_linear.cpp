@@ -52,7 +52,8 @@ kernels::RngKey LinearState::key(GemmKind gemm, Operand operand) const {
   if (gemm == GemmKind::kDgrad && operand == Operand::kB && tiled(GemmKind::kDgrad) &&
       tiled(GemmKind::kFprop))
     gemm = GemmKind::kFprop;
-  return kernels::RngKey{session->seed, session->step, static_cast<uint32_t>(layer), gemm, operand};
+  return kernels::RngKey{session->seed, session->step, static_cast<uint32_t>(layer), gemm, operand,
+                         session->device_step};
 }
 
 namespace {

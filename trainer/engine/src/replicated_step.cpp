@@ -59,8 +59,18 @@ ReplicatedStep::ReplicatedStep(const contract::RunConfig& config, torch::nn::Mod
 ReplicatedStep::~ReplicatedStep() = default;
 
 void ReplicatedStep::zero_gradients() {
-  if (sync_) sync_->zero();
-  else optimizer_->zero_grad();
+  if (sync_) {
+    sync_->zero();
+    return;
+  }
+  // In place, keeping each gradient's storage (torch 2's zero_grad would drop it): a graphed step
+  // (step_graph.h) accumulates into the storage its capture recorded. Zero plus the first
+  // micro-batch's gradient is that gradient bit for bit, but for a -0 turned +0, which neither
+  // the norm nor AdamW's update tells apart (its first moment starts at +0 and never becomes -0).
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : model_.parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  compat::zero_in_place(grads);
 }
 
 void ReplicatedStep::begin_backward(bool last) {

@@ -109,6 +109,18 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   // buffer, and a checkpoint is loaded into the parameters in place.
   s.engine = make_step_engine(config, *s.model, s.group.get());
 
+  StepCaptureFacts facts;
+  facts.cuda = s.device.is_cuda();
+  facts.graphs_available = compat::kHasCudaGraphs;
+  facts.ranks = rank.world;
+  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase)
+    for (const LinearPlan& p : layer_plans(config, s.layers, s.shape.n_layers, phase))
+      facts.reads_back_each_step = facts.reads_back_each_step || p.occ.has_value();
+  facts.parameters = s.model->parameter_count();
+  facts.micro_batch_tokens = s.plan.micro_batch_tokens;
+  s.capture = decide_step_capture(config.train.cuda_graphs, facts);
+  if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session);
+
   const uint64_t data_seed = config.train.data_seed != 0 ? config.train.data_seed : config.train.seed;
   try {
     s.batches = std::make_unique<TrainBatches>(*s.dataset, config.data.seq_len, data_seed);

@@ -19,9 +19,11 @@
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/ranks.h"
+#include "mxablate/trainer/step_capture.h"
 #include "mxablate/trainer/step_engine.h"
 #include "mxablate/trainer/trainer.h"
 #include "mxablate/trainer/training_plan.h"
+#include "step_graph.h"
 
 namespace mxablate::trainer {
 
@@ -40,6 +42,8 @@ struct RunSetup {
   LlamaModel model{nullptr};
   std::unique_ptr<DataParallel> group;  // a data-parallel run's process group (null for one rank)
   std::unique_ptr<StepEngine> engine;   // the optimizer step, replicated or sharded
+  StepCapture capture;                  // whether steps are graphed, and why (step_capture.h)
+  std::unique_ptr<StepGraph> graph;     // the graphed passes when capture.graphed
   std::unique_ptr<TrainBatches> batches;
   std::vector<TokenBatch> validation;
 };

@@ -22,8 +22,19 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <optional>
+
 #define MXABLATE_TRAINER_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// CUDA graphs with a capture mode and private pools as used here: CUDA LibTorch >= 2.0.
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 0)
+#define MXABLATE_TRAINER_CUDA_GRAPHS 1
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#else
+#define MXABLATE_TRAINER_CUDA_GRAPHS 0
+#endif
 
 // OpenBLAS keeps its own thread pool, which at::set_num_threads does not size; where the
 // library is OpenBLAS (Debian's LibTorch) this weak symbol resolves and we size it too.
@@ -185,6 +196,88 @@ inline void set_current_device(const at::Device& device) {
 #endif
   (void)device;
 }
+
+// Every tensor of `tensors` set to zero in place, keeping its storage: one launch where the
+// multi-tensor kernels exist.
+inline void zero_in_place(at::TensorList tensors) {
+#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
+  if (!tensors.empty() && has_multi_tensor_kernels(tensors.front().device())) {
+    at::_foreach_zero_(tensors);
+    return;
+  }
+#endif
+  for (const at::Tensor& t : tensors) const_cast<at::Tensor&>(t).zero_();
+}
+
+inline constexpr bool kHasCudaGraphs = MXABLATE_TRAINER_CUDA_GRAPHS != 0;
+
+// A side stream of `device` made this thread's current stream while the object lives: CUDA
+// graphs are captured on a stream other than the default one, and a run whose steps are graphed
+// runs all its work on that stream, so that the eager steps before a capture warm up exactly
+// what the capture records (cuBLAS's per-stream workspace included).
+class SideStream {
+ public:
+  explicit SideStream(const at::Device& device) {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    guard_.emplace(c10::cuda::getStreamFromPool(false, device.index()));
+#else
+    (void)device;
+    throw std::logic_error("CUDA graphs need a CUDA LibTorch >= 2.0");
+#endif
+  }
+
+ private:
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
+#endif
+};
+
+// One captured CUDA graph: the work queued on the current stream between begin() and end(),
+// replayed by replay() with the same kernels on the same memory (a private pool keeps what the
+// capture allocated). Capture is thread-local: another thread's CUDA calls (a checkpoint writer)
+// cannot invalidate it.
+class CapturedGraph {
+ public:
+  void begin() {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    graph_.emplace();
+    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+    throw std::logic_error("CUDA graphs need a CUDA LibTorch >= 2.0");
+#endif
+  }
+  void end() {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    graph_->capture_end();
+#endif
+  }
+  void replay() {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    graph_->replay();
+#endif
+  }
+  // Ends a capture that failed part-way (ignoring what ending it reports) and drops the graph.
+  void abandon() noexcept {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    if (!graph_) return;
+    try {
+      graph_->capture_end();
+    } catch (...) {
+    }
+    graph_.reset();
+#endif
+  }
+  void reset() {
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+    graph_.reset();
+#endif
+  }
+
+ private:
+#if MXABLATE_TRAINER_CUDA_GRAPHS
+  std::optional<at::cuda::CUDAGraph> graph_;
+#endif
+};
 
 inline void synchronize(const at::Device& device) {
 #if MXABLATE_TRAINER_CUDA

@@ -240,6 +240,8 @@ class TrainingRun::Loop {
         // Which engine computed each GEMM precision (and why auto fell back, if it did): a
         // result is attributable to the FP8 tensor cores or the emulation.
         {"gemm_routes", contract::gemm_routes_json(s_.config.quant.gemm_path, s_.routes)},
+        // Whether each step's passes were replayed as a CUDA graph, and why (step_capture.h).
+        {"cuda_graphs", {{"graphed", s_.capture.graphed}, {"reason", s_.capture.reason}}},
     };
     if (prestarted_) details["prestarted"] = true;
     events_->run_start(progress(), std::move(details));
@@ -334,6 +336,26 @@ class TrainingRun::Loop {
                                 contract::block_settings_in_phase(s_.config, phase).precision);
   }
 
+  // Forward and backward of this rank's micro-batches of the step; returns the sum of their
+  // losses, summed on the device (in float64, as the host did) and read once per step: a read
+  // per micro-batch made the GPU drain its queue before each next one. Run eagerly, or captured
+  // and replayed by the step graph (step_graph.h): the same code either way.
+  at::Tensor run_passes(const std::vector<TokenBatch>& batches) {
+    LlamaModelImpl& model = *s_.model;
+    at::Tensor device_loss_sum;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const at::Tensor loss = model.loss(batches[i].inputs, batches[i].targets);
+      const bool last = i + 1 == batches.size();
+      s_.engine->begin_backward(last);
+      (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
+      s_.engine->end_backward(last);
+      const at::Tensor l = loss.detach().to(at::kDouble);
+      device_loss_sum = device_loss_sum.defined() ? device_loss_sum + l : l;
+      model.session().collect_telemetry = false;  // one micro-batch per sampled step is enough
+    }
+    return device_loss_sum;
+  }
+
   std::optional<int> train_step() {
     enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), true);
     LlamaModelImpl& model = *s_.model;
@@ -353,23 +375,16 @@ class TrainingRun::Loop {
     // places in the global batch (docs/design.md §4, "Data-parallel runs"); telemetry comes from micro-batch 0.
     s_.engine->zero_gradients();
     if (!root()) session.collect_telemetry = false;
-    // The micro-batch losses are summed on the device (in float64, as the host did) and read once
-    // per step: a read per micro-batch made the GPU drain its queue before each next one.
-    at::Tensor device_loss_sum;
     const int64_t micro = s_.plan.sequences_per_micro_batch;
     const int64_t per_rank = s_.plan.micro_batches_per_step / s_.rank.world;
     const int64_t first = per_rank * s_.rank.rank;
-    for (int64_t m = first; m < first + per_rank; ++m) {
-      const TokenBatch batch = s_.batches->get(state_.samples + m * micro, micro, s_.device);
-      const at::Tensor loss = model.loss(batch.inputs, batch.targets);
-      const bool last = m == first + per_rank - 1;
-      s_.engine->begin_backward(last);
-      (loss / static_cast<double>(s_.plan.micro_batches_per_step)).backward();
-      s_.engine->end_backward(last);
-      const at::Tensor l = loss.detach().to(at::kDouble);
-      device_loss_sum = device_loss_sum.defined() ? device_loss_sum + l : l;
-      session.collect_telemetry = false;  // one micro-batch per sampled step is enough
-    }
+    std::vector<TokenBatch> batches;
+    for (int64_t m = first; m < first + per_rank; ++m)
+      batches.push_back(s_.batches->get(state_.samples + m * micro, micro, s_.device));
+    const MicroBatchPasses passes = [this](const std::vector<TokenBatch>& b) { return run_passes(b); };
+    const at::Tensor device_loss_sum =
+        s_.graph ? s_.graph->run(passes, batches, session.step, phase_, session.collect_telemetry)
+                 : run_passes(batches);
     double loss_sum = device_loss_sum.item<double>();
     // The ranks agree on the loss and on whether to stop after this step (a signal may reach
     // them at different steps); every later decision is then the same on every rank.
@@ -468,6 +483,7 @@ class TrainingRun::Loop {
     end.setup_s = setup_s_;
     if (prestarted_) end.standby_s = standby_s_;
     end.eval_s = eval_s_;
+    if (s_.graph) end.graphed_steps = s_.graph->replays();
     end.checkpoint_s = checkpoint_s_;
     end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);
     events_->run_end(progress(), end);

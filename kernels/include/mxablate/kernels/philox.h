@@ -41,6 +41,11 @@ struct RngKey {
   uint32_t layer = 0;
   GemmKind gemm = GemmKind::kFprop;
   Operand operand = Operand::kA;
+  // Where a GPU kernel launched inside a captured CUDA graph reads `step` at each replay: the
+  // device address of the current step, or null to use `step` (docs/design.md §4, "Graphed
+  // steps"). The trainer keeps both equal; only the GPU kernels read this, the CPU reference
+  // and every launch outside a graph use `step`.
+  const uint32_t* step_source = nullptr;
 };
 
 // The `operand` byte reserved for the Hadamard sign stream, so that both operands of a GEMM

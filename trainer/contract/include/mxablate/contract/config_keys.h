@@ -51,6 +51,8 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"train.data_seed", kTrajectory},
     // Recomputes each block in the backward: the same bits, less memory.
     {"train.activation_checkpointing", kWrittenWhenSet | kExecution},
+    // Replays each step as a captured CUDA graph: the same bits, fewer launches.
+    {"train.cuda_graphs", kWrittenWhenSet | kExecution},
     {"eval", kDescribesArm},
     {"precision", kTrajectory | kDescribesArm},
     {"quant", kTrajectory | kDescribesArm},

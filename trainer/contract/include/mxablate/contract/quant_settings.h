@@ -42,22 +42,31 @@ enum class Device : uint8_t { kCPU, kCUDA };
 // distributed optimizer); kGradients also keeps only the rank's slice of the gradients (ZeRO
 // stage 2). The fp32 weights stay whole on every rank: the quantizers read them.
 enum class ShardLevel : uint8_t { kNone, kOptimizer, kGradients };
+// train.cuda_graphs, whether a CUDA run replays each step's forward and backward passes as one
+// captured CUDA graph (docs/design.md §4, "Graphed steps"; trainer/core step_capture.h holds the
+// rule): kAuto where the step is small enough to be bound by kernel launches, kOn wherever it
+// can be (a run where it cannot is refused), kOff never. The same bits either way: an execution
+// setting.
+enum class CudaGraphs : uint8_t { kAuto, kOn, kOff };
 
 std::string_view to_string(GemmPrecision v);
 std::string_view to_string(OperandClass v);
 std::string_view to_string(GemmPath v);
 std::string_view to_string(Device v);
 std::string_view to_string(ShardLevel v);
+std::string_view to_string(CudaGraphs v);
 std::optional<GemmPrecision> parse_gemm_precision(std::string_view s);
 std::optional<OperandClass> parse_operand_class(std::string_view s);
 std::optional<GemmPath> parse_gemm_path(std::string_view s);
 std::optional<Device> parse_device(std::string_view s);
 std::optional<ShardLevel> parse_shard_level(std::string_view s);
+std::optional<CudaGraphs> parse_cuda_graphs(std::string_view s);
 std::string gemm_precision_names();
 std::string operand_class_names();
 std::string gemm_path_names();
 std::string device_names();
 std::string shard_level_names();
+std::string cuda_graphs_names();
 
 // True for the 4-bit formats (E2M1 elements with block scales).
 bool is_fp4(GemmPrecision p);

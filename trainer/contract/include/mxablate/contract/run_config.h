@@ -55,6 +55,8 @@ struct TrainConfig {
   // Keep only each transformer block's input in the forward pass and recompute the block in the
   // backward (docs/trainer.md): less memory, about one more forward of compute, the same bits.
   bool activation_checkpointing = false;
+  // Each step's passes as one replayed CUDA graph (quant_settings.h, CudaGraphs): the same bits.
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
 };
 
 struct EvalConfig {

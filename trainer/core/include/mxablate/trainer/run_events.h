@@ -56,6 +56,8 @@ class RunEvents {
     std::string reason;  // empty: omitted
     // Where the attempt's time went (docs/design.md §9, "Busy slots"); unset: omitted.
     std::optional<double> setup_s, standby_s, train_s, eval_s, checkpoint_s;
+    // Steps of this attempt replayed from a captured CUDA graph (step_graph.h); unset: omitted.
+    std::optional<int64_t> graphed_steps;
   };
   int64_t run_end(Progress p, const End& end);
 

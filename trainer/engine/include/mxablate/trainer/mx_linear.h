@@ -47,6 +47,9 @@ class QuantSession {
 
   uint64_t seed = 0;
   uint32_t step = 0;
+  // While a step is captured into a CUDA graph: the device word the graph's launches read the
+  // step from at replay (RngKey::step_source; step_graph.h). Null otherwise.
+  const uint32_t* device_step = nullptr;
   // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer:
   // FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on the Hopper FP8 path, the rest
   // (and everything by default) the exact emulation.

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On the GPU machine (the device tool): graphed steps (docs/design.md §4, "Graphed steps") checked
+# and timed in one call. Builds mxablate-train and the tests that cover them (as gpu-check.sh
+# configures: CUDA kernels for sm_90, the image's torch, .carry/ packages), runs
+#   - the GPU quantizer and LibTorch-adapter tests (the kernels read the step from device memory),
+#   - the trainer's [gpu] cases (graphed runs bit-identical to eager ones, arm by arm),
+# then the speed benchmark on llama-20m with every arm both graphed (auto) and eager, and the
+# compiled PyTorch peer (gpu-speed-bench.sh --only llama-20m, MXABLATE_BENCH_EAGER=1).
+# Logs under $OUT.
+#
+#   scripts/gpu-graph-check.sh [--no-tests] [--no-bench] [--only MODEL]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/build-gpu/out}
+BUILD=${MXABLATE_GPU_BUILD_DIR:-$ROOT/build-gpu}
+TESTS=1 BENCH=1 ONLY=llama-20m
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-tests) TESTS=0 ;;
+    --no-bench) BENCH=0 ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "gpu-graph-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$OUT"
+PY=python3
+[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+T0=$SECONDS
+
+# The trainer and the tests, configured once (gpu-trainer-lib.sh builds mxablate-train with it).
+source scripts/gpu-trainer-lib.sh
+build_trainer "$BUILD" "$OUT/build" "$PY"
+echo "gpu-graph-check: mxablate-train built at $((SECONDS - T0)) s"
+if [ "$TESTS" = 1 ]; then
+  cmake --build "$BUILD" --target trainer_run_test gpu_quantize_test gpu_torch_test -j "$(nproc)" \
+    >"$OUT/build-tests.log" 2>&1 || { tail -40 "$OUT/build-tests.log"; exit 1; }
+  echo "gpu-graph-check: tests built at $((SECONDS - T0)) s"
+  for t in gpu_quantize_test gpu_torch_test; do
+    timeout 120 "$BUILD/bin/$t" >"$OUT/$t.log" 2>&1
+    echo "  $t: exit $? ($(tail -2 "$OUT/$t.log" | tr '\n' ' '))"
+  done
+  (cd "$BUILD/tests/trainer" 2>/dev/null || cd "$BUILD"
+   timeout 300 "$BUILD/bin/trainer_run_test" "[gpu]" >"$OUT/trainer-gpu.log" 2>&1)
+  echo "  trainer_run_test [gpu]: exit $? ($(tail -3 "$OUT/trainer-gpu.log" | tr '\n' ' '))"
+  echo "gpu-graph-check: tests done at $((SECONDS - T0)) s"
+fi
+if [ "$BENCH" = 1 ]; then
+  [ -d .carry/data-default ] || { echo "gpu-graph-check: .carry/data-default (a copy of data/default) is needed for the benchmark"; exit 2; }
+  MXABLATE_BENCH_EAGER=1 MXABLATE_BENCH_PEER_ARMS=${MXABLATE_BENCH_PEER_ARMS:-bf16} MXABLATE_BENCH_OUT=$OUT/speed MXABLATE_GPU_BUILD_DIR=$BUILD \
+    bash scripts/gpu-speed-bench.sh .carry/data-default --only "$ONLY" 2>&1 | tee "$OUT/speed.log"
+fi
+echo "gpu-graph-check: done in $((SECONDS - T0)) s"

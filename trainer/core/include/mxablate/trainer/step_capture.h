@@ -1,0 +1,40 @@
+// Whether a run's steps are replayed as captured CUDA graphs (docs/design.md §4, "Graphed
+// steps"): the one rule, read by the trainer when it sets a run up. A small model's step is bound
+// by launching its ~500 kernels, not by running them: the GPU idles between launches. A captured
+// graph launches the step's forward and backward passes at once, with the same kernels on the
+// same addresses, so it computes the same bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mxablate/contract/quant_settings.h"
+
+namespace mxablate::trainer {
+
+// A step is graphed under `auto` when parameters × tokens per micro-batch is at most this:
+// llama-20m at 16k tokens a micro-batch (3.6e11) is launch-bound (docs/performance.md); from
+// llama-125m at 16k tokens (2e12) up the kernels' run time covers their launches.
+inline constexpr double kGraphedStepWorkLimit = 1.1e12;
+
+// What the rule needs to know about a run; the trainer fills it in.
+struct StepCaptureFacts {
+  bool cuda = false;               // the run's device is a CUDA GPU
+  bool graphs_available = false;   // this LibTorch can capture CUDA graphs
+  int ranks = 1;                   // parallel.data
+  bool reads_back_each_step = false;  // a layer plan reads a value back to the host (OCC)
+  int64_t parameters = 0;
+  int64_t micro_batch_tokens = 0;
+};
+
+struct StepCapture {
+  bool graphed = false;
+  // Why: "" when graphed under `on`; otherwise a clause a log line or an error can quote.
+  std::string reason;
+};
+
+// The decision for `setting`. Throws contract::ConfigError (one line, naming train.cuda_graphs)
+// when the setting is `on` and the run cannot be graphed.
+StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureFacts& facts);
+
+}  // namespace mxablate::trainer

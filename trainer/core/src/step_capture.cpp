@@ -1,0 +1,40 @@
+#include "mxablate/trainer/step_capture.h"
+
+#include <fmt/format.h>
+
+#include "mxablate/contract/run_config.h"
+
+namespace mxablate::trainer {
+namespace {
+
+// Why a run cannot be graphed at all, or "" when it can.
+std::string cannot_graph(const StepCaptureFacts& f) {
+  if (!f.cuda) return "the run's device is not a CUDA GPU";
+  if (!f.graphs_available) return "this LibTorch cannot capture CUDA graphs";
+  // A data-parallel step sums gradients across the ranks inside its last backward pass
+  // (docs/design.md §4, "Data-parallel runs"); a graph would hold one rank's collectives.
+  if (f.ranks > 1) return fmt::format("the run has {} data-parallel ranks (graphs capture one rank's step)", f.ranks);
+  // OCC's clamp threshold is read back to the host every forward pass: a graph would keep the
+  // threshold of the step it was captured in.
+  if (f.reads_back_each_step) return "a layer clamps outliers (quant.occ), whose threshold is read back every step";
+  return "";
+}
+
+}  // namespace
+
+StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureFacts& facts) {
+  if (setting == contract::CudaGraphs::kOff) return {false, "train.cuda_graphs: off"};
+  const std::string why_not = cannot_graph(facts);
+  if (setting == contract::CudaGraphs::kOn) {
+    if (!why_not.empty()) throw contract::ConfigError("train.cuda_graphs: \"on\", but " + why_not);
+    return {true, ""};
+  }
+  if (!why_not.empty()) return {false, why_not};
+  const double work = static_cast<double>(facts.parameters) * static_cast<double>(facts.micro_batch_tokens);
+  if (work > kGraphedStepWorkLimit)
+    return {false, fmt::format("parameters × micro-batch tokens is {:.2g}, above {:.2g}: launches are not the bound",
+                               work, kGraphedStepWorkLimit)};
+  return {true, fmt::format("parameters × micro-batch tokens is {:.2g}, at most {:.2g}", work, kGraphedStepWorkLimit)};
+}
+
+}  // namespace mxablate::trainer
