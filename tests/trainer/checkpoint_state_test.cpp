@@ -8,6 +8,8 @@
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/checkpoint_state.h"
 #include "mxablate/trainer/divergence.h"
+#include "hostile_json.h"
+#include "test_support.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
@@ -125,11 +127,15 @@ TEST_CASE("A damaged state file is rejected by its checksum", "[trainer][checkpo
   REQUIRE(at != std::string::npos);
   text[at + 15] = '8';
   CHECK(rejection(text) == "state.json: checksum does not match its contents (the file is damaged)");
-  CHECK(rejection(good_text().substr(0, 100)).rfind("state.json: not valid JSON (", 0) == 0);
-  CHECK(rejection("") .rfind("state.json: not valid JSON (", 0) == 0);
+  // Not JSON: named by the key being read, or the byte where no key is known.
+  CHECK_THAT(rejection(good_text().substr(0, 100)), has_text(": not valid JSON at byte 101 ("));
+  CHECK(rejection("") == "state.json: not valid JSON at byte 1 (unexpected end of input; "
+                         "expected '[', '{', or a literal)");
   CHECK(rejection("[1, 2]") == "state.json: expected an object, got [1,2]");
   CHECK(rejection("{\"step\": 3}") == "state.json: checksum: missing");
-  CHECK(rejection(std::string("{\"a\": \"\xff\"}")).rfind("state.json: not valid JSON (", 0) == 0);
+  CHECK(rejection(std::string("{\"a\": \"\xff\"}")) ==
+        "state.json: a: not valid JSON at byte 8 (invalid string: ill-formed UTF-8 byte; last "
+        "read: '\"?')");
 }
 
 TEST_CASE("Impossible states are rejected even with a matching checksum", "[trainer][checkpoint]") {
@@ -149,7 +155,8 @@ TEST_CASE("Impossible states are rejected even with a matching checksum", "[trai
   CHECK(rejection(resealed([](json& j) { j["step"] = "10"; })) ==
         "state.json: step: expected an integer, got \"10\"");
   CHECK(rejection(resealed([](json& j) { j["step"] = 1e300; })) ==
-        "state.json: step: expected an integer, got 1e+300");
+        "state.json: step: out of range (beyond 9e15 write an integer digit by digit, without an "
+        "exponent), got 1e+300");
   CHECK(rejection(resealed([](json& j) { j["events_seq"] = -1; })) ==
         "state.json: events_seq: -1 is negative");
   CHECK(rejection(resealed([](json& j) { j.erase("samples"); })) == "state.json: samples: missing");
@@ -216,4 +223,27 @@ TEST_CASE("A checkpoint resumes with activation checkpointing switched, not with
   // A config without a train section (or with one that is not an object) is taken as it is.
   CHECK(trajectory_config(json{{"model", "smoke"}}) == json{{"model", "smoke"}});
   CHECK(trajectory_config(json{{"train", 3}}) == json{{"train", 3}});
+}
+
+TEST_CASE("Hostile numbers and bytes in state.json are one line naming the key", "[trainer][checkpoint]") {
+  // Parse errors come before the checksum; values JSON can hold are sealed again so that they
+  // reach the field's own check.
+  const json good = json::parse(good_text());
+  for (const std::string pointer : {"/step", "/files/model.pt/bytes", "/divergence/steps"}) {
+    const std::string key = pointer == "/step" ? "step"
+                            : pointer == "/divergence/steps" ? "divergence.steps"
+                                                             : "files.model.pt.bytes";
+    for (const auto& v : test::hostile_integer_values()) {
+      INFO(pointer << " = " << v.name);
+      std::string text = test::with_hostile_value(good, pointer, v);
+      if (v.message.rfind("not valid JSON", 0) != 0 && v.message.rfind("number overflow", 0) != 0) {
+        json j = json::parse(text);
+        seal_checkpoint_state(j);
+        text = j.dump(2);
+      }
+      const std::string m = rejection(text);
+      CHECK(test::is_one_clean_line(m));
+      CHECK(m.rfind("state.json: " + key + ": " + v.message, 0) == 0);
+    }
+  }
 }

@@ -10,6 +10,7 @@
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/data/token_shards.h"
+#include "hostile_json.h"
 #include "test_support.h"
 
 using namespace mxablate::data;
@@ -147,4 +148,71 @@ TEST_CASE("Opening a dataset checks the cheap things, verify_dataset checks ever
     write_manifest(dir.string(), m);
     CHECK_THAT(open_error(dir), has_text("tokenizer.vocab_size 1099511627776 is out of range"));
   }
+}
+
+TEST_CASE("Every hostile value in manifest.json is one line naming the file and key", "[data][checks]") {
+  const fs::path dir = make_dataset("mxablate_data_hostile_manifest", 5000);
+  const fs::path path = dir / kManifestFile;
+  const nlohmann::json good = to_json(read_manifest(dir.string()));
+  struct Key {
+    std::string pointer;
+    std::string path;
+  };
+  const std::vector<Key> keys = {{"/version", "version"},
+                                 {"/tokenizer/vocab_size", "tokenizer.vocab_size"},
+                                 {"/tokenizer/eos_id", "tokenizer.eos_id"},
+                                 {"/bytes_per_token", "bytes_per_token"},
+                                 {"/splits/train/tokens", "splits.train.tokens"},
+                                 {"/splits/validation/shards/0/tokens",
+                                  "splits.validation.shards[0].tokens"}};
+  for (const Key& key : keys)
+    for (const auto& v : mxablate::test::hostile_integer_values()) {
+      INFO(key.path << " = " << v.name);
+      std::ofstream(path, std::ios::trunc) << mxablate::test::with_hostile_value(good, key.pointer, v);
+      const std::string m = open_error(dir);
+      CHECK(mxablate::test::is_one_clean_line(m));
+      CHECK(m.rfind(path.string() + ": " + key.path + ": " + v.message, 0) == 0);
+    }
+
+  // Wrong shapes, strings and bytes: named the same way.
+  const auto error_with = [&](const std::string& pointer, const nlohmann::json& value) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(pointer)] = value;
+    std::ofstream(path, std::ios::trunc) << j.dump(2, ' ', false, nlohmann::json::error_handler_t::ignore);
+    return open_error(dir);
+  };
+  const std::string at = path.string() + ": ";
+  CHECK(error_with("/tokenizer/file", 5) == at + "tokenizer.file: expected a string, got 5");
+  CHECK(error_with("/tokenizer/sha256", std::string("a\0b", 3)) ==
+        at + "tokenizer.sha256: contains a NUL character, got \"a\\u0000b\"");
+  CHECK(error_with("/tokenizer/trained_here", "yes") ==
+        at + "tokenizer.trained_here: expected true or false, got \"yes\"");
+  CHECK(error_with("/splits/train/shards", nlohmann::json::object()) ==
+        at + "splits.train.shards: expected a list, got {}");
+  CHECK(error_with("/sources", nlohmann::json::object({{"a", 1}})) ==
+        at + "sources: expected a list, got {\"a\":1}");
+  CHECK(error_with("/splits/train/shards/0", 7) == at + "splits.train.shards[0]: expected an object, got 7");
+  CHECK(error_with("/tokenizer", "none") == at + "tokenizer: expected an object, got \"none\"");
+  nlohmann::json missing = good;
+  missing["splits"]["train"].erase("tokens");
+  std::ofstream(path, std::ios::trunc) << missing.dump(2);
+  CHECK(open_error(dir) == at + "splits.train.tokens: missing");
+
+  // Bytes that are not UTF-8 or JSON, and nesting beyond 64 levels.
+  std::string text = good.dump(2);
+  text.replace(text.find("tok.model"), 3, "t\xff\xfe");
+  std::ofstream(path, std::ios::trunc | std::ios::binary) << text;
+  CHECK(open_error(dir).rfind(at + "tokenizer.file: not valid JSON at byte ", 0) == 0);
+  text = good.dump(2);
+  text.insert(1, "\"x\": " + std::string(100, '[') + std::string(100, ']') + ", ");
+  std::ofstream(path, std::ios::trunc) << text;
+  CHECK_THAT(open_error(dir), has_text(at + "x[0][0]"));
+  CHECK_THAT(open_error(dir), has_text(": nested deeper than 64 levels"));
+  std::ofstream(path, std::ios::trunc) << "";
+  CHECK(open_error(dir) == at + "not valid JSON at byte 1 (unexpected end of input; expected '[', "
+                                "'{', or a literal)");
+  fs::remove(path);
+  CHECK(open_error(dir) == at + "does not exist (is this a prepared data directory?)");
+  fs::create_directory(path);
+  CHECK(open_error(dir) == at + "not a regular file");
 }

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "catch.h"
 #include "mxablate/data/data_prepare.h"
@@ -188,6 +191,23 @@ TEST_CASE("data prepare names bad inputs", "[data][prepare]") {
   std::ofstream(bad) << "{\"text\": \"fine\"}\n{\"body\": \"no text field\"}\n";
   o.inputs = {bad.string()};
   CHECK_THROWS_WITH(prepare_data(o, log), has_text("bad.jsonl:2: no string field \"text\""));
+  // Through the one JSON reader (contract/json_file.h): named by file, line and key.
+  for (const auto& [line, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"{\"text\": \"a\", \"n\": 1e400}", "bad.jsonl:1: n: number overflow parsing '1e400' (not a finite double)"},
+           {"{\"text\": NaN}", "bad.jsonl:1: text: not valid JSON at byte 10 (invalid literal; last read: '\"text\": N')"},
+           {"{\"text\": \"cut", "bad.jsonl:1: text: not valid JSON at byte 14 (invalid string: missing closing quote; last read: '\"cut')"},
+           {"[1, 2]", "bad.jsonl:1: not a JSON object"}}) {
+    std::ofstream(bad, std::ios::trunc) << line << "\n";
+    try {
+      prepare_data(o, log);
+      FAIL("accepted " << line);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, has_text(message));
+      CHECK(what.find("json.exception") == std::string::npos);
+    }
+  }
 
   o = options(in, "out");
   prepare_data(o, log);

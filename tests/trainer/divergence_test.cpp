@@ -161,7 +161,10 @@ TEST_CASE("A malformed detector state is refused by name and changes nothing", "
   CHECK(refused(s) == "divergence.steps: missing");
   s = good;
   s["loss_spikes"] = -2;
-  CHECK(refused(s) == "divergence.loss_spikes: expected an integer >= 0");
+  CHECK(refused(s) == "divergence.loss_spikes: expected an integer >= 0, got -2");
+  s["loss_spikes"] = 1e19;
+  CHECK(refused(s) == "divergence.loss_spikes: out of range (beyond 9e15 write an integer digit by "
+                      "digit, without an exponent), got 1e+19");
   s = good;
   s["best_val_loss"] = "low";
   CHECK(refused(s) == "divergence.best_val_loss: expected a finite number or null");

@@ -10,6 +10,7 @@
 #include "mxablate/data/sha256.h"
 #include "mxablate/data/token_shards.h"
 #include "mxablate/trainer/checkpoint_state.h"
+#include "hostile_json.h"
 #include "run_test_support.h"
 #include "test_support.h"
 
@@ -121,7 +122,7 @@ TEST_CASE("A damaged newest checkpoint: resume falls back to the one before, sam
   SECTION("a field of the wrong type") {
     dir = copy_crashed("fb_type");
     rewrite_state(dir / "checkpoints/step-00000008", [](json& j) { j["divergence"]["steps"] = "eight"; });
-    expected_reason = "state.json: divergence.steps: expected an integer >= 0";
+    expected_reason = "state.json: divergence.steps: expected an integer, got \"eight\"";
   }
 
   const TrainResult resumed = run_train(dir.string(), nullptr, "--resume");
@@ -352,4 +353,24 @@ TEST_CASE("Profiling flags: a bad window exits 2 naming it, a working profiler w
   for (const json& e : t["traceEvents"])
     if (e.value("name", "").find("aten::mm") != std::string::npos) saw_matmul = true;
   CHECK(saw_matmul);  // the profiled steps' GEMMs are in the trace, not only the probe's nothing
+}
+
+TEST_CASE("A hostile value in the data's manifest.json exits 2 with one line naming file and key",
+          "[train][data]") {
+  const fs::path data = fs::path(fresh_run_dir("hostile_manifest")) / "prepared";
+  fs::copy(test_dataset(), data, fs::copy_options::recursive);
+  const std::string manifest = (data / data::kManifestFile).string();
+  const json good = data::to_json(data::read_manifest(data.string()));
+  contract::RunConfig c = smoke_config();
+  c.data.dataset = data.string();
+  for (const auto& v : hostile_integer_values()) {
+    INFO(v.name);
+    std::ofstream(manifest, std::ios::trunc) << with_hostile_value(good, "/tokenizer/vocab_size", v);
+    const TrainResult r = run_train(fresh_run_dir("hostile_manifest_run"), &c);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("json.exception") == std::string::npos);
+    CHECK_THAT(r.output, has_text("mxablate-train: data.dataset: " + manifest +
+                                  ": tokenizer.vocab_size: " + v.message));
+  }
 }

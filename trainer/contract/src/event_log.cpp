@@ -1,5 +1,7 @@
 #include "mxablate/contract/event_log.h"
 
+#include "mxablate/contract/json_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -155,18 +157,24 @@ json LogPosition::to_json() const {
 }
 
 LogPosition LogPosition::from_json(const json& j) {
+  // Numbers by json_file.h's rules: a float or an integer beyond its type is refused (the caller
+  // then adopts the offset alone), never converted with undefined behaviour.
+  const auto field = [&j](const char* key, auto& out) {
+    if (const std::string why = json_to(j.at(key), out); !why.empty())
+      throw std::invalid_argument(std::string(key) + ": " + why);
+  };
   try {
     LogPosition p;
-    p.offset = j.at("offset").get<int64_t>();
-    p.lines = j.at("lines").get<int64_t>();
-    p.state.last_seq = j.at("last_seq").get<int64_t>();
-    p.state.step_floor = j.at("step_floor").get<int64_t>();
-    p.state.tokens_floor = j.at("tokens_floor").get<int64_t>();
+    field("offset", p.offset);
+    field("lines", p.lines);
+    field("last_seq", p.state.last_seq);
+    field("step_floor", p.state.step_floor);
+    field("tokens_floor", p.state.tokens_floor);
     p.prefix_hash = unhex(j.at("prefix_fnv"));
     p.tail_hash = unhex(j.at("tail_fnv"));
-    p.tail_bytes = j.at("tail_bytes").get<int64_t>();
-    p.device = j.at("device").get<uint64_t>();
-    p.inode = j.at("inode").get<uint64_t>();
+    field("tail_bytes", p.tail_bytes);
+    field("device", p.device);
+    field("inode", p.inode);
     if (p.offset < 0 || p.lines < 0 || p.tail_bytes < 0 || p.tail_bytes > p.offset)
       throw std::invalid_argument("negative or inconsistent sizes");
     return p;

@@ -2,9 +2,7 @@
 // by key. The run config's section readers (run_config.cpp, quant_keys.cpp) are built from it.
 #include "json_reading.h"
 
-#include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "mxablate/kernels/quant_spec.h"
 
@@ -42,82 +40,27 @@ std::string join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
-// A value as it appears in an error message: JSON text, with invalid UTF-8 replaced (a config
-// built in-process from YAML may carry any bytes) and non-finite numbers spelled out (JSON would
-// print them as null).
-std::string shown(const json& v) {
-  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
-    const double d = v.get<double>();
-    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
-  }
-  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+// The value rules are json_file.h's (one definition for every JSON reader); a refusal here is a
+// ConfigError at the key's path.
+std::string shown(const json& v) { return shown_json(v); }
+
+namespace {
+
+template <typename T>
+void read_scalar(const json& v, const std::string& path, T& out) {
+  if (const std::string why = json_to(v, out); !why.empty()) throw ConfigError(path + ": " + why);
 }
 
-void read_value(const json& v, const std::string& path, double& out) {
-  if (!v.is_number()) throw ConfigError(path + ": expected a number, got " + shown(v));
-  out = v.get<double>();
-  if (!std::isfinite(out)) throw ConfigError(path + ": must be a finite number, got " + shown(v));
-}
+}  // namespace
 
-void read_value(const json& v, const std::string& path, int64_t& out) {
-  // YAML writes 100e6 as a float; accept any number with an integral value.
-  if (!v.is_number()) throw ConfigError(path + ": expected an integer, got " + shown(v));
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d)
-      throw ConfigError(path + ": expected an integer, got " + shown(v));
-    if (std::fabs(d) > kLargestFloatInteger)
-      throw ConfigError(path + ": out of range (beyond 9e15 write an integer digit by digit, "
-                        "without an exponent), got " + shown(v));
-    out = static_cast<int64_t>(d);
-  } else if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw ConfigError(path + ": out of range (an integer from -9223372036854775808 to "
-                        "9223372036854775807), got " + shown(v));
-    out = static_cast<int64_t>(v.get<uint64_t>());
-  } else {
-    out = v.get<int64_t>();
-  }
-}
-
-void read_value(const json& v, const std::string& path, int& out) {
-  int64_t wide = 0;
-  read_value(v, path, wide);
-  if (wide < -(1ll << 31) || wide >= (1ll << 31))
-    throw ConfigError(path + ": out of range (an integer from -2147483648 to 2147483647), got " +
-                      v.dump());
-  out = static_cast<int>(wide);
-}
-
-void read_value(const json& v, const std::string& path, uint64_t& out) {
-  if (v.is_number_unsigned()) {
-    out = v.get<uint64_t>();
-    return;
-  }
-  int64_t wide = 0;
-  read_value(v, path, wide);
-  if (wide < 0) throw ConfigError(path + ": must be >= 0, got " + shown(v));
-  out = static_cast<uint64_t>(wide);
-}
-
-void read_value(const json& v, const std::string& path, bool& out) {
-  if (!v.is_boolean()) throw ConfigError(path + ": expected true or false, got " + shown(v));
-  out = v.get<bool>();
-}
-
-// Strings end up in file names, event logs and SQLite: they must be valid UTF-8 without NULs.
+void read_value(const json& v, const std::string& path, double& out) { read_scalar(v, path, out); }
+void read_value(const json& v, const std::string& path, int64_t& out) { read_scalar(v, path, out); }
+void read_value(const json& v, const std::string& path, int& out) { read_scalar(v, path, out); }
+void read_value(const json& v, const std::string& path, uint64_t& out) { read_scalar(v, path, out); }
+void read_value(const json& v, const std::string& path, bool& out) { read_scalar(v, path, out); }
 void read_value(const json& v, const std::string& path, std::string& out) {
-  if (!v.is_string()) throw ConfigError(path + ": expected a string, got " + shown(v));
-  try {
-    (void)v.dump();  // throws on invalid UTF-8
-  } catch (const json::type_error&) {
-    throw ConfigError(path + ": not valid UTF-8, got " + shown(v));
-  }
-  out = v.get<std::string>();
-  if (out.find('\0') != std::string::npos)
-    throw ConfigError(path + ": contains a NUL character, got " + shown(v));
+  read_scalar(v, path, out);
 }
-
 
 void read_value(const json& v, const std::string& path, std::optional<double>& out) {
   if (v.is_null()) {
@@ -184,11 +127,7 @@ std::string one_line(const std::string& m) {
   return out;
 }
 
-// An unknown key as it appears in an error message: as is when it is plain, else quoted.
-std::string shown_key(const std::string& key) {
-  const std::string quoted = shown(json(key));
-  return quoted.size() == key.size() + 2 && quoted.substr(1, key.size()) == key ? key : quoted;
-}
+std::string shown_key(const std::string& key) { return shown_json_key(key); }
 
 ObjectReader::ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
   if (!j_.is_object())

@@ -240,53 +240,14 @@ RunConfig run_config_from_json(const json& j) {
   }
 }
 
-namespace {
-
-// nlohmann's parse messages quote the input they stopped at, which may be any bytes: keep the
-// message one printable ASCII line, and drop the "[json.exception.…] " prefix.
-std::string parse_message(const json::exception& e) {
-  std::string m = e.what();
-  if (const size_t p = m.find("] "); m.rfind("[json.exception.", 0) == 0 && p != std::string::npos)
-    m.erase(0, p + 2);
-  for (char& ch : m)
-    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-  return m;
-}
-
-}  // namespace
-
 RunConfig read_run_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open the run config");
-  // The key path being parsed, so that a number JSON cannot hold as a double (1e400) is
-  // reported at its key like every other bad value.
-  std::vector<std::string> keys;
-  const json::parser_callback_t track = [&keys](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && parsed.is_string()) keys.back() = parsed.get<std::string>();
-        break;
-      case json::parse_event_t::value: break;
-    }
-    return true;
-  };
+  // Parsed by the one JSON file reader (json_file.h): a number JSON cannot hold as a double
+  // (1e400) is reported at its key like every other bad value, invalid JSON at its byte.
   json j;
   try {
-    j = json::parse(in, track);
-  } catch (const json::out_of_range& e) {
-    std::string where;
-    for (const auto& k : keys)
-      if (!k.empty()) where += (where.empty() ? "" : ".") + shown_key(k);
-    throw ConfigError(path + ": " + (where.empty() ? std::string("config") : where) + ": " +
-                      parse_message(e) + " (not a finite double)");
-  } catch (const json::exception& e) {
-    throw ConfigError(path + ": not valid JSON (" + parse_message(e) + ")");
+    j = parse_json_file(path);
+  } catch (const JsonFileError& e) {
+    throw ConfigError(e.what());
   }
   try {
     return run_config_from_json(j);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "mxablate/contract/config_keys.h"
+#include "mxablate/contract/json_file.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/divergence.h"
@@ -27,13 +28,6 @@ std::string shown(const json& v) {
   return s;
 }
 
-// nlohmann's messages quote the input, which may be any bytes: keep them printable ASCII.
-std::string printable(std::string m) {
-  for (char& ch : m)
-    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-  return m;
-}
-
 // Fields are named in messages by their path: `prefix` is "" or e.g. "files.model.pt.".
 const json& member(const json& j, const char* key, const std::string& prefix = "") {
   const auto it = j.find(key);
@@ -41,12 +35,17 @@ const json& member(const json& j, const char* key, const std::string& prefix = "
   return *it;
 }
 
+// Values by the rules every JSON reader shares (contract/json_file.h, docs/design.md §11).
+template <typename T>
+T typed(const json& j, const char* key, const std::string& prefix) {
+  T out{};
+  if (const std::string why = contract::json_to(member(j, key, prefix), out); !why.empty())
+    reject(prefix + key + ": " + why);
+  return out;
+}
+
 int64_t integer(const json& j, const char* key, const std::string& prefix = "") {
-  const json& v = member(j, key, prefix);
-  if (!v.is_number_integer() ||
-      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
-    reject(prefix + key + ": expected an integer, got " + shown(v));
-  return v.get<int64_t>();
+  return typed<int64_t>(j, key, prefix);
 }
 
 int64_t count(const json& j, const char* key, const std::string& prefix = "") {
@@ -56,9 +55,7 @@ int64_t count(const json& j, const char* key, const std::string& prefix = "") {
 }
 
 std::string text(const json& j, const char* key, const std::string& prefix = "") {
-  const json& v = member(j, key, prefix);
-  if (!v.is_string()) reject(prefix + key + ": expected a string, got " + shown(v));
-  return v.get<std::string>();
+  return typed<std::string>(j, key, prefix);
 }
 
 bool is_sha256(const std::string& s) {
@@ -172,11 +169,13 @@ std::string checkpoint_state_text(const TrainerState& s, const std::vector<Check
 }
 
 CheckpointState parse_checkpoint_state(std::string_view text_in, const CheckpointExpectation& expect) {
+  // The one JSON reader (contract/json_file.h): a number beyond a double, deep nesting or bytes
+  // that are not JSON are a rejection naming the key or byte, never the library's exception.
   json j;
   try {
-    j = json::parse(text_in.begin(), text_in.end());
-  } catch (const json::exception& e) {
-    reject("not valid JSON (" + printable(e.what()) + ")");
+    j = contract::parse_json_text(text_in, kCheckpointStateFile);
+  } catch (const contract::JsonFileError& e) {
+    throw CheckpointRejected(e.what());
   }
   if (!j.is_object()) reject("expected an object, got " + shown(j));
 

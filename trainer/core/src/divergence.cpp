@@ -6,6 +6,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "mxablate/contract/json_file.h"
+
 namespace mxablate::trainer {
 
 void RunningMean::add(double x) {
@@ -31,19 +33,21 @@ const json& field(const json& j, const std::string& where, const char* key) {
   return *it;
 }
 
+// Numbers by the rules every JSON reader shares (contract/json_file.h, docs/design.md §11).
 double finite_number(const json& j, const std::string& where, const char* key) {
-  const json& v = field(j, where, key);
-  if (!v.is_number() || !std::isfinite(v.get<double>()))
-    throw std::invalid_argument(where + "." + key + ": expected a finite number");
-  return v.get<double>();
+  double d = 0;
+  if (const std::string why = contract::json_to(field(j, where, key), d); !why.empty())
+    throw std::invalid_argument(where + "." + key + ": " + why);
+  return d;
 }
 
 int64_t count_field(const json& j, const std::string& where, const char* key) {
   const json& v = field(j, where, key);
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
-      v.get<int64_t>() < 0)
-    throw std::invalid_argument(where + "." + key + ": expected an integer >= 0");
-  return v.get<int64_t>();
+  int64_t n = 0;
+  if (const std::string why = contract::json_to(v, n); !why.empty())
+    throw std::invalid_argument(where + "." + key + ": " + why);
+  if (n < 0) throw std::invalid_argument(where + "." + key + ": expected an integer >= 0, got " + v.dump());
+  return n;
 }
 
 double median(std::vector<double> v) {

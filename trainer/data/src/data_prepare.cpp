@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <ostream>
@@ -76,9 +77,20 @@ class DocumentSentences : public sentencepiece::SentenceIterator {
       }
     } catch (const std::exception& e) {
       status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, e.what());
+      error_ = std::current_exception();
       done_ = true;
     }
   }
+
+ public:
+  // A document that could not be read (bad input: invalid_argument, exit 2) is rethrown as it
+  // was, not as the trainer's failure (docs/design.md §11: errors carry their context up).
+  void rethrow_input_error() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
 
   const std::vector<std::string>& files_;
   size_t file_ = 0;
@@ -106,6 +118,7 @@ void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>
       {"minloglevel", "2"},
   };
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences);
+  sentences.rethrow_input_error();
   if (!status.ok())
     throw std::runtime_error("training the SentencePiece tokenizer failed: " + status.ToString());
 }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "mxablate/contract/json_file.h"
 #include "mxablate/data/sha256.h"
 
 namespace mxablate::data {
@@ -22,25 +23,44 @@ json split_json(const SplitInfo& s) {
   return {{"documents", s.documents}, {"tokens", s.tokens}, {"shards", shards}};
 }
 
-// Reads a required key with a message that names it.
+// Keys are read by the rules of contract/json_file.h (finite numbers, integers that fit, UTF-8
+// strings without NUL): docs/design.md §11, one definition of each rule. `where` is the key path
+// of `j` ("" for the top); a refusal names the key's path, and read_manifest puts the file in
+// front.
+std::string key_path(const std::string& where, const std::string& key) {
+  return where.empty() ? key : where + "." + key;
+}
+
+const json& member(const json& j, const std::string& key, const std::string& where) {
+  if (!j.is_object())
+    throw DataError((where.empty() ? std::string("manifest") : where) + ": expected an object, got " +
+                    contract::shown_json(j));
+  const auto it = j.find(key);
+  if (it == j.end()) throw DataError(key_path(where, key) + ": missing");
+  return *it;
+}
+
 template <typename T>
 T required(const json& j, const std::string& key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw std::runtime_error(where + ": missing key '" + key + "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw std::runtime_error(where + ": key '" + key + "' has the wrong type: " +
-                             j.at(key).dump());
-  }
+  const json& v = member(j, key, where);
+  T out{};
+  if (const std::string why = contract::json_to(v, out); !why.empty())
+    throw DataError(key_path(where, key) + ": " + why);
+  return out;
+}
+
+const json& required_list(const json& j, const std::string& key, const std::string& where) {
+  const json& v = member(j, key, where);
+  if (!v.is_array())
+    throw DataError(key_path(where, key) + ": expected a list, got " + contract::shown_json(v));
+  return v;
 }
 
 SplitInfo split_from_json(const json& j, const std::string& where) {
   SplitInfo s;
   s.documents = required<int64_t>(j, "documents", where);
   s.tokens = required<int64_t>(j, "tokens", where);
-  const json shards = required<json>(j, "shards", where);
-  if (!shards.is_array()) throw std::runtime_error(where + ".shards: expected a list");
+  const json& shards = required_list(j, "shards", where);
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string w = where + ".shards[" + std::to_string(i) + "]";
     s.shards.push_back({required<std::string>(shards[i], "file", w),
@@ -78,33 +98,31 @@ json to_json(const Manifest& m) {
 
 Manifest manifest_from_json(const json& j) {
   Manifest m;
-  m.version = required<int>(j, "version", "manifest");
+  m.version = required<int>(j, "version", "");
   if (m.version != kManifestVersion)
-    throw std::runtime_error("manifest: version " + std::to_string(m.version) +
-                             " is not supported (expected " + std::to_string(kManifestVersion) +
-                             "); re-run `mxablate data prepare`");
-  const json t = required<json>(j, "tokenizer", "manifest");
-  m.tokenizer.file = required<std::string>(t, "file", "manifest.tokenizer");
-  m.tokenizer.type = required<std::string>(t, "type", "manifest.tokenizer");
-  m.tokenizer.model_type = required<std::string>(t, "model_type", "manifest.tokenizer");
-  m.tokenizer.trained_here = required<bool>(t, "trained_here", "manifest.tokenizer");
-  m.tokenizer.given_path = required<std::string>(t, "given_path", "manifest.tokenizer");
-  m.tokenizer.sha256 = required<std::string>(t, "sha256", "manifest.tokenizer");
-  m.tokenizer.vocab_size = required<int64_t>(t, "vocab_size", "manifest.tokenizer");
-  m.tokenizer.unk_id = required<int64_t>(t, "unk_id", "manifest.tokenizer");
-  m.tokenizer.bos_id = required<int64_t>(t, "bos_id", "manifest.tokenizer");
-  m.tokenizer.eos_id = required<int64_t>(t, "eos_id", "manifest.tokenizer");
+    throw DataError("version: " + std::to_string(m.version) + " is not supported (expected " +
+                    std::to_string(kManifestVersion) + "); re-run `mxablate data prepare`");
+  const json& t = member(j, "tokenizer", "");
+  m.tokenizer.file = required<std::string>(t, "file", "tokenizer");
+  m.tokenizer.type = required<std::string>(t, "type", "tokenizer");
+  m.tokenizer.model_type = required<std::string>(t, "model_type", "tokenizer");
+  m.tokenizer.trained_here = required<bool>(t, "trained_here", "tokenizer");
+  m.tokenizer.given_path = required<std::string>(t, "given_path", "tokenizer");
+  m.tokenizer.sha256 = required<std::string>(t, "sha256", "tokenizer");
+  m.tokenizer.vocab_size = required<int64_t>(t, "vocab_size", "tokenizer");
+  m.tokenizer.unk_id = required<int64_t>(t, "unk_id", "tokenizer");
+  m.tokenizer.bos_id = required<int64_t>(t, "bos_id", "tokenizer");
+  m.tokenizer.eos_id = required<int64_t>(t, "eos_id", "tokenizer");
   if (m.tokenizer.vocab_size <= 0)
-    throw std::runtime_error("manifest.tokenizer.vocab_size: must be > 0");
-  m.bytes_per_token = required<int>(j, "bytes_per_token", "manifest");
-  const json splits = required<json>(j, "splits", "manifest");
-  m.train = split_from_json(required<json>(splits, "train", "manifest.splits"),
-                            "manifest.splits.train");
-  m.validation = split_from_json(required<json>(splits, "validation", "manifest.splits"),
-                                 "manifest.splits.validation");
-  const json sources = required<json>(j, "sources", "manifest");
+    throw DataError("tokenizer.vocab_size: must be > 0, got " +
+                    std::to_string(m.tokenizer.vocab_size));
+  m.bytes_per_token = required<int>(j, "bytes_per_token", "");
+  const json& splits = member(j, "splits", "");
+  m.train = split_from_json(member(splits, "train", "splits"), "splits.train");
+  m.validation = split_from_json(member(splits, "validation", "splits"), "splits.validation");
+  const json& sources = required_list(j, "sources", "");
   for (size_t i = 0; i < sources.size(); ++i) {
-    const std::string w = "manifest.sources[" + std::to_string(i) + "]";
+    const std::string w = "sources[" + std::to_string(i) + "]";
     m.sources.push_back({required<std::string>(sources[i], "path", w),
                          required<int64_t>(sources[i], "bytes", w),
                          required<std::string>(sources[i], "sha256", w),
@@ -116,18 +134,21 @@ Manifest manifest_from_json(const json& j) {
 
 Manifest read_manifest(const std::string& data_dir) {
   const std::string path = (fs::path(data_dir) / kManifestFile).string();
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open (is this a prepared data directory?)");
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw DataError(path + ": does not exist (is this a prepared data directory?)");
+  // One reader for every JSON file (contract/json_file.h): out-of-range numbers, invalid JSON,
+  // deep nesting and non-UTF-8 bytes are one line naming the file and the key or byte.
   json j;
   try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+    j = contract::parse_json_file(path);
+  } catch (const contract::JsonFileError& e) {
+    throw DataError(e.what());
   }
   try {
     return manifest_from_json(j);
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path + ": " + e.what());
+  } catch (const DataError& e) {
+    throw DataError(path + ": " + e.what());
   }
 }
 

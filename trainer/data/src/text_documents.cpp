@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mxablate/contract/json_file.h"
+
 #ifdef MXABLATE_HAVE_ZLIB
 #include <zlib.h>
 #endif
@@ -149,15 +151,19 @@ bool DocumentReader::next(std::string& document) {
     while (lines_.next(line)) {
       if (is_blank(line)) continue;
       const std::string where = path_ + ":" + std::to_string(lines_.line_number());
+      // The one JSON reader (contract/json_file.h): a number beyond a double, invalid UTF-8 or
+      // deep nesting is one line naming the file, line and key, as bad input.
       nlohmann::json j;
       try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error&) {
-        throw std::invalid_argument(where + ": not a JSON object");
+        j = contract::parse_json_text(line, where);
+      } catch (const contract::JsonFileError& e) {
+        throw std::invalid_argument(e.what());
       }
-      if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      if (!j.is_object()) throw std::invalid_argument(where + ": not a JSON object");
+      const auto text = j.find("text");
+      if (text == j.end() || !text->is_string())
         throw std::invalid_argument(where + ": no string field \"text\"");
-      document = j["text"].get<std::string>();
+      document = text->get<std::string>();
       if (!is_blank(document)) return true;
     }
     return false;

@@ -20,14 +20,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mxablate/contract/json_file.h"
 #include "mxablate/contract/quant_settings.h"
 
 namespace mxablate::contract {
 
-// The largest integer a config may write as a float (YAML reads 100e6 as one), and the largest
-// token count: floats are exact integers only up to 2^53, and the messages say "9e15". The
-// recipe schema and the contract both check against this one number.
-inline constexpr double kLargestFloatInteger = 9.0e15;
+// kLargestFloatInteger (json_file.h): the largest integer a config may write as a float.
 
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;

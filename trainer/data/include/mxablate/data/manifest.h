@@ -58,9 +58,13 @@ struct Manifest {
 };
 
 nlohmann::json to_json(const Manifest& m);
-Manifest manifest_from_json(const nlohmann::json& j);  // throws std::runtime_error naming the key
+// Strict: a missing key, a wrong type, a number that does not fit its field or a string that is
+// not UTF-8 is a DataError naming the key path ("splits.train.shards[0].tokens: …").
+Manifest manifest_from_json(const nlohmann::json& j);
 
-Manifest read_manifest(const std::string& data_dir);  // errors name DATA_DIR/manifest.json
+// Any problem, the JSON itself included (contract/json_file.h), is one line DataError naming
+// DATA_DIR/manifest.json and the key or byte.
+Manifest read_manifest(const std::string& data_dir);
 void write_manifest(const std::string& data_dir, const Manifest& m);
 
 // A prepared data directory opened for reading: both splits memory-mapped.
