@@ -69,12 +69,6 @@ CheckpointFile describe_file(const fs::path& dir, const std::string& name) {
   return {name, static_cast<int64_t>(fs::file_size(dir / name)), data::sha256_file((dir / name).string())};
 }
 
-std::string shape_text(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes() << " " << t.dtype();
-  return os.str();
-}
-
 // Every parameter and buffer of `module` (recursively, as Module::save writes them) must be in
 // the archive with the same shape and dtype: Module::load would otherwise replace a tensor with
 // one of another shape, and the run would fail steps later inside a matmul.
@@ -85,8 +79,8 @@ void verify_module(const torch::nn::Module& module, torch::serialize::InputArchi
     if (!archive.try_read(key, saved))
       throw CheckpointRejected("model.pt: " + prefix + key + " is missing");
     if (saved.sizes() != expected.sizes() || saved.dtype() != expected.dtype())
-      throw CheckpointRejected("model.pt: " + prefix + key + " is " + shape_text(saved) +
-                               ", the model's is " + shape_text(expected));
+      throw CheckpointRejected("model.pt: " + prefix + key + " is " + tensor_shape_text(saved) +
+                               ", the model's is " + tensor_shape_text(expected));
   };
   for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value());
   for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value());
@@ -154,6 +148,12 @@ void verify_file(const fs::path& dir, const CheckpointFile& f) {
 CheckpointFile describe_checkpoint_file(const fs::path& dir, const std::string& name) {
   fsync_path(dir / name, false);
   return describe_file(dir, name);
+}
+
+std::string tensor_shape_text(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes() << " " << t.dtype();
+  return os.str();
 }
 
 std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
@@ -234,8 +234,8 @@ TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model, 
     if (!rng_archive.try_read("cpu_generator", generator_state))
       throw CheckpointRejected("rng.pt: cpu_generator is missing");
     if (generator_state.dtype() != current.dtype() || generator_state.sizes() != current.sizes())
-      throw CheckpointRejected("rng.pt: cpu_generator is " + shape_text(generator_state) +
-                               ", expected " + shape_text(current));
+      throw CheckpointRejected("rng.pt: cpu_generator is " + tensor_shape_text(generator_state) +
+                               ", expected " + tensor_shape_text(current));
   } catch (const CheckpointRejected&) {
     throw;
   } catch (const std::exception& err) {

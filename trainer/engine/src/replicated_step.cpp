@@ -18,12 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string shape_text(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes() << " " << t.dtype();
-  return os.str();
-}
-
 // The AdamW moments loaded into `loaded` must exist for every parameter, match its shape and
 // dtype, and have taken as many steps as the checkpoint says the run has.
 void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
@@ -34,14 +28,14 @@ void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
       const auto it = loaded.state().find(compat::optimizer_state_key(loaded, p.unsafeGetTensorImpl()));
       if (it == loaded.state().end()) {
         if (step == 0) continue;
-        throw CheckpointRejected(which + " (" + shape_text(p) + ") are missing");
+        throw CheckpointRejected(which + " (" + tensor_shape_text(p) + ") are missing");
       }
       const auto* st = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
       if (!st) throw CheckpointRejected(which + " are not AdamW's");
       for (const at::Tensor* m : {&st->exp_avg(), &st->exp_avg_sq()})
         if (!m->defined() || m->sizes() != p.sizes() || m->dtype() != p.dtype())
-          throw CheckpointRejected(which + " are " + (m->defined() ? shape_text(*m) : "undefined") +
-                                   ", the parameter is " + shape_text(p));
+          throw CheckpointRejected(which + " are " + (m->defined() ? tensor_shape_text(*m) : "undefined") +
+                                   ", the parameter is " + tensor_shape_text(p));
       if (static_cast<int64_t>(st->step()) != step)
         throw CheckpointRejected(which + " have taken " + std::to_string(st->step()) +
                                  " steps, the checkpoint says " + std::to_string(step));

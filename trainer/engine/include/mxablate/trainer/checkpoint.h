@@ -32,6 +32,9 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
                             const TrainerState& state, const nlohmann::json& run_config, bool root);
 // Size and SHA-256 of `name` in `dir`, after it is fsynced: its line in state.json.
 CheckpointFile describe_checkpoint_file(const std::filesystem::path& dir, const std::string& name);
+// A tensor's shape and dtype as a CheckpointRejected message names them ("[4, 8] Float"): the
+// model's checks here and the step engines' checks of their optimizer state.
+std::string tensor_shape_text(const at::Tensor& t);
 // The complete checkpoint directories (final name, with a state.json), newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 
