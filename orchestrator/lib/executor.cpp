@@ -1,6 +1,7 @@
 #include "mxablate/orchestrator/executor.h"
 
 #include <csignal>
+#include <ctime>
 #include <fmt/format.h>
 
 namespace mxablate::orchestrator {
@@ -24,6 +25,13 @@ std::string signal_name(int sig) {
 }
 
 }  // namespace
+
+std::string executor_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  return buf;
+}
 
 std::string AttemptExit::describe() const {
   std::string s = signal      ? fmt::format("killed by signal {} ({})", *signal, signal_name(*signal))

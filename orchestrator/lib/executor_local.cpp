@@ -25,13 +25,6 @@
 namespace mxablate::orchestrator {
 namespace {
 
-std::string timestamp() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  return buf;
-}
-
 // A child that should start in its own process group and die with us.
 struct ChildSetup {
   pid_t parent;
@@ -270,7 +263,7 @@ std::unique_ptr<LocalExecutor::Child> LocalExecutor::spawn(const LaunchRequest& 
                                     std::strerror(errno)));
     std::fprintf(f, "=== mxablate: attempt %d%s%s in slot %s at %s ===\n", r.attempt,
                  r.resume ? " (resume)" : "", standby_fd >= 0 ? " (prestarted)" : "",
-                 slot.label.c_str(), timestamp().c_str());
+                 slot.label.c_str(), executor_timestamp().c_str());
     std::fflush(f);
     return f;
   };

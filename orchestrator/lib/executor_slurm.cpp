@@ -18,13 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string timestamp() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  return buf;
-}
-
 // "0-9%4" → 4; 0 when unthrottled or unreadable.
 int throttle_of(const std::string& spec) {
   const size_t pct = spec.find('%');
@@ -184,7 +177,7 @@ std::vector<LaunchResult> SlurmExecutor::submit_array(const std::vector<LaunchRe
   script.trainer = fs::absolute(requests.front().trainer);
   script.options = opt_.submit;
   script.ranks = std::max(1, requests.front().ranks);
-  script.written_at = timestamp();
+  script.written_at = executor_timestamp();
   for (const LaunchRequest& r : requests)
     script.tasks.push_back({r.run_id, fs::absolute(r.run_dir), r.attempt, r.resume});
   const std::string spec = array_spec(requests.size(), throttle);

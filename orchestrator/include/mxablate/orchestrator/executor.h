@@ -57,6 +57,9 @@ struct AttemptExit {
 // decided when it starts), and a launcher of several ranks cannot hand the descriptor to them.
 inline bool prestartable(const LaunchRequest& r) { return !r.resume && r.ranks == 1; }
 
+// Local time, "2026-11-26 17:53:08": the executors' log lines and the Slurm script's header.
+std::string executor_timestamp();
+
 // One request's result in launch_batch: launched, or why not (the text of a LaunchError).
 struct LaunchResult {
   std::optional<Launched> launched;
