@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fmt/format.h>
 #include <fstream>
 #include <sstream>

@@ -3,7 +3,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <ctime>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
