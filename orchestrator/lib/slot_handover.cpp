@@ -8,6 +8,7 @@
 namespace mxablate::orchestrator {
 
 Handover HandoverRule::when(const RunSpec& finishing, const RunSpec& standby) const {
+  if (!at_run_end) return Handover::kAtExit;
   const auto on_cpu = [](const RunSpec& r) { return r.config.device == contract::Device::kCPU; };
   if (on_cpu(finishing) && on_cpu(standby)) return Handover::kAtRunEnd;
   const auto a = peak_bytes.find(finishing.run_id);

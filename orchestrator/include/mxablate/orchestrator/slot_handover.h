@@ -21,6 +21,9 @@ namespace mxablate::orchestrator {
 enum class Handover { kAtRunEnd, kAtExit };
 
 struct HandoverRule {
+  // False: every slot passes at the finishing trainer's exit (how it was before; the overhead
+  // benchmark compares the two in one run).
+  bool at_run_end = true;
   // The device memory one slot may use: a GPU's memory over the slots on it; nullopt: unknown.
   std::optional<int64_t> slot_bytes;
   // The predicted peak per rank of each GPU run whose plan is known, by run id.
