@@ -625,7 +625,7 @@ TEST_CASE("the standby protocol at the trainer's end: end of file exits without 
 }
 
 TEST_CASE("a slot passes to its standby at run_end only where the memory plan says both runs fit "
-          "the slot at once; otherwise at the finishing trainer's exit") {
+          "the slot at once, otherwise at the finishing trainer's exit") {
   const auto spec = [](const std::string& id, contract::Device device) {
     RunSpec r;
     r.run_id = id;
