@@ -187,6 +187,28 @@ TEST_CASE("prestart: the standby takes the slot at the finishing run's run_end, 
                                               {second.run_id, "1", "1", "0", "budget_exhausted"}});
 }
 
+TEST_CASE("GPU runs whose predicted peaks do not fit the slot together wait for the finishing "
+          "trainer's exit") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}, {"MXABLATE_FAKE_STARTUP_MS", "50"},
+                 {"MXABLATE_FAKE_LINGER_MS", "400"}});
+  SweepFixture f(fake_recipe("handover-memory", kSteps, 4, 5, "[1]"));
+  f.slots = 1;
+  for (RunSpec& r : f.plan.runs) r.config.device = contract::Device::kCUDA;  // the fake ignores it
+  const RunSpec& first = f.plan.runs[0];
+  const RunSpec& second = f.plan.runs[1];
+  f.options.handover.slot_bytes = 10;
+  f.options.handover.peak_bytes = {{first.run_id, 6}, {second.run_id, 6}};
+  Handovers h;
+  TestWaker waker;
+  CHECK(f.run(waker, h.hooks(f)).budget_exhausted == 2);
+  check_complete_and_unduplicated(f);
+  REQUIRE(h.launched.count(second.run_id) == 1);
+  CHECK(h.launched[second.run_id] > h.exited[first.run_id]);  // 6 + 6 > 10: at the exit
+  CHECK(h.previous_alive[second.run_id] == 0);
+  CHECK(f.scalar<double>("SELECT launched_at FROM attempts" + where_run(second.run_id)) >=
+        f.scalar<double>("SELECT ended_at FROM attempts" + where_run(first.run_id)));
+}
+
 TEST_CASE("a trainer that crashes or exits non-zero after its run_end keeps its result, once, and "
           "the standby behind it is not touched") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}, {"MXABLATE_FAKE_STARTUP_MS", "50"},
