@@ -56,6 +56,9 @@ class RunEvents {
     std::string reason;  // empty: omitted
     // Where the attempt's time went (docs/design.md §9, "Busy slots"); unset: omitted.
     std::optional<double> setup_s, standby_s, train_s, eval_s, checkpoint_s;
+    // Seconds the checkpoint writer spent writing (mostly beside training, so not a part of
+    // wall_s's split); unset: omitted.
+    std::optional<double> checkpoint_write_s;
   };
   int64_t run_end(Progress p, const End& end);
 
