@@ -1,5 +1,7 @@
 #include "host_buffers.h"
 
+#include <c10/core/GradMode.h>
+
 #include <stdexcept>
 
 #include "torch_compat.h"
@@ -40,7 +42,7 @@ at::Tensor HostBuffers::copy_of(const at::Tensor& src) {
       e.flat = allocate(numel, src.scalar_type(), pinned);
       e.pinned = pinned;
     }
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const at::Tensor whole = at::empty({0}, src.options()).set_(storage, 0, {numel}, {1});
     e.flat.copy_(whole, /*non_blocking=*/pinned);
     e.used = true;
