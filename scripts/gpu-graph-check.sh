@@ -8,18 +8,24 @@
 # compiled PyTorch peer (gpu-speed-bench.sh --only llama-20m, MXABLATE_BENCH_EAGER=1).
 # Logs under $OUT.
 #
-#   scripts/gpu-graph-check.sh [--no-tests] [--no-bench] [--only MODEL]
+# With --grid, then the paper grid through `mxablate run` (bench-paper-grid.sh) once per
+# argument set given (";"-separated, e.g. "--per-gpu 1;--per-gpu 2"), on GPUs $MXABLATE_BENCH_GPU
+# (default 0). With --profile, the benchmark also writes and summarizes a Kineto trace per arm.
+#
+#   scripts/gpu-graph-check.sh [--no-tests] [--no-bench] [--only MODEL] [--profile] [--grid ARGSETS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/build-gpu/out}
 BUILD=${MXABLATE_GPU_BUILD_DIR:-$ROOT/build-gpu}
-TESTS=1 BENCH=1 ONLY=llama-20m
+TESTS=1 BENCH=1 ONLY=llama-20m PROFILE=() GRID=""
 while [ $# -gt 0 ]; do
   case $1 in
     --no-tests) TESTS=0 ;;
     --no-bench) BENCH=0 ;;
     --only) ONLY=$2; shift ;;
+    --profile) PROFILE=(--profile) ;;
+    --grid) GRID=$2; shift ;;
     *) echo "gpu-graph-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -42,13 +48,27 @@ if [ "$TESTS" = 1 ]; then
     echo "  $t: exit $? ($(tail -2 "$OUT/$t.log" | tr '\n' ' '))"
   done
   (cd "$BUILD/tests/trainer" 2>/dev/null || cd "$BUILD"
-   timeout 300 "$BUILD/bin/trainer_run_test" "[gpu]" >"$OUT/trainer-gpu.log" 2>&1)
+   timeout 300 "$BUILD/bin/trainer_run_test" "${MXABLATE_GPU_TEST_FILTER:-[gpu]}" >"$OUT/trainer-gpu.log" 2>&1)
   echo "  trainer_run_test [gpu]: exit $? ($(tail -3 "$OUT/trainer-gpu.log" | tr '\n' ' '))"
   echo "gpu-graph-check: tests done at $((SECONDS - T0)) s"
 fi
 if [ "$BENCH" = 1 ]; then
   [ -d .carry/data-default ] || { echo "gpu-graph-check: .carry/data-default (a copy of data/default) is needed for the benchmark"; exit 2; }
   MXABLATE_BENCH_EAGER=1 MXABLATE_BENCH_PEER_ARMS=${MXABLATE_BENCH_PEER_ARMS:-bf16} MXABLATE_BENCH_OUT=$OUT/speed MXABLATE_GPU_BUILD_DIR=$BUILD \
-    bash scripts/gpu-speed-bench.sh .carry/data-default --only "$ONLY" 2>&1 | tee "$OUT/speed.log"
+    bash scripts/gpu-speed-bench.sh .carry/data-default --only "$ONLY" "${PROFILE[@]}" 2>&1 | tee "$OUT/speed.log"
+fi
+if [ -n "$GRID" ]; then
+  cmake --build "$BUILD" --target mxablate -j "$(nproc)" >"$OUT/build-mxablate.log" 2>&1 ||
+    { tail -40 "$OUT/build-mxablate.log"; exit 1; }
+  IFS=';' read -ra SETS <<<"$GRID"
+  for i in "${!SETS[@]}"; do
+    # A set that would start this late could not finish inside one 10-minute device call.
+    if [ $((SECONDS - T0)) -gt "${MXABLATE_GRID_START_BY_S:-420}" ]; then
+      echo "gpu-graph-check: grid set '${SETS[$i]}' skipped: $((SECONDS - T0)) s have passed"; continue
+    fi
+    # shellcheck disable=SC2086  # each set is a list of mxablate run arguments
+    MXABLATE_GPU_BUILD_DIR=$BUILD MXABLATE_BENCH_OUT=/tmp/grid-$i bash scripts/bench-paper-grid.sh .carry/data-default ${SETS[$i]} 2>&1 |
+      tee "$OUT/grid-$i.log"
+  done
 fi
 echo "gpu-graph-check: done in $((SECONDS - T0)) s"

@@ -47,6 +47,10 @@ struct Options {
   int steps = 20;
   int poll_ms = 200;
   int step_ms = 0;  // the fake trainer's time per step (MXABLATE_FAKE_STEP_MS)
+  int linger_ms = 0;  // its teardown after run_end (MXABLATE_FAKE_LINGER_MS)
+  // Prestarted standbys (docs/design.md §9, "Busy slots"), handed the slot at the finishing run's
+  // run_end, and for comparison in the same run at its exit.
+  bool prestart = false;
   int ingest_events = 100000;
   int repeat = 3;  // baseline and mxablate alternate this many times; medians are reported
   fs::path trainer;
@@ -120,7 +124,8 @@ struct SweepTiming {
   size_t events = 0;
 };
 
-SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan& plan, int round) {
+SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan& plan, int round,
+                             bool at_run_end = true) {
   results::ResultsStore store((o.work / fmt::format("bench-{}.db", round)).string());
   LocalExecutor executor(cpu_slots(o.slots));
   SignalWatcher signals;
@@ -131,7 +136,8 @@ SweepTiming run_orchestrated(const Options& o, const Recipe& recipe, const Plan&
   options.poll = std::chrono::milliseconds(o.poll_ms);
   // The loop's own cost against bare fork/exec, which starts nothing early: without prestarted
   // standbys (they hide a trainer's setup, which scripts/bench-paper-grid.sh measures).
-  options.prestart = false;
+  options.prestart = o.prestart;
+  options.handover.at_run_end = at_run_end;
   SweepRunner runner(recipe, plan, store, executor, signals, *progress, options);
 
   std::mutex m;
@@ -258,6 +264,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--poll-ms") o.poll_ms = std::stoi(value());
     else if (a == "--step-ms") o.step_ms = std::stoi(value());
+    else if (a == "--linger-ms") o.linger_ms = std::stoi(value());
+    else if (a == "--prestart") o.prestart = true;
     else if (a == "--repeat") o.repeat = std::max(1, std::stoi(value()));
     else if (a == "--ingest-events") o.ingest_events = std::stoi(value());
     else if (a == "--trainer") o.trainer = value();
@@ -265,7 +273,7 @@ Options parse(int argc, char** argv) {
     else
       throw std::invalid_argument(
           "usage: mxablate-bench-orchestrator [--runs N] [--slots S] [--steps K] [--step-ms MS] "
-          "[--poll-ms P] [--repeat R] "
+          "[--linger-ms MS] [--prestart] [--poll-ms P] [--repeat R] "
           "[--ingest-events E] [--trainer FAKE_TRAINER] [--work DIR]");
   }
   if (o.trainer.empty()) o.trainer = own_directory() / "mxablate-fake-train";
@@ -280,6 +288,7 @@ int main(int argc, char** argv) {
     o = parse(argc, argv);
     fs::create_directories(o.work);
     ::setenv("MXABLATE_FAKE_STEP_MS", std::to_string(o.step_ms).c_str(), 1);
+    ::setenv("MXABLATE_FAKE_LINGER_MS", std::to_string(o.linger_ms).c_str(), 1);
     const std::string text = recipe_text(o);
     const Recipe recipe = parse_recipe(text, (o.work / "bench.yaml").string());
     const auto p0 = Clock::now();
@@ -287,10 +296,15 @@ int main(int argc, char** argv) {
     const double plan_s = seconds(Clock::now() - p0);
 
     // Alternate the two so that load from elsewhere on the machine hits both alike.
-    std::vector<double> base_walls, sweep_walls;
+    std::vector<double> base_walls, sweep_walls, exit_walls, exit_idle;
     SweepTiming sweep;
     for (int round = 0; round < o.repeat; ++round) {
       base_walls.push_back(run_baseline(o, plan, round));
+      if (o.prestart) {  // the same with the slot handed over at the trainer's exit
+        const SweepTiming at_exit = run_orchestrated(o, recipe, plan, round + o.repeat, false);
+        exit_walls.push_back(at_exit.wall_s);
+        exit_idle.insert(exit_idle.end(), at_exit.idle_s.begin(), at_exit.idle_s.end());
+      }
       SweepTiming t = run_orchestrated(o, recipe, plan, round);
       sweep_walls.push_back(t.wall_s);
       sweep.events = t.events;
@@ -304,9 +318,10 @@ int main(int argc, char** argv) {
 
     const double per_run_ms = (sweep.wall_s - base_s) * o.slots / o.runs * 1e3;
     std::printf("load average before: %s", load_average().c_str());
-    std::printf("orchestrator overhead: %d fake-trainer runs (%d steps of %d ms, %zu events in "
-                "all), %d slots, poll %d ms\n\n",
-                o.runs, o.steps, o.step_ms, sweep.events, o.slots, o.poll_ms);
+    std::printf("orchestrator overhead: %d fake-trainer runs (%d steps of %d ms, %d ms teardown "
+                "after run_end, %zu events in all), %d slots, poll %d ms%s\n\n",
+                o.runs, o.steps, o.step_ms, o.linger_ms, sweep.events, o.slots, o.poll_ms,
+                o.prestart ? ", prestarted standbys" : "");
     std::printf("| measure | value | ratio / bound |\n|---|---|---|\n");
     std::printf("| sweep wall time, bare fork/exec baseline (median of %d) | %.2f s | 1.00 |\n",
                 o.repeat, base_s);
@@ -329,6 +344,13 @@ int main(int argc, char** argv) {
     std::printf("| slot idle: trainer's run_end event → next launch, median / max | %.1f / %.1f ms | %.3f of the poll interval (max) |\n",
                 percentile(sweep.idle_s, 0.5) * 1e3, percentile(sweep.idle_s, 1.0) * 1e3,
                 percentile(sweep.idle_s, 1.0) * 1e3 / o.poll_ms);
+    if (o.prestart) {
+      std::printf("| sweep wall time, standby released at the trainer's exit (median of %d) | %.2f s | %.2f× baseline |\n",
+                  o.repeat, percentile(exit_walls, 0.5), percentile(exit_walls, 0.5) / base_s);
+      std::printf("| slot idle, released at exit: run_end event → next run released, median / max | %.1f / %.1f ms | %.3f of the poll interval (max) |\n",
+                  percentile(exit_idle, 0.5) * 1e3, percentile(exit_idle, 1.0) * 1e3,
+                  percentile(exit_idle, 1.0) * 1e3 / o.poll_ms);
+    }
     std::printf("| ingestion alone, %d events in batches of 1000 | %.0f events/s | batch p50 %.1f ms, max %.1f ms |\n",
                 o.ingest_events, ingest.events_per_s, ingest.batch_ms_p50, ingest.batch_ms_max);
     std::error_code ec;

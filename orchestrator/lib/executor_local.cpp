@@ -164,6 +164,9 @@ std::vector<Slot> gpu_slots(const std::vector<int>& gpus, int per_gpu) {
 struct LocalExecutor::Child {
   std::string run_id;
   std::vector<size_t> slots;  // held (busy_); a standby holds its slot only once it has freed
+  // Slots handed over to their standbys while this process still tears down (hand_over): no
+  // further standby is started on them until it has exited (its device memory is freed).
+  std::vector<size_t> leaving;
   int pid = 0;
   bp::child process;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -306,10 +309,16 @@ std::optional<size_t> LocalExecutor::standby_slot() const {
   // The busy slot without a standby whose trainer started first (the likeliest to end first).
   std::optional<size_t> best;
   std::chrono::steady_clock::time_point best_start{};
+  const auto leaving = [&](size_t slot) {
+    return std::any_of(children_.begin(), children_.end(), [&](const auto& kv) {
+      const std::vector<size_t>& l = kv.second->leaving;
+      return std::find(l.begin(), l.end(), slot) != l.end();
+    });
+  };
   for (const auto& [run_id, c] : children_) {
     if (c->standby_for) continue;
     for (size_t i : c->slots)
-      if (standby_on_[i].empty() && (!best || c->started < best_start)) {
+      if (standby_on_[i].empty() && !leaving(i) && (!best || c->started < best_start)) {
         best = i;
         best_start = c->started;
       }
@@ -357,6 +366,32 @@ void LocalExecutor::release(const std::string& run_id) {
   c.close_go();
   c.standby_for.reset();
   c.started = std::chrono::steady_clock::now();
+}
+
+std::vector<std::string> LocalExecutor::standbys_behind(const std::string& run_id) const {
+  std::vector<std::string> behind;
+  const auto it = children_.find(run_id);
+  if (it == children_.end() || it->second->standby_for) return behind;
+  for (size_t i : it->second->slots)
+    if (!standby_on_[i].empty()) behind.push_back(standby_on_[i]);
+  return behind;
+}
+
+void LocalExecutor::hand_over(const std::string& run_id, const std::string& standby) {
+  const auto it = children_.find(run_id);
+  const auto next = children_.find(standby);
+  if (it == children_.end() || next == children_.end() || it->second->standby_for) return;
+  Child& c = *it->second;
+  for (auto s = c.slots.begin(); s != c.slots.end(); ++s) {
+    if (standby_on_[*s] != standby) continue;
+    // The same passage as at the process's exit (collect_exits), only earlier: the slot stays
+    // busy, held for the standby until the sweep releases it.
+    next->second->slots = {*s};
+    standby_on_[*s].clear();
+    c.leaving.push_back(*s);
+    c.slots.erase(s);
+    return;
+  }
 }
 
 void LocalExecutor::abandon(const std::string& run_id) {

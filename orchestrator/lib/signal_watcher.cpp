@@ -54,9 +54,11 @@ SignalWatcher::~SignalWatcher() {
   g_pipe[0] = g_pipe[1] = -1;
 }
 
-void SignalWatcher::wait_for(std::chrono::milliseconds timeout) {
-  pollfd p{g_pipe[0], POLLIN, 0};
-  ::poll(&p, 1, static_cast<int>(timeout.count()));
+void SignalWatcher::wait_for(std::chrono::milliseconds timeout) { wait_for_readable(timeout, -1); }
+
+void SignalWatcher::wait_for_readable(std::chrono::milliseconds timeout, int fd) {
+  pollfd p[2] = {{g_pipe[0], POLLIN, 0}, {fd, POLLIN, 0}};  // a negative fd is skipped by poll
+  ::poll(p, 2, static_cast<int>(timeout.count()));
   char drain[64];
   while (::read(g_pipe[0], drain, sizeof drain) > 0) {
   }

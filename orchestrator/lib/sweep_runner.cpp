@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "mxablate/contract/event_log.h"
+#include "mxablate/orchestrator/log_watch.h"
 #include "mxablate/orchestrator/run_outcome.h"
 #include "mxablate/orchestrator/sweep_lock.h"
 #include "mxablate/results/run_log.h"
@@ -72,6 +73,7 @@ struct SweepRunner::Impl {
     Clock::time_point started;
     results::RunLog log;
     bool saw_event = false;
+    bool run_end_seen = false;  // this attempt's run_end is ingested: its work is done
     bool stop_requested = false;
     bool timed_out = false;
     bool killed = false;
@@ -113,6 +115,7 @@ struct SweepRunner::Impl {
   bool detached = false;  // stopped with attempts left running in the executor
   bool killed_all = false;
   Clock::time_point started = Clock::now();
+  LogWatch log_watch;  // the logs of runs a standby waits behind (docs/design.md §9)
 
   Impl(const Recipe& r, const Plan& p, results::ResultsStore& s, Executor& e, Waker& w,
        ProgressSink& pr, SweepOptions o)
@@ -411,6 +414,38 @@ struct SweepRunner::Impl {
     }
   }
 
+  // Whether the standby `standby` may take the slot of `run_id` at its run_end (slot_handover.h).
+  bool hands_over_at_run_end(const std::string& run_id, const std::string& standby) const {
+    const auto it = standbys.find(standby);
+    if (it == standbys.end() || it->second.abandoned) return false;
+    const auto a = specs.find(run_id), b = specs.find(standby);
+    if (a == specs.end() || b == specs.end()) return false;
+    return opt.handover.when(*a->second, *b->second) == Handover::kAtRunEnd;
+  }
+
+  // Busy slots (docs/design.md §9): a run whose run_end is in has done its work; while its
+  // process tears down, the standby waiting behind it takes the slot (released right after, in
+  // release_ready). Its exit is still collected, ingested and decided as any attempt's.
+  void hand_over_finished() {
+    for (auto& [run_id, a] : active) {
+      if (!a.run_end_seen) continue;
+      for (const std::string& standby : executor.standbys_behind(run_id))
+        if (hands_over_at_run_end(run_id, standby)) executor.hand_over(run_id, standby);
+    }
+  }
+
+  // Only the logs a run_end would hand a slot over for wake the loop.
+  void update_log_watches() {
+    for (const auto& [run_id, a] : active) {
+      bool wanted = false;
+      if (!a.run_end_seen && !stopping)
+        for (const std::string& standby : executor.standbys_behind(run_id))
+          wanted = wanted || hands_over_at_run_end(run_id, standby);
+      if (wanted) log_watch.watch(run_id, dir_of(run_id) / "events.jsonl");
+      else log_watch.unwatch(run_id);
+    }
+  }
+
   // A standby's process ended before it was released.
   void standby_ended(const AttemptExit& exit) {
     const auto it = standbys.find(exit.run_id);
@@ -445,6 +480,12 @@ struct SweepRunner::Impl {
     if (!a.saw_event) {
       a.saw_event = true;
       if (hooks.first_event) hooks.first_event(a.run_id, Clock::now());
+    }
+    // This attempt's own run_end (a log read again from its start also holds earlier attempts').
+    if (!a.run_end_seen && sum.last_run_end &&
+        sum.last_run_end->value("seq", int64_t{0}) > a.start_seq) {
+      a.run_end_seen = true;
+      if (hooks.run_end_seen) hooks.run_end_seen(a.run_id, Clock::now());
     }
     RunProgress& p = a.progress;
     if (up.step) p.step = *up.step;
@@ -496,6 +537,7 @@ struct SweepRunner::Impl {
     status[a.run_id] = new_status;
     const std::string run_id = a.run_id;
     const RunProgress p = a.progress;
+    log_watch.unwatch(run_id);
     active.erase(it);
     if (out.retry) {
       queue.push_front(run_id);
@@ -651,11 +693,17 @@ struct SweepRunner::Impl {
           prestart_next();
         }
         for (auto& [run_id, a] : active) ingest(a);
+        if (!stopping) {
+          hand_over_finished();
+          release_ready();
+        }
+        update_log_watches();
         check_timeouts();
         progress.update(snapshot());
         if (detached) break;
         if (active.empty() && standbys.empty() && (queue.empty() || stopping)) break;
-        waker.wait_for(opt.poll);
+        waker.wait_for_readable(opt.poll, log_watch.fd());
+        log_watch.drain();
       }
     } catch (const std::exception& e) {
       const size_t running = active.size();

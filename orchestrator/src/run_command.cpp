@@ -18,6 +18,7 @@
 #include "mxablate/analysis/sweep_analysis.h"
 #include "mxablate/orchestrator/executor_local.h"
 #include "mxablate/orchestrator/gpu_memory.h"
+#include "mxablate/orchestrator/slot_handover.h"
 #include "mxablate/orchestrator/launch_checks.h"
 #include "mxablate/orchestrator/recipe_error.h"
 #include "mxablate/orchestrator/progress.h"
@@ -229,9 +230,10 @@ void run_sweep(const RunOptions& o) {
     }
   }
   // CUDA runs that cannot fit their GPUs are refused here, not after a launch (docs/design.md §4).
+  std::optional<GpuMemory> gpu;
   if (std::any_of(input.plan.runs.begin(), input.plan.runs.end(),
                   [](const RunSpec& r) { return r.config.device == contract::Device::kCUDA; }))
-    if (const std::optional<GpuMemory> gpu = gpu_memory_to_check(o, on_slurm)) {
+    if ((gpu = gpu_memory_to_check(o, on_slurm))) {
       try {
         check_gpu_memory(input.recipe, input.plan, input.vocabularies, *gpu);
       } catch (const RecipeError& e) {
@@ -283,6 +285,11 @@ void run_sweep(const RunOptions& o) {
   options.poll = std::chrono::milliseconds(o.poll_ms);
   options.backfill = std::chrono::milliseconds(backfill_ms);
   options.prestart = !o.no_prestart;
+  // A slot passes to its standby at run_end where both runs fit its share of the GPU at once
+  // (docs/design.md §9, "Busy slots").
+  options.handover = make_handover_rule(input.plan, input.vocabularies,
+                                        gpu ? std::optional<int64_t>(gpu->bytes) : std::nullopt,
+                                        o.per_gpu);
   std::cout << fmt::format("sweep {}: {} runs {}; results in {}, runs in {}\n",
                            input.plan.sweep, input.plan.runs.size(),
                            on_slurm ? fmt::format("as Slurm job arrays{}",

@@ -1,5 +1,6 @@
 // `mxablate status`: one line per sweep (how many runs ended how) and a table of its runs. Opens
 // the database read-only, so it can be run in a loop while a sweep writes.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <ctime>
 #include <fmt/format.h>
@@ -58,32 +59,55 @@ std::string percent(std::optional<double> fraction) {
 // Attempts keep their timings from schema version 5 on (results/schema.cpp).
 constexpr int kTimingsSchema = 5;
 
-// Busy slots (docs/design.md §9): per slot and over all, train + eval time over the sweep's wall
-// time so far. An older store, without timings, shows nothing.
-void print_busy(results::Database& db, int64_t sweep_id) {
-  if (results::schema_version(db) < kTimingsSchema) return;
+// Every attempt of the sweep with its span and run_end timings, by run id (in launch order).
+std::map<std::string, std::vector<AttemptSpan>> attempt_spans(results::Database& db,
+                                                              int64_t sweep_id) {
+  std::map<std::string, std::vector<AttemptSpan>> by_run;
+  if (results::schema_version(db) < kTimingsSchema) return by_run;
   Statement st(db,
-               "SELECT a.slot, a.launched_at, a.ended_at, a.train_s + a.eval_s FROM attempts a "
+               "SELECT a.run_id, a.slot, a.launched_at, a.ended_at, a.prestarted, a.setup_s, "
+               "a.standby_s, a.train_s, a.eval_s, a.checkpoint_s FROM attempts a "
                "JOIN runs r USING (run_id) WHERE r.sweep_id = ?1 ORDER BY a.launched_at");
   st.bind(1, sweep_id);
-  std::vector<AttemptSpan> spans;
+  const auto opt = [&](int col) {
+    return st.is_null(col) ? std::nullopt : std::optional<double>(st.get_double(col));
+  };
   while (st.step()) {
+    if (st.is_null(2)) continue;
     AttemptSpan a;
-    a.slot = st.is_null(0) ? "?" : st.get_text(0);
-    if (st.is_null(1)) continue;
-    a.launched_at = st.get_double(1);
-    if (!st.is_null(2)) a.ended_at = st.get_double(2);
-    if (!st.is_null(3)) a.busy_s = st.get_double(3);
-    spans.push_back(std::move(a));
+    a.slot = st.is_null(1) ? "?" : st.get_text(1);
+    a.launched_at = st.get_double(2);
+    a.ended_at = opt(3);
+    a.timings.prestarted = !st.is_null(4) && st.get_int(4) != 0;
+    a.timings.setup_s = opt(5);
+    a.timings.standby_s = opt(6);
+    a.timings.train_s = opt(7);
+    a.timings.eval_s = opt(8);
+    a.timings.checkpoint_s = opt(9);
+    by_run[st.get_text(0)].push_back(std::move(a));
   }
+  return by_run;
+}
+
+// Busy slots (docs/design.md §9): per slot and over all, the busy time (busy_time.h: training,
+// evaluation, checkpoints) over the sweep's wall time so far, then where each slot's wall time
+// went. An older store, without timings, shows nothing.
+void print_busy(const std::map<std::string, std::vector<AttemptSpan>>& by_run) {
+  std::vector<AttemptSpan> spans;
+  for (const auto& [run_id, attempts] : by_run)
+    spans.insert(spans.end(), attempts.begin(), attempts.end());
   if (spans.empty()) return;
+  // Slots are listed by first use.
+  std::stable_sort(spans.begin(), spans.end(), [](const AttemptSpan& a, const AttemptSpan& b) {
+    return a.launched_at < b.launched_at;
+  });
   const BusySummary b = summarize_busy(spans, results::unix_now());
   std::string per_slot;
-  for (const auto& [slot, busy] : b.slots)
-    per_slot += fmt::format("{}{} {}", per_slot.empty() ? "" : ", ", escape::terminal(slot),
-                            percent(b.fraction(slot)));
-  std::cout << fmt::format("  busy: {}; all slots {} of {} (train + eval time over the sweep's "
-                           "wall time so far){}\n",
+  for (const SlotTime& t : b.slots)
+    per_slot += fmt::format("{}{} {}", per_slot.empty() ? "" : ", ", escape::terminal(t.slot),
+                            percent(b.fraction(t.slot)));
+  std::cout << fmt::format("  busy: {}; all slots {} of {} (train + eval + checkpoint time over "
+                           "the sweep's wall time so far){}\n",
                            per_slot, percent(b.overall()), format_duration(b.wall_s),
                            (b.open > 0 ? fmt::format("; {} running attempt(s) count once they "
                                                      "end",
@@ -93,6 +117,34 @@ void print_busy(results::Database& db, int64_t sweep_id) {
                                                             "timings count as idle",
                                                             b.untimed)
                                               : std::string()));
+  if (b.wall_s <= 0) return;
+  // Where the wall time went: the first six columns add up to it; a prestarted run's setup and
+  // its wait for the slot overlapped the run before it and are shown apart.
+  const auto share = [&](double s) { return fmt::format("{:.1f}%", 100.0 * s / b.wall_s); };
+  TextTable table({"slot", "train", "eval", "checkpoint", "setup", "idle", "busy",
+                   "overlapped setup", "standby wait"});
+  SlotTime all{"all"};
+  double idle = 0;
+  for (const SlotTime& t : b.slots) {
+    table.add_row({t.slot, share(t.train_s), share(t.eval_s), share(t.checkpoint_s),
+                   share(t.setup_s), share(b.idle_s(t)), percent(b.fraction(t.slot)),
+                   share(t.overlapped_setup_s), share(t.standby_s)});
+    for (auto m : {&SlotTime::train_s, &SlotTime::eval_s, &SlotTime::checkpoint_s,
+                   &SlotTime::setup_s, &SlotTime::overlapped_setup_s, &SlotTime::standby_s})
+      all.*m += t.*m;
+    idle += b.idle_s(t);
+  }
+  if (b.slots.size() > 1) {
+    const double n = static_cast<double>(b.slots.size());
+    table.add_row({"all", share(all.train_s / n), share(all.eval_s / n),
+                   share(all.checkpoint_s / n), share(all.setup_s / n), share(idle / n),
+                   percent(b.overall()), share(all.overlapped_setup_s / n),
+                   share(all.standby_s / n)});
+  }
+  std::cout << fmt::format("  time per slot, as shares of the {} of wall time (busy = train + "
+                           "eval + checkpoint):\n",
+                           format_duration(b.wall_s))
+            << table.render(4);
 }
 
 void print_sweep(results::Database& db, int64_t sweep_id, const std::string& name,
@@ -139,18 +191,11 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     headers.push_back(h);
   if (!slurm.by_run.empty()) headers.insert(headers.end() - 1, "slurm");
   TextTable table(headers);
+  const std::map<std::string, std::vector<AttemptSpan>> spans = attempt_spans(db, sweep_id);
   Statement runs(db,
                  "SELECT run_id, arm, status, attempts, step, tokens, max_tokens, final_val_loss, "
                  "best_val_loss, COALESCE(wall_s, CASE WHEN started_at IS NOT NULL THEN "
-                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error, " +
-                     // The run's own busy fraction: its timed attempts' train + eval time over
-                     // their spans (a prestarted attempt's span starts when it was released).
-                     std::string(results::schema_version(db) >= kTimingsSchema
-                                     ? "(SELECT SUM(MIN(a.train_s + a.eval_s, a.ended_at - a.launched_at)) / "
-                                       "SUM(a.ended_at - a.launched_at) FROM attempts a WHERE "
-                                       "a.run_id = runs.run_id AND a.train_s >= 0 AND a.eval_s >= 0 "
-                                       "AND a.ended_at > a.launched_at) "
-                                     : "NULL ") +
+                 "COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0) - started_at END), error "
                  "FROM runs WHERE sweep_id = ?1 AND (?2 OR plan_index IS NOT NULL) "
                  "ORDER BY plan_index IS NULL, plan_index, arm_index");
   runs.bind(1, sweep_id).bind(2, all ? 1 : 0);
@@ -172,7 +217,9 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     row.push_back(opt_loss(runs, 7));
     row.push_back(opt_loss(runs, 8));
     row.push_back(runs.is_null(9) ? "-" : format_duration(runs.get_double(9)));
-    row.push_back(runs.is_null(11) ? "-" : percent(std::min(1.0, runs.get_double(11))));
+    // The run's own busy fraction (a prestarted attempt's span starts when it was released).
+    const auto own = spans.find(row[0]);
+    row.push_back(own == spans.end() ? "-" : percent(run_busy_fraction(own->second)));
     if (!slurm.by_run.empty()) {
       const auto it = slurm.by_run.find(runs.get_text(0));
       row.push_back(it == slurm.by_run.end() || it->second.empty() ? "-" : it->second);
@@ -182,7 +229,7 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     table.add_row(row);
   }
   std::cout << table.render(2);
-  print_busy(db, sweep_id);
+  print_busy(spans);
   if (!slurm.note.empty()) std::cout << "  " << escape::terminal(slurm.note) << "\n";
 }
 

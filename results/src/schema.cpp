@@ -301,7 +301,7 @@ constexpr std::array<Migration, 5> kMigrations{{
         "quant_stats.occ_fraction (the share of X compensated under OCC)",
      kSchemaV4},
     {5, "attempts.prestarted, setup_s, standby_s, train_s, eval_s, checkpoint_s: where each "
-        "attempt's time went (busy = train_s + eval_s)",
+        "attempt's time went (docs/design.md §9, \"Busy slots\")",
      kSchemaV5},
 }};
 

@@ -20,6 +20,10 @@
 //   MXABLATE_FAKE_DIVERGE_AT_STEP=S non-finite loss at step S → divergence, run_end diverged, 3
 //   MXABLATE_FAKE_FAIL_AT_STEP=S    run_end failed, exit 1 (an internal error it caught)
 //   MXABLATE_FAKE_EVAL_MS=N         sleep per evaluation (timed as eval_s)
+//   MXABLATE_FAKE_LINGER_MS=N       after run_end, sleep N ms before exiting (a real trainer's
+//                                   teardown: freeing the device, process exit)
+//   MXABLATE_FAKE_END_EXIT=CODE     … then exit with CODE instead of its own
+//   MXABLATE_FAKE_END_CRASH=1       … then SIGKILL itself (a crash in its teardown)
 // Like the real trainer it honours MXABLATE_STANDBY_FD (contract/standby.h): after its "setup"
 // (the startup sleep) it waits for the orchestrator's go, or exits 4 writing nothing when the
 // descriptor is closed; and its run_end reports setup_s, standby_s, train_s, eval_s and
@@ -291,6 +295,10 @@ int main(int argc, char** argv) {
     if (!reason.empty()) f["reason"] = reason;
     if (standby_fd) f["standby_s"] = standby_s;
     log.append(event_kind::kRunEnd, f, true);
+    // The teardown after the last event (every run_end is followed by the process's exit).
+    std::this_thread::sleep_for(std::chrono::milliseconds(env.get_int("MXABLATE_FAKE_LINGER_MS", 0)));
+    if (env.get("MXABLATE_FAKE_END_CRASH")) ::kill(::getpid(), SIGKILL);
+    if (const auto code = env.get("MXABLATE_FAKE_END_EXIT")) std::exit(std::stoi(*code));
   };
 
   for (step = step + 1; step <= total_steps; ++step) {

@@ -138,11 +138,17 @@ TEST_CASE("run, then status and query read the results") {
   const ProcessResult s = f.mx({"status"});
   REQUIRE(s.code() == 0);
   const auto lines = lines_of(s.out);
-  REQUIRE(lines.size() == 7);
+  REQUIRE(lines.size() == 12);
   CHECK(lines[0].rfind("sweep cli: 4 runs, 4 budget_exhausted (recipe " + f.recipe.string(), 0) == 0);
   CHECK(lines[1].rfind("  run_id            arm  seed  status            att  step  tokens", 0) == 0);
   CHECK(contains(lines[2], "  A       1  budget_exhausted    1    12  12.3k/12.3k"));
   CHECK(lines[6].rfind("  busy: cpu0 ", 0) == 0);  // prestart_test.cpp checks the figures
+  // Where each slot's time went: a heading, the columns, a row per slot and one for all.
+  CHECK(lines[7].rfind("  time per slot, as shares of the ", 0) == 0);
+  CHECK(lines[8].rfind("    slot  train  eval", 0) == 0);
+  CHECK(lines[9].rfind("    cpu0  ", 0) == 0);
+  CHECK(lines[10].rfind("    cpu1  ", 0) == 0);
+  CHECK(lines[11].rfind("    all   ", 0) == 0);
 
   ProcessResult q = f.mx({"query", "--csv", "SELECT arm, COUNT(*) AS runs, SUM(status = "
                                             "'budget_exhausted') AS done FROM runs GROUP BY arm"});

@@ -105,7 +105,9 @@ TEST_CASE("prestart: the next run's trainer sets up while the slot's run trains,
   CHECK(num(one[0][5]) > num(one[0][1]));
   CHECK(num(two[0][5]) >= busy2);
   CHECK(num(two[0][5]) < num(two[0][1]) + busy2);
-  CHECK(num(two[0][6]) >= num(one[0][7]));  // released once the first attempt had ended
+  // Released once the first run had written its run_end (docs/design.md §9).
+  CHECK(num(two[0][6]) >= f.scalar<double>("SELECT time FROM events WHERE kind = 'run_end'" +
+                                           std::string(" AND run_id = '") + first.run_id + "'"));
   // run_start says so; the stderr log's header too.
   CHECK(f.scalar("SELECT COUNT(*) FROM events WHERE kind = 'run_start' AND "
                  "json_extract(detail, '$.prestarted') = 1") == 1);
@@ -113,6 +115,132 @@ TEST_CASE("prestart: the next run's trainer sets up while the slot's run trains,
   std::string header;
   std::getline(err, header);
   CHECK(contains(header, "=== mxablate: attempt 1 (prestarted) in slot cpu0 at "));
+}
+
+namespace {
+
+// One slot; what each run's trainer process looked like when the run after it was released.
+struct Handovers {
+  std::mutex m;
+  std::map<std::string, SweepHooks::Clock::time_point> launched, run_end, exited;
+  std::map<std::string, int> previous_alive;  // run id → trainers alive in the run before it
+  SweepHooks hooks(SweepFixture& f) {
+    SweepHooks h;
+    h.launched = [this, &f](const std::string& id, auto t) {
+      std::lock_guard lock(m);
+      launched[id] = t;
+      for (size_t i = 1; i < f.plan.runs.size(); ++i)
+        if (f.plan.runs[i].run_id == id)
+          previous_alive[id] = trainers_in(dir_of(f, f.plan.runs[i - 1]));
+    };
+    h.run_end_seen = [this](const std::string& id, auto t) {
+      std::lock_guard lock(m);
+      run_end[id] = t;
+    };
+    h.exit_seen = [this](const std::string& id, auto t) {
+      std::lock_guard lock(m);
+      exited[id] = t;
+    };
+    return h;
+  }
+  // Run `next` started training while `before`'s trainer was still tearing down.
+  void check_released_at_run_end(const RunSpec& before, const RunSpec& next) {
+    INFO(run_label(before) << " then " << run_label(next));
+    REQUIRE(launched.count(next.run_id) == 1);
+    REQUIRE(run_end.count(before.run_id) == 1);
+    REQUIRE(exited.count(before.run_id) == 1);
+    CHECK(launched[next.run_id] >= run_end[before.run_id]);
+    CHECK(launched[next.run_id] < exited[before.run_id]);
+    CHECK(previous_alive[next.run_id] == 1);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("prestart: the standby takes the slot at the finishing run's run_end, while that trainer "
+          "still tears down, and each run keeps its own result") {
+  // 600 ms of teardown after every run_end; the next run trains during it.
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}, {"MXABLATE_FAKE_STARTUP_MS", "100"},
+                 {"MXABLATE_FAKE_LINGER_MS", "600"}});
+  SweepFixture f(fake_recipe("handover", kSteps, 4, 5, "[1]"));
+  f.slots = 1;
+  REQUIRE(f.plan.runs.size() == 2);
+  const RunSpec& first = f.plan.runs[0];
+  const RunSpec& second = f.plan.runs[1];
+  Handovers h;
+  TestWaker waker;
+  const SweepResult r = f.run(waker, h.hooks(f));
+  CHECK(r.budget_exhausted == 2);
+  check_complete_and_unduplicated(f);
+  h.check_released_at_run_end(first, second);
+  // In the store: the second attempt was launched (released) well before the first ended, and
+  // trained then: its first event's time is before the first attempt's end.
+  const auto t = [&](const std::string& sql) { return f.scalar<double>(sql); };
+  const double first_ended = t("SELECT ended_at FROM attempts" + where_run(first.run_id));
+  CHECK(t("SELECT launched_at FROM attempts" + where_run(second.run_id)) < first_ended - 0.3);
+  CHECK(t("SELECT MIN(time) FROM events WHERE kind = 'train' AND run_id = '" + second.run_id +
+          "'") < first_ended);
+  // Each attempt its own: one each, its own outcome and exit, the second one prestarted.
+  CHECK(f.rows("SELECT run_id, attempt, prestarted, exit_code, outcome FROM attempts ORDER BY "
+               "launched_at") ==
+        std::vector<std::vector<std::string>>{{first.run_id, "1", "0", "0", "budget_exhausted"},
+                                              {second.run_id, "1", "1", "0", "budget_exhausted"}});
+}
+
+TEST_CASE("GPU runs whose predicted peaks do not fit the slot together wait for the finishing "
+          "trainer's exit") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}, {"MXABLATE_FAKE_STARTUP_MS", "50"},
+                 {"MXABLATE_FAKE_LINGER_MS", "400"}});
+  SweepFixture f(fake_recipe("handover-memory", kSteps, 4, 5, "[1]"));
+  f.slots = 1;
+  for (RunSpec& r : f.plan.runs) r.config.device = contract::Device::kCUDA;  // the fake ignores it
+  const RunSpec& first = f.plan.runs[0];
+  const RunSpec& second = f.plan.runs[1];
+  f.options.handover.slot_bytes = 10;
+  f.options.handover.peak_bytes = {{first.run_id, 6}, {second.run_id, 6}};
+  Handovers h;
+  TestWaker waker;
+  CHECK(f.run(waker, h.hooks(f)).budget_exhausted == 2);
+  check_complete_and_unduplicated(f);
+  REQUIRE(h.launched.count(second.run_id) == 1);
+  CHECK(h.launched[second.run_id] > h.exited[first.run_id]);  // 6 + 6 > 10: at the exit
+  CHECK(h.previous_alive[second.run_id] == 0);
+  CHECK(f.scalar<double>("SELECT launched_at FROM attempts" + where_run(second.run_id)) >=
+        f.scalar<double>("SELECT ended_at FROM attempts" + where_run(first.run_id)));
+}
+
+TEST_CASE("a trainer that crashes or exits non-zero after its run_end keeps its result, once, and "
+          "the standby behind it is not touched") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "5"}, {"MXABLATE_FAKE_STARTUP_MS", "50"},
+                 {"MXABLATE_FAKE_LINGER_MS", "400"}, {"MXABLATE_FAKE_END_CRASH", "1@A/1"},
+                 {"MXABLATE_FAKE_END_EXIT", "1@A/2"}});
+  SweepFixture f(fake_recipe("handover-faults", kSteps, 4, 5, "[1, 2]"));
+  f.slots = 1;
+  REQUIRE(f.plan.runs.size() == 4);
+  const RunSpec& crashes = f.run_of("A", 1);
+  const RunSpec& fails = f.run_of("A", 2);
+  REQUIRE(f.plan.runs[0].run_id == crashes.run_id);
+  REQUIRE(f.plan.runs[1].run_id == fails.run_id);
+  Handovers h;
+  TestWaker waker;
+  const SweepResult r = f.run(waker, h.hooks(f));
+  CHECK(r.budget_exhausted == 4);
+  CHECK(r.failed == 0);
+  check_complete_and_unduplicated(f);
+  for (size_t i = 1; i < f.plan.runs.size(); ++i)
+    h.check_released_at_run_end(f.plan.runs[i - 1], f.plan.runs[i]);
+  // The run_end decides (docs/design.md §9): the crash and the exit code are recorded with the
+  // attempt that had them, and no run is retried or charged with another's end.
+  CHECK(f.rows("SELECT run_id, attempt, exit_code, signal, outcome FROM attempts WHERE run_id IN ('" +
+               crashes.run_id + "', '" + fails.run_id + "') ORDER BY launched_at") ==
+        std::vector<std::vector<std::string>>{{crashes.run_id, "1", "", "9", "budget_exhausted"},
+                                              {fails.run_id, "1", "1", "", "budget_exhausted"}});
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts") == 4);
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE outcome = 'budget_exhausted' AND exit_code = 0") == 2);
+  CHECK(f.scalar("SELECT COUNT(*) FROM runs WHERE attempts = 1 AND status = 'budget_exhausted' AND "
+                 "error IS NULL") == 4);
+  // Every attempt has its own run_end's timings.
+  CHECK(f.scalar("SELECT COUNT(*) FROM attempts WHERE train_s > 0 AND checkpoint_s >= 0") == 4);
 }
 
 TEST_CASE("prestarted runs produce the results of a sweep without prestart, and --no-prestart never "
@@ -262,17 +390,29 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
   CHECK(refused.code() == 2);
   CHECK(contains(refused.err, "--no-prestart are for the local executor"));
 
-  // status: per slot, train + eval over the union of the attempts' spans; per run, its own.
+  // status: per slot, train + eval + checkpoint over the union of the attempts' spans; per run,
+  // its own.
   const ProcessResult s = run_process({kMxablate.string(), "status", "--db", on}, dir.path());
   REQUIRE(s.code() == 0);
-  const auto rows = query_rows(on, "SELECT slot, launched_at, ended_at, train_s + eval_s, "
-                                   "run_id, ended_at - launched_at FROM attempts");
+  const auto rows = query_rows(on, "SELECT slot, launched_at, ended_at, train_s + eval_s + "
+                                   "checkpoint_s, run_id, ended_at - launched_at, train_s, eval_s, "
+                                   "checkpoint_s, setup_s, prestarted, standby_s FROM attempts");
   std::vector<std::pair<double, double>> spans;
   std::map<std::string, double> busy;
+  std::map<std::string, std::map<std::string, double>> parts;  // slot → column → seconds
   for (const auto& row : rows) {
     spans.emplace_back(std::stod(row[1]), std::stod(row[2]));
     busy[row[0]] += std::stod(row[3]);
     CHECK(std::stod(row[3]) > 0.2);  // 20 steps of 10 ms and 5 evaluations of 20 ms at least
+    parts[row[0]]["train"] += std::stod(row[6]);
+    parts[row[0]]["eval"] += std::stod(row[7]);
+    parts[row[0]]["checkpoint"] += std::stod(row[8]);
+    const bool prestarted = row[10] == "1";
+    // Setup the slot waited for counts at most what the attempt's span leaves (the trainer's
+    // clock starts at its exec, a moment before the attempt is recorded).
+    if (prestarted) parts[row[0]]["overlapped setup"] += std::stod(row[9]);
+    else parts[row[0]]["setup"] += std::min(std::stod(row[9]), std::stod(row[5]) - std::stod(row[3]));
+    if (prestarted) parts[row[0]]["standby wait"] += std::stod(row[11]);
   }
   REQUIRE(busy.size() == 2);
   const std::regex line(R"(  busy: cpu0 ([0-9.]+)%, cpu1 ([0-9.]+)%; all slots ([0-9.]+)% of )");
@@ -288,6 +428,29 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
   CHECK(std::stod(m[1]) == Approx(100 * busy["cpu0"] / wall).margin(0.06));
   CHECK(std::stod(m[2]) == Approx(100 * busy["cpu1"] / wall).margin(0.06));
   CHECK(std::stod(m[3]) == Approx(50 * (busy["cpu0"] + busy["cpu1"]) / wall).margin(0.06));
+  // Where each slot's wall time went: train, eval, checkpoint, setup and idle add up to it; a
+  // prestarted run's setup and its wait are shown apart (they overlapped the run before).
+  REQUIRE(contains(s.out, "  time per slot, as shares of the "));
+  for (const std::string slot : {"cpu0", "cpu1"}) {
+    INFO(slot);
+    const std::regex row("\n    " + slot +
+                         " +([0-9.]+)% +([0-9.]+)% +([0-9.]+)% +([0-9.]+)% +([0-9.]+)% +([0-9.]+)% "
+                         "+([0-9.]+)% +([0-9.]+)%\n");
+    std::smatch t;
+    REQUIRE(std::regex_search(s.out, t, row));
+    const auto share = [&](int i) { return std::stod(t[i]); };
+    const auto expect = [&](const char* part) { return 100 * parts[slot][part] / wall; };
+    CHECK(share(1) == Approx(expect("train")).margin(0.06));
+    CHECK(share(2) == Approx(expect("eval")).margin(0.06));
+    CHECK(share(3) == Approx(expect("checkpoint")).margin(0.06));
+    CHECK(share(4) == Approx(expect("setup")).margin(0.06));
+    CHECK(share(1) + share(2) + share(3) + share(4) + share(5) == Approx(100).margin(0.5));  // rounding, clocks
+    CHECK(share(6) == Approx(100 * busy[slot] / wall).margin(0.06));
+    CHECK(share(7) == Approx(expect("overlapped setup")).margin(0.06));
+    CHECK(share(8) == Approx(expect("standby wait")).margin(0.06));
+    CHECK(share(2) > 0);  // 5 evaluations of 20 ms per run
+  }
+  CHECK(contains(s.out, "\n    all "));
   // Each run's own busy fraction, in its row.
   for (const auto& row : rows) {
     const std::string pct = fmt::format("{:.1f}%", 100 * std::stod(row[3]) / std::stod(row[5]));
@@ -307,37 +470,110 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
   INFO(old.err);
   REQUIRE(old.code() == 0);
   CHECK_FALSE(contains(old.out, "\n  busy: "));
+  CHECK_FALSE(contains(old.out, "time per slot"));
   CHECK(contains(s.out, "\n  busy: "));
   CHECK(contains(old.out, "budget_exhausted"));
 }
 
-TEST_CASE("busy time: the union of the attempts' spans, and rows a store should never hold count "
-          "nothing") {
+namespace {
+
+// Timings of an attempt that wrote a run_end (missing parts: std::nullopt).
+AttemptTimings timed(std::optional<double> train, std::optional<double> eval = 0.0,
+                     std::optional<double> checkpoint = 0.0, std::optional<double> setup = 0.0,
+                     bool prestarted = false, std::optional<double> standby = std::nullopt) {
+  AttemptTimings t;
+  t.train_s = train;
+  t.eval_s = eval;
+  t.checkpoint_s = checkpoint;
+  t.setup_s = setup;
+  t.prestarted = prestarted;
+  t.standby_s = standby;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("busy time is training + evaluation + checkpoints: the union of the attempts' spans, "
+          "where the rest went, and rows a store should never hold count nothing") {
+  const double nan = std::nan("");
+  // The one definition: all three parts, each known, finite and not negative.
+  CHECK(*busy_seconds(timed(5, 1, 2)) == Approx(8));
+  CHECK(!busy_seconds(timed(5, std::nullopt, 2)));  // no eval_s: an older trainer
+  CHECK(!busy_seconds(timed(5, 1, std::nullopt)));
+  CHECK(!busy_seconds(timed(nan, 1, 2)));
+  CHECK(!busy_seconds(timed(5, -1, 2)));
+  CHECK(!busy_seconds(timed(5, 1, HUGE_VAL)));
+  CHECK(!busy_seconds(AttemptTimings{}));  // no run_end at all (a crash)
+
   // Two slots; a gap (12..20) when nothing ran (between two `mxablate run`s) is not wall time.
   const std::vector<AttemptSpan> spans{
-      {"gpu0", 0, 10, 9},  {"gpu1", 1, 12, 10}, {"gpu0", 20, 30, 8},
-      {"gpu0+gpu1", 30, 32, 2},  // one run of two ranks: busy on both
+      {"gpu0", 0, 10, timed(7, 1, 1, 0.5)},
+      {"gpu1", 1, 12, timed(8, 2, 0, 1)},
+      {"gpu0", 20, 30, timed(6, 1, 1, 2, true, 3)},  // prestarted: setup and wait overlapped
+      {"gpu0+gpu1", 30, 32, timed(2)},               // one run of two ranks: busy on both
   };
   const BusySummary b = summarize_busy(spans, 100);
   CHECK(b.wall_s == Approx(24));
   CHECK(*b.fraction("gpu0") == Approx(19.0 / 24));
   CHECK(*b.fraction("gpu1") == Approx(12.0 / 24));
   CHECK(*b.overall() == Approx(31.0 / 48));
+  CHECK(b.total_busy_s() == Approx(31));
   CHECK(b.untimed == 0);
-  // An open attempt runs up to `now`; an ended one without timings is idle time.
-  const BusySummary open = summarize_busy({{"cpu0", 0, std::nullopt, std::nullopt},
-                                           {"cpu1", 0, 4, std::nullopt}},
+  REQUIRE(b.slots.size() == 2);
+  const SlotTime& g0 = b.slots[0];
+  CHECK(g0.slot == "gpu0");
+  CHECK(g0.train_s == Approx(15));
+  CHECK(g0.eval_s == Approx(2));
+  CHECK(g0.checkpoint_s == Approx(2));
+  CHECK(g0.setup_s == Approx(0.5));           // only the setup the slot waited for
+  CHECK(g0.overlapped_setup_s == Approx(2));  // the prestarted one's
+  CHECK(g0.standby_s == Approx(3));
+  CHECK(b.idle_s(g0) == Approx(24 - 19 - 0.5));
+  CHECK(b.idle_s(b.slots[1]) == Approx(24 - 12 - 1));
+
+  // An open attempt runs up to `now` and counts once it ends; an ended one without timings, or
+  // with a part missing or hostile, is idle time.
+  const BusySummary open = summarize_busy({{"cpu0", 0, std::nullopt, timed(3)},
+                                           {"cpu1", 0, 4, AttemptTimings{}},
+                                           {"cpu1", 4, 6, timed(1, nan)},
+                                           {"cpu1", 6, 8, timed(1, 1, -1)}},
                                           10);
   CHECK(open.wall_s == Approx(10));
-  CHECK(open.untimed == 1);
+  CHECK(open.untimed == 3);
   CHECK(open.open == 1);
   CHECK(*open.overall() == Approx(0));
-  // Hostile rows: an end before the start, a non-finite time, negative or oversized busy time.
+  CHECK(open.idle_s(open.slots[1]) == Approx(10));
+
+  // Hostile spans: an end before the start, a non-finite time; busy time beyond its own span is
+  // scaled down to it (parts in proportion), and setup gets only what the span leaves.
   const BusySummary hostile = summarize_busy(
-      {{"cpu0", 10, 5, 3}, {"cpu0", std::nan(""), 5, 3}, {"cpu0", 0, 2, -1}, {"cpu0", 2, 4, 1e9}},
+      {{"cpu0", 10, 5, timed(3)},
+       {"cpu0", nan, 5, timed(3)},
+       {"cpu0", 0, 2, timed(-1)},
+       {"cpu0", 2, 4, timed(3e8, 1e8, 0, 50)},
+       {"cpu0", 4, nan, timed(1)}},
       10);
   CHECK(hostile.wall_s == Approx(4));
-  CHECK(*hostile.fraction("cpu0") == Approx(0.5));  // 1e9 capped at its own 2 s span
+  CHECK(*hostile.fraction("cpu0") == Approx(0.5));  // 4e8 capped at its own 2 s span
+  CHECK(hostile.slots[0].train_s == Approx(1.5));
+  CHECK(hostile.slots[0].eval_s == Approx(0.5));
+  CHECK(hostile.slots[0].setup_s == Approx(0));
+  CHECK(hostile.idle_s(hostile.slots[0]) == Approx(2));
+  CHECK(hostile.untimed == 4);
+  // A slot never claims more than all its wall time.
+  CHECK(*summarize_busy({{"cpu0", 0, 2, timed(2)}, {"cpu0", 1, 3, timed(2)}}, 5).fraction("cpu0") ==
+        Approx(1));
+
+  // A run's own fraction: its ended, timed attempts over their spans.
+  CHECK(*run_busy_fraction({{"cpu0", 0, 10, timed(6, 1, 1)}, {"cpu0", 10, 20, AttemptTimings{}}}) ==
+        Approx(0.8));
+  CHECK(*run_busy_fraction({{"cpu0", 0, 10, timed(6, 1, 1)}, {"cpu0", 10, 20, timed(2, 0, 0)}}) ==
+        Approx(0.5));
+  CHECK(*run_busy_fraction({{"cpu0", 0, 2, timed(1e8)}}) == Approx(1));
+  CHECK(!run_busy_fraction({{"cpu0", 0, std::nullopt, timed(1)}}));
+  CHECK(!run_busy_fraction({{"cpu0", 5, 2, timed(1)}, {"cpu0", nan, 2, timed(1)}}));
+  CHECK(!run_busy_fraction({}));
+
   CHECK(slot_parts("gpu0.0+gpu1.0") == std::vector<std::string>{"gpu0.0", "gpu1.0"});
   CHECK(slot_parts("cpu0+cpu1+cpu2+…+cpu15 (16 slots)").size() == 1);
   CHECK(!summarize_busy({}, 5).overall());
@@ -408,4 +644,45 @@ TEST_CASE("the standby protocol at the trainer's end: end of file exits without 
     CHECK(r.code() == 2);
     CHECK(contains(r.err, std::string(contract::kStandbyFdEnv) + ": "));
   }
+}
+
+TEST_CASE("a slot passes to its standby at run_end only where the memory plan says both runs fit "
+          "the slot at once, otherwise at the finishing trainer's exit") {
+  const auto spec = [](const std::string& id, contract::Device device) {
+    RunSpec r;
+    r.run_id = id;
+    r.config.device = device;
+    return r;
+  };
+  const RunSpec cpu_a = spec("ca", contract::Device::kCPU), cpu_b = spec("cb", contract::Device::kCPU);
+  const RunSpec gpu_a = spec("ga", contract::Device::kCUDA), gpu_b = spec("gb", contract::Device::kCUDA);
+  // Nothing known: CPU runs hold no device memory; a GPU run waits for the exit.
+  const HandoverRule unknown;
+  CHECK(unknown.when(cpu_a, cpu_b) == Handover::kAtRunEnd);
+  CHECK(unknown.when(gpu_a, gpu_b) == Handover::kAtExit);
+  CHECK(unknown.when(cpu_a, gpu_b) == Handover::kAtExit);
+  HandoverRule rule;
+  rule.slot_bytes = 10;
+  rule.peak_bytes = {{"ga", 4}, {"gb", 6}};
+  CHECK(rule.when(gpu_a, gpu_b) == Handover::kAtRunEnd);  // 4 + 6 fit 10
+  rule.slot_bytes = 9;
+  CHECK(rule.when(gpu_a, gpu_b) == Handover::kAtExit);
+  rule.slot_bytes = 10;
+  rule.peak_bytes.erase("gb");  // its dataset's vocabulary unknown: no prediction
+  CHECK(rule.when(gpu_a, gpu_b) == Handover::kAtExit);
+
+  // From a plan: every CUDA run's predicted peak, the GPU's memory shared by its slots.
+  SweepFixture f(fake_recipe("rule", kSteps, 4, 5, "[1]"));
+  Plan plan = f.plan;
+  for (RunSpec& r : plan.runs) r.config.device = contract::Device::kCUDA;
+  const DatasetVocabularies vocab{{plan.runs[0].config.data.dataset, 32000}};
+  const HandoverRule made = make_handover_rule(plan, vocab, int64_t{80} << 30, 2);
+  CHECK(made.slot_bytes == (int64_t{40} << 30));
+  REQUIRE(made.peak_bytes.size() == plan.runs.size());
+  for (const auto& [id, bytes] : made.peak_bytes) CHECK(bytes > 0);
+  CHECK(made.when(plan.runs[0], plan.runs[1]) == Handover::kAtRunEnd);  // smoke models: tiny
+  CHECK(make_handover_rule(plan, vocab, std::nullopt, 1).when(plan.runs[0], plan.runs[1]) ==
+        Handover::kAtExit);
+  CHECK(make_handover_rule(plan, {}, int64_t{80} << 30, 1).peak_bytes.empty());
+  CHECK(make_handover_rule(f.plan, vocab, int64_t{80} << 30, 1).peak_bytes.empty());  // CPU runs
 }

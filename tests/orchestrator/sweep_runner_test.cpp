@@ -56,14 +56,21 @@ TEST_CASE("a sweep runs every planned run in parallel slots, running it again ru
   SweepFixture f(fake_recipe("all-runs", kSteps, 4, 5, "[1, 2, 3]"));
   f.slots = 3;
   std::mutex m;
-  int running = 0, max_running = 0, launches = 0;
+  int max_running = 0, launches = 0;
+  std::set<std::string> running;
   SweepHooks hooks;
-  hooks.launched = [&](const std::string&, auto) {
+  hooks.launched = [&](const std::string& id, auto) {
     std::lock_guard lock(m);
     ++launches;
-    max_running = std::max(max_running, ++running);
+    running.insert(id);
+    max_running = std::max(max_running, static_cast<int>(running.size()));
   };
-  hooks.exit_seen = [&](const std::string&, auto) { --running; };
+  // A slot is free for the next run once its run has written run_end (its trainer may still be
+  // tearing down: docs/design.md §9, "Busy slots"), or once it has exited without one.
+  hooks.run_end_seen = hooks.exit_seen = [&](const std::string& id, auto) {
+    std::lock_guard lock(m);
+    running.erase(id);
+  };
   TestWaker waker;
   const SweepResult r = f.run(waker, hooks);
   CHECK(r.total == 6);
@@ -433,10 +440,14 @@ struct LaunchTrace {
         }
       max_slots_used = std::max(max_slots_used, slots_used);
     };
-    h.exit_seen = [this](const std::string& run_id, auto) {
+    // Its slots are free for other runs from its run_end (or its exit, without one): a standby
+    // may take one while the trainer still tears down (docs/design.md §9, "Busy slots").
+    h.run_end_seen = h.exit_seen = [this](const std::string& run_id, auto) {
       std::lock_guard lock(m);
-      slots_used -= ranks_running[run_id];
-      ranks_running.erase(run_id);
+      const auto it = ranks_running.find(run_id);
+      if (it == ranks_running.end()) return;
+      slots_used -= it->second;
+      ranks_running.erase(it);
     };
     return h;
   }

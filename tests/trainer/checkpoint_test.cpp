@@ -2,6 +2,7 @@
 // or missing file, a tensor of another shape, optimizer moments of another step) is rejected with
 // one line naming the file, and the model and optimizer are left exactly as they were.
 #include <ATen/ATen.h>
+#include <torch/serialize.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -142,6 +143,45 @@ TEST_CASE("A checkpoint restores model and optimizer exactly", "[trainer][checkp
     step_on(*t, 96, gen);
   }
   CHECK(same_parameters(*fresh.model, *saved.model));
+}
+
+std::string bytes_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The checkpoint's model.pt is written from host copies of the tensors (docs/design.md §4,
+// "Checkpoints and exact resume"): it must be the file Module::save writes of the tensors
+// themselves, with parameters that share a storage (a sharded step's flat buffers) too.
+TEST_CASE("A checkpoint's model.pt is byte for byte what Module::save writes", "[trainer][checkpoint]") {
+  Trained saved = train(96, 1, 2);
+  SECTION("each parameter its own storage") {}
+  SECTION("parameters as views into one flat buffer, as a sharded step lays them out") {
+    torch::NoGradGuard no_grad;
+    int64_t total = 0;
+    for (const at::Tensor& p : saved.model->parameters()) total += p.numel();
+    const at::Tensor flat = at::zeros({total + 3});  // padded, as a bucket is
+    int64_t at = 0;
+    for (at::Tensor& p : saved.model->parameters()) {
+      at::Tensor view = flat.narrow(0, at, p.numel());
+      view.copy_(p.reshape({-1}));
+      p.set_data(view.view(p.sizes()));
+      at += p.numel();
+    }
+  }
+  const fs::path run = fresh_dir("model_bytes");
+  const fs::path ckpt = save_checkpoint(run.string(), *saved.model, *saved.optimizer, state_at(2), kRunConfig, true);
+  torch::serialize::OutputArchive direct;
+  saved.model->save(direct);
+  direct.save_to((run / "model.pt").string());
+  const std::string expected = bytes_of(run / "model.pt");
+  REQUIRE(expected.size() > 1000);
+  CHECK(bytes_of(ckpt / "model.pt") == expected);
+  // A second checkpoint into the same directory name reads the same tensors again.
+  const fs::path again = save_checkpoint(run.string(), *saved.model, *saved.optimizer, state_at(2), kRunConfig, true);
+  CHECK(bytes_of(again / "model.pt") == expected);
 }
 
 TEST_CASE("A damaged checkpoint is rejected with one line and changes nothing", "[trainer][checkpoint]") {

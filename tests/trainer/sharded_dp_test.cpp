@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "checkpoint_files.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/checkpoint_state.h"
 #include "run_test_support.h"
@@ -232,4 +233,45 @@ TEST_CASE("Optimizer shards that overlap are rejected, not read as the moments o
   // No intact checkpoint is left: the run started over and ran to its end.
   CHECK(events_of_kind(events, "resume")[0]["step"] == 0);
   CHECK(events_of_kind(events, "run_end").back()["status"] == "budget_exhausted");
+}
+
+// Each rank snapshots on its training thread and writes on its checkpoint writer's thread, the
+// ranks meeting through the store there (docs/design.md §4, "Sharded checkpoints").
+TEST_CASE("A sharded run's checkpoints written beside training hold what those written in place hold",
+          "[train][parallel][shard][checkpoint]") {
+  const contract::RunConfig c = sharded_config(2, 128, contract::ShardLevel::kOptimizer);
+  const std::string beside = sharded_run("zero_ckpt_beside", c);
+  if (beside.empty()) MXABLATE_SKIP(kNoGloo);
+  const std::string in_place = fresh_run_dir("zero_ckpt_in_place");
+  const TrainResult r = run_train(in_place, &c, "--debug-synchronous-checkpoints");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  check_same_checkpoints(in_place, beside);  // model.pt and both shards byte for byte
+  const auto files = files_of_checkpoint(beside, "step-00000010");
+  CHECK(std::count_if(files.begin(), files.end(),
+                      [](const std::string& f) { return f.rfind("optimizer-shard-", 0) == 0; }) == 2);
+  CHECK(trajectory_of(beside).loss == trajectory_of(in_place).loss);
+}
+
+TEST_CASE("A sharded run killed while rank 0 writes a checkpoint resumes from the one before to the uninterrupted curve",
+          "[train][parallel][shard][resume]") {
+  const contract::RunConfig c = sharded_config(2, 128, contract::ShardLevel::kOptimizer);
+  const std::string reference = sharded_run("zero_write_reference", c);
+  if (reference.empty()) MXABLATE_SKIP(kNoGloo);
+  const std::string dir = fresh_run_dir("zero_killed_writing");
+  const TrainResult crashed =
+      run_train(dir, &c, "--debug-crash-writing-checkpoint 10 --debug-fault-rank 0");
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code == 137);
+  const fs::path checkpoints = fs::path(dir) / "checkpoints";
+  CHECK_FALSE(fs::exists(checkpoints / "step-00000010"));
+  CHECK(fs::exists(checkpoints / "step-00000010.tmp" / optimizer_shard_file(1, 2)));
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto resume = events_of_kind(effective_events(dir), "resume");
+  REQUIRE(resume.size() == 1);
+  CHECK(resume[0]["step"] == 5);
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+  CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
 }

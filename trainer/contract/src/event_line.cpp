@@ -74,7 +74,8 @@ const std::array<KindRule, 11> kKinds{{
       {"peak_gpu_bytes", Type::kCount, false}, {"reason", Type::kText, false},
       {"setup_s", Type::kSeconds, false}, {"train_s", Type::kSeconds, false},
       {"eval_s", Type::kSeconds, false}, {"checkpoint_s", Type::kSeconds, false},
-      {"standby_s", Type::kSeconds, false}}},
+      {"standby_s", Type::kSeconds, false}, {"checkpoint_write_s", Type::kSeconds, false},
+      {"graphed_steps", Type::kCount, false}}},
 }};
 
 const char* describe(Type t) {

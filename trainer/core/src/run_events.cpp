@@ -115,7 +115,8 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
   if (!e.reason.empty()) f["reason"] = e.reason;
   for (const auto& [name, value] : {std::pair{"setup_s", &e.setup_s}, std::pair{"standby_s", &e.standby_s},
                                     std::pair{"train_s", &e.train_s}, std::pair{"eval_s", &e.eval_s},
-                                    std::pair{"checkpoint_s", &e.checkpoint_s}})
+                                    std::pair{"checkpoint_s", &e.checkpoint_s},
+                                    std::pair{"checkpoint_write_s", &e.checkpoint_write_s}})
     if (*value) f[name] = std::max(0.0, **value);
   if (e.graphed_steps) f["graphed_steps"] = *e.graphed_steps;
   return append(kind::kRunEnd, std::move(f), true);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "error_line.h"
+#include "host_buffers.h"
 #include "torch_compat.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/step_engine.h"
@@ -143,6 +144,21 @@ void verify_file(const fs::path& dir, const CheckpointFile& f) {
     throw CheckpointRejected(f.name + ": checksum does not match state.json (the file is damaged)");
 }
 
+// Module::save's archive (parameters, then buffers, then each serializable child as a nested
+// archive, in registration order) of host copies of the module's tensors: the same keys, order
+// and flags, so load_checkpoint and verify_module read it as they read Module::save's.
+void save_module_copy(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, HostBuffers& host) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) archive.write(p.key(), host.copy_of(p.value()));
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    archive.write(b.key(), host.copy_of(b.value()), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    save_module_copy(*child.value(), child_archive, host);
+    archive.write(child.key(), child_archive);
+  }
+}
+
 }  // namespace
 
 CheckpointFile describe_checkpoint_file(const fs::path& dir, const std::string& name) {
@@ -156,41 +172,62 @@ std::string tensor_shape_text(const at::Tensor& t) {
   return os.str();
 }
 
-std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
-                            const TrainerState& state, const nlohmann::json& run_config, bool root) {
+CheckpointSnapshot::CheckpointSnapshot() = default;
+CheckpointSnapshot::~CheckpointSnapshot() = default;
+CheckpointSnapshot::CheckpointSnapshot(CheckpointSnapshot&&) noexcept = default;
+CheckpointSnapshot& CheckpointSnapshot::operator=(CheckpointSnapshot&&) noexcept = default;
+
+CheckpointSnapshot snapshot_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
+                                       const TrainerState& state, const nlohmann::json& run_config, bool root,
+                                       HostBuffers& host) {
+  CheckpointSnapshot s;
+  s.run_dir = run_dir;
+  s.state = state;
+  s.run_config = run_config;
+  s.root = root;
+  host.begin();
+  if (root) {
+    s.model = std::make_unique<torch::serialize::OutputArchive>();
+    save_module_copy(model, *s.model, host);
+    // Nothing in training draws from LibTorch's generator after initialization (SR and the data
+    // order use their own counter-based streams), but restoring it keeps that true by design.
+    s.rng = std::make_unique<torch::serialize::OutputArchive>();
+    s.rng->write("cpu_generator", at::detail::getDefaultCPUGenerator().get_state());
+  }
+  s.optimizer = engine.snapshot_optimizer(state.step, host);
+  host.end(model.parameters().front().device());
+  return s;
+}
+
+std::string write_checkpoint(CheckpointSnapshot& s, const CheckpointWriteProbe& probe) {
+  const auto reached = [&](CheckpointWriteStage stage) {
+    if (probe) probe(stage);
+  };
   char name[32];
-  std::snprintf(name, sizeof name, "%s%08lld", kPrefix, static_cast<long long>(state.step));
-  const fs::path final_dir = checkpoints_dir(run_dir) / name;
-  const fs::path tmp = checkpoints_dir(run_dir) / (std::string(name) + ".tmp");
-  if (!root) {
+  std::snprintf(name, sizeof name, "%s%08lld", kPrefix, static_cast<long long>(s.state.step));
+  const fs::path final_dir = checkpoints_dir(s.run_dir) / name;
+  const fs::path tmp = checkpoints_dir(s.run_dir) / (std::string(name) + ".tmp");
+  if (!s.root) {
     // Another rank writes its optimizer shard, if it has one, into the directory rank 0 made.
-    engine.save_optimizer(tmp, state.step);
+    s.optimizer->write(tmp);
+    reached(CheckpointWriteStage::kFilesWritten);
     return "";
   }
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
   std::vector<CheckpointFile> files;
-  {
-    torch::serialize::OutputArchive archive;
-    model.save(archive);
-    archive.save_to((tmp / "model.pt").string());
-  }
-  {
-    // Nothing in training draws from LibTorch's generator after initialization (SR and the data
-    // order use their own counter-based streams), but restoring it keeps that true by design.
-    torch::serialize::OutputArchive archive;
-    archive.write("cpu_generator", at::detail::getDefaultCPUGenerator().get_state());
-    archive.save_to((tmp / "rng.pt").string());
-  }
+  s.model->save_to((tmp / "model.pt").string());
+  s.rng->save_to((tmp / "rng.pt").string());
   // Checksums of the files as they are on disk, so that what is verified at load is what was
   // written.
   for (const std::string& f : checkpoint_tensor_files()) files.push_back(describe_checkpoint_file(tmp, f));
-  for (CheckpointFile& f : engine.save_optimizer(tmp, state.step)) files.push_back(std::move(f));
-  const std::string run_id = run_config.is_object() ? run_config.value("run_id", std::string()) : "";
+  for (CheckpointFile& f : s.optimizer->write(tmp)) files.push_back(std::move(f));
+  reached(CheckpointWriteStage::kFilesWritten);
+  const std::string run_id = s.run_config.is_object() ? s.run_config.value("run_id", std::string()) : "";
   {
     std::ofstream out(tmp / kCheckpointStateFile, std::ios::trunc | std::ios::binary);
-    out << checkpoint_state_text(state, files, run_id, trajectory_config(run_config));
+    out << checkpoint_state_text(s.state, files, run_id, trajectory_config(s.run_config));
     out.flush();
     if (!out) throw std::runtime_error((tmp / kCheckpointStateFile).string() + ": write failed");
   }
@@ -198,8 +235,16 @@ std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model
   fsync_path(tmp, true);
   fs::remove_all(final_dir);  // a checkpoint of the same step from a lost timeline
   fs::rename(tmp, final_dir);
-  fsync_path(checkpoints_dir(run_dir), true);
+  fsync_path(checkpoints_dir(s.run_dir), true);
+  reached(CheckpointWriteStage::kPublished);
   return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
+                            const TrainerState& state, const nlohmann::json& run_config, bool root) {
+  HostBuffers host;
+  CheckpointSnapshot s = snapshot_checkpoint(run_dir, model, engine, state, run_config, root, host);
+  return write_checkpoint(s);
 }
 
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {

@@ -53,7 +53,10 @@ int main(int argc, char** argv) {
   app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
   app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
   app.add_option("--debug-crash-at-step", options.crash_at_step)->group("");
+  app.add_option("--debug-crash-writing-checkpoint", options.crash_writing_checkpoint)->group("");
+  app.add_option("--debug-crash-after-checkpoint-published", options.crash_after_checkpoint_published)->group("");
   app.add_option("--debug-fault-rank", options.fault_rank)->group("");
+  app.add_flag("--debug-synchronous-checkpoints", options.synchronous_checkpoints)->group("");
   app.add_option("--debug-always-verify-data-bytes", options.always_verify_data_bytes)->group("");
   try {
     app.parse(argc, argv);

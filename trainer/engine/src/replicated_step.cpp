@@ -8,6 +8,7 @@
 #include "data_parallel.h"
 #include "error_line.h"
 #include "gradient_sync.h"
+#include "host_buffers.h"
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/optimizer.h"
@@ -43,6 +44,20 @@ void verify_adamw_state(torch::optim::AdamW& loaded, int64_t step) {
   }
 }
 
+// optimizer.pt, or nothing (a rank other than 0 of a replicated run).
+class OptimizerArchive final : public OptimizerSnapshot {
+ public:
+  explicit OptimizerArchive(std::unique_ptr<torch::serialize::OutputArchive> archive) : archive_(std::move(archive)) {}
+  std::vector<CheckpointFile> write(const fs::path& dir) override {
+    if (!archive_) return {};
+    archive_->save_to((dir / kOptimizerFile).string());
+    return {describe_checkpoint_file(dir, kOptimizerFile)};
+  }
+
+ private:
+  std::unique_ptr<torch::serialize::OutputArchive> archive_;
+};
+
 }  // namespace
 
 ReplicatedStep::ReplicatedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel* group)
@@ -53,18 +68,8 @@ ReplicatedStep::ReplicatedStep(const contract::RunConfig& config, torch::nn::Mod
 ReplicatedStep::~ReplicatedStep() = default;
 
 void ReplicatedStep::zero_gradients() {
-  if (sync_) {
-    sync_->zero();
-    return;
-  }
-  // In place, keeping each gradient's storage (torch 2's zero_grad would drop it): a graphed step
-  // (step_graph.h) accumulates into the storage its capture recorded. Zero plus the first
-  // micro-batch's gradient is that gradient bit for bit, but for a -0 turned +0, which neither
-  // the norm nor AdamW's update tells apart (its first moment starts at +0 and never becomes -0).
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& p : model_.parameters())
-    if (p.grad().defined()) grads.push_back(p.grad());
-  compat::zero_in_place(grads);
+  if (sync_) sync_->zero();
+  else optimizer_->zero_grad();
 }
 
 void ReplicatedStep::begin_backward(bool last) {
@@ -82,12 +87,41 @@ void ReplicatedStep::step(double lr) {
   adamw_step(*optimizer_);  // fused on CUDA, torch::optim::AdamW itself elsewhere
 }
 
-std::vector<CheckpointFile> ReplicatedStep::save_optimizer(const fs::path& dir, int64_t /*step*/) {
-  if (group_ && group_->rank() != 0) return {};  // every rank holds the same state; rank 0 keeps it
-  torch::serialize::OutputArchive archive;
-  optimizer_->save(archive);
-  archive.save_to((dir / kOptimizerFile).string());
-  return {describe_checkpoint_file(dir, kOptimizerFile)};
+std::unique_ptr<OptimizerSnapshot> ReplicatedStep::snapshot_optimizer(int64_t /*step*/, HostBuffers& host) {
+  // Every rank holds the same state; rank 0 keeps it.
+  if (group_ && group_->rank() != 0) return std::make_unique<OptimizerArchive>(nullptr);
+  // The optimizer's own archive, written while host copies stand in for its moments: the same
+  // keys, order and values as the archive of the device state (docs/design.md §4, "Checkpoints
+  // and exact resume"), without repeating how each LibTorch version lays it out.
+  struct Swapped {
+    torch::optim::AdamWParamState* state;
+    at::Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+  };
+  std::vector<Swapped> swapped;
+  const auto put_back = [&] {
+    for (Swapped& s : swapped) {
+      s.state->exp_avg(s.exp_avg);
+      s.state->exp_avg_sq(s.exp_avg_sq);
+      s.state->max_exp_avg_sq(s.max_exp_avg_sq);
+    }
+  };
+  auto archive = std::make_unique<torch::serialize::OutputArchive>();
+  try {
+    for (auto& entry : optimizer_->state()) {
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+      swapped.push_back({&st, st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq()});
+      const auto copy = [&](const at::Tensor& t) { return t.defined() ? host.copy_of(t) : t; };
+      st.exp_avg(copy(st.exp_avg()));
+      st.exp_avg_sq(copy(st.exp_avg_sq()));
+      st.max_exp_avg_sq(copy(st.max_exp_avg_sq()));
+    }
+    optimizer_->save(*archive);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  put_back();
+  return std::make_unique<OptimizerArchive>(std::move(archive));
 }
 
 void ReplicatedStep::load_optimizer(const fs::path& dir, const std::vector<CheckpointFile>& files, int64_t step) {

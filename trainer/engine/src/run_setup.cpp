@@ -119,7 +119,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.parameters = s.model->parameter_count();
   facts.micro_batch_tokens = s.plan.micro_batch_tokens;
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
-  if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session);
+  if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());
 
   const uint64_t data_seed = config.train.data_seed != 0 ? config.train.data_seed : config.train.seed;
   try {

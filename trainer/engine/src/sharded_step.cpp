@@ -12,6 +12,7 @@
 #include "data_parallel.h"
 #include "error_line.h"
 #include "gradient_sync.h"
+#include "host_buffers.h"
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/trainer/optimizer.h"
 #include "torch_compat.h"
@@ -73,6 +74,43 @@ ShardTable read_shard(const fs::path& file, int64_t logical_size, int64_t step) 
   t.exp_avg_sq = t.exp_avg_sq.contiguous();
   return t;
 }
+
+// This rank's optimizer-shard-R-of-N.pt, written on the checkpoint writer's thread. The ranks
+// meet through the c10d store only (thread-safe, and not used by training after the start), so
+// this runs beside the training thread's collectives (docs/design.md §4, "Sharded checkpoints").
+class ShardSnapshot final : public OptimizerSnapshot {
+ public:
+  ShardSnapshot(DataParallel& group, int64_t step, std::unique_ptr<torch::serialize::OutputArchive> archive)
+      : group_(group), step_(step), archive_(std::move(archive)) {}
+
+  std::vector<CheckpointFile> write(const fs::path& dir) override {
+    const int rank = group_.rank(), world = group_.world();
+    // Rank 0 has made the directory fresh before the others write into it.
+    if (rank == 0) group_.publish(checkpoint_key(step_, "directory"), dir.string());
+    else if (group_.receive(checkpoint_key(step_, "directory")) != dir.string())
+      throw std::runtime_error("checkpoint: the ranks disagree on the checkpoint's directory");
+    const std::string name = optimizer_shard_file(rank, world);
+    archive_->save_to((dir / name).string());
+    const CheckpointFile mine = describe_checkpoint_file(dir, name);
+    if (rank != 0) {
+      group_.publish(checkpoint_key(step_, name), std::to_string(mine.bytes) + " " + mine.sha256);
+      return {mine};
+    }
+    std::vector<CheckpointFile> files{mine};
+    for (int r = 1; r < world; ++r) {
+      const std::string other = optimizer_shard_file(r, world);
+      const std::string entry = group_.receive(checkpoint_key(step_, other));
+      const size_t space = entry.find(' ');
+      files.push_back({other, std::stoll(entry.substr(0, space)), entry.substr(space + 1)});
+    }
+    return files;
+  }
+
+ private:
+  DataParallel& group_;
+  int64_t step_;
+  std::unique_ptr<torch::serialize::OutputArchive> archive_;
+};
 
 }  // namespace
 
@@ -279,51 +317,40 @@ void ShardedStep::step(double lr) {
   for (const auto& w : works) DataParallel::wait(w);
 }
 
-std::vector<CheckpointFile> ShardedStep::save_optimizer(const fs::path& dir, int64_t step) {
-  const int rank = group_.rank(), world = group_.world();
-  // Rank 0 has made the directory fresh before the others write into it.
-  if (rank == 0) group_.publish(checkpoint_key(step, "directory"), dir.string());
-  else if (group_.receive(checkpoint_key(step, "directory")) != dir.string())
-    throw std::runtime_error("checkpoint: the ranks disagree on the checkpoint's directory");
+std::unique_ptr<OptimizerSnapshot> ShardedStep::snapshot_optimizer(int64_t step, HostBuffers& host) {
+  // The moments of this rank's pieces, back to back, straight into host buffers (no device copy
+  // of the whole shard first).
   std::vector<int64_t> table;
-  std::vector<at::Tensor> avg, avg_sq;
+  int64_t total = 0;
   for (const Segment& s : segments_) {
     table.push_back(s.logical);
     table.push_back(s.length);
+    total += s.length;
+  }
+  const bool pinned = options_.device().is_cuda();
+  at::Tensor avg = host.buffer("shard/exp_avg", total, at::kFloat, pinned);
+  at::Tensor avg_sq = host.buffer("shard/exp_avg_sq", total, at::kFloat, pinned);
+  int64_t at = 0;
+  for (const Segment& s : segments_) {
+    at::Tensor to_avg = avg.narrow(0, at, s.length), to_avg_sq = avg_sq.narrow(0, at, s.length);
+    at += s.length;
     const auto it = optimizer_->state().find(compat::optimizer_state_key(*optimizer_, s.value.unsafeGetTensorImpl()));
     if (it == optimizer_->state().end()) {  // before the first step: zero moments
-      avg.push_back(at::zeros({s.length}, options_));
-      avg_sq.push_back(at::zeros({s.length}, options_));
+      to_avg.zero_();
+      to_avg_sq.zero_();
       continue;
     }
     const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    avg.push_back(st.exp_avg());
-    avg_sq.push_back(st.exp_avg_sq());
+    to_avg.copy_(st.exp_avg().reshape({-1}), /*non_blocking=*/pinned);
+    to_avg_sq.copy_(st.exp_avg_sq().reshape({-1}), /*non_blocking=*/pinned);
   }
-  const auto cat = [&](const std::vector<at::Tensor>& parts) {
-    return parts.empty() ? at::zeros({0}, at::TensorOptions(at::kFloat)) : at::cat(parts).cpu();
-  };
-  torch::serialize::OutputArchive archive;
-  archive.write("segments", at::tensor(table, at::TensorOptions(at::kLong)).view({-1, 2}));
-  archive.write("exp_avg", cat(avg));
-  archive.write("exp_avg_sq", cat(avg_sq));
-  archive.write("logical_size", at::scalar_tensor(logical_size_, at::TensorOptions(at::kLong)));
-  archive.write("step", at::scalar_tensor(step, at::TensorOptions(at::kLong)));
-  const std::string name = optimizer_shard_file(rank, world);
-  archive.save_to((dir / name).string());
-  const CheckpointFile mine = describe_checkpoint_file(dir, name);
-  if (rank != 0) {
-    group_.publish(checkpoint_key(step, name), std::to_string(mine.bytes) + " " + mine.sha256);
-    return {mine};
-  }
-  std::vector<CheckpointFile> files{mine};
-  for (int r = 1; r < world; ++r) {
-    const std::string other = optimizer_shard_file(r, world);
-    const std::string entry = group_.receive(checkpoint_key(step, other));
-    const size_t space = entry.find(' ');
-    files.push_back({other, std::stoll(entry.substr(0, space)), entry.substr(space + 1)});
-  }
-  return files;
+  auto archive = std::make_unique<torch::serialize::OutputArchive>();
+  archive->write("segments", at::tensor(table, at::TensorOptions(at::kLong)).view({-1, 2}));
+  archive->write("exp_avg", avg);
+  archive->write("exp_avg_sq", avg_sq);
+  archive->write("logical_size", at::scalar_tensor(logical_size_, at::TensorOptions(at::kLong)));
+  archive->write("step", at::scalar_tensor(step, at::TensorOptions(at::kLong)));
+  return std::make_unique<ShardSnapshot>(group_, step, std::move(archive));
 }
 
 void ShardedStep::load_optimizer(const fs::path& dir, const std::vector<CheckpointFile>& files, int64_t step) {

@@ -56,7 +56,7 @@ class ShardedStep final : public StepEngine {
   void end_backward(bool last) override;
   double clip_gradients(double max_norm) override;
   void step(double lr) override;
-  std::vector<CheckpointFile> save_optimizer(const std::filesystem::path& dir, int64_t step) override;
+  std::unique_ptr<OptimizerSnapshot> snapshot_optimizer(int64_t step, HostBuffers& host) override;
   void load_optimizer(const std::filesystem::path& dir, const std::vector<CheckpointFile>& files,
                       int64_t step) override;
   int64_t optimizer_state_bytes() const override;

@@ -15,8 +15,8 @@ constexpr int64_t kWarmStepsBeforeCapture = 1;
 
 }  // namespace
 
-StepGraph::StepGraph(at::Device device, QuantSession& session)
-    : device_(device), session_(session), stream_(device) {
+StepGraph::StepGraph(at::Device device, QuantSession& session, std::vector<at::Tensor> parameters)
+    : device_(device), session_(session), stream_(device), parameters_(std::move(parameters)) {
   // What was queued on the default stream before (the model's initialization) is done before
   // anything on the side stream reads it.
   compat::synchronize(device_);
@@ -49,6 +49,9 @@ at::Tensor StepGraph::run(const MicroBatchPasses& passes, const std::vector<Toke
   // same as uint32 in the kernels.
   step_word_.fill_(static_cast<int64_t>(step));
   graph_.replay();
+  // The step engine dropped the gradients before the step (zero_gradients); the replay wrote
+  // this step's into the tensors the capture made.
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = gradients_[i];
   ++replays_;
   return losses_;
 }
@@ -75,6 +78,8 @@ void StepGraph::capture(const MicroBatchPasses& passes, const std::vector<TokenB
                              error_line(e) + "); run it with train.cuda_graphs: off");
   }
   session_.device_step = nullptr;
+  gradients_.clear();
+  for (const at::Tensor& p : parameters_) gradients_.push_back(p.grad());
   captured_ = true;
   ++captures_;
 }

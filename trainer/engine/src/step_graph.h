@@ -7,8 +7,9 @@
 // What a graph keeps fixed and how each step still gets its own values: the micro-batches are
 // copied into the tensors the capture read; the step that keys stochastic rounding and random
 // Hadamard signs is read by the kernels from a device word written before each replay
-// (RngKey::step_source); gradients are accumulated into the same storage every step (the step
-// engine zeroes them in place). What a graph cannot replay runs eagerly: a step that records
+// (RngKey::step_source); the gradients are the tensors the capture made (autograd takes the
+// first micro-batch's as the gradient and adds the others, as in an eager step), handed back to
+// the parameters after each replay. What a graph cannot replay runs eagerly: a step that records
 // quantization telemetry (it reads counters back to the host), and the steps of a precision
 // phase before its capture. A new phase drops the graph and captures the new plans.
 #pragma once
@@ -34,7 +35,7 @@ class StepGraph {
  public:
   // Graphs the passes of a run on `device` (a CUDA device; this thread's current stream becomes
   // a side stream of it for the graph's lifetime).
-  StepGraph(at::Device device, QuantSession& session);
+  StepGraph(at::Device device, QuantSession& session, std::vector<at::Tensor> parameters);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -62,6 +63,8 @@ class StepGraph {
   std::vector<TokenBatch> inputs_;  // what the capture read: the batches are copied in
   at::Tensor step_word_;            // int32 on the device: the step the replay is for
   at::Tensor losses_;               // the captured passes' loss sum
+  std::vector<at::Tensor> parameters_;
+  std::vector<at::Tensor> gradients_;  // each parameter's gradient as the capture left it
   int64_t replays_ = 0, captures_ = 0;
 };
 

@@ -197,18 +197,6 @@ inline void set_current_device(const at::Device& device) {
   (void)device;
 }
 
-// Every tensor of `tensors` set to zero in place, keeping its storage: one launch where the
-// multi-tensor kernels exist.
-inline void zero_in_place(at::TensorList tensors) {
-#if MXABLATE_TRAINER_CUDA && MXABLATE_TRAINER_TORCH_AT_LEAST(2, 1)
-  if (!tensors.empty() && has_multi_tensor_kernels(tensors.front().device())) {
-    at::_foreach_zero_(tensors);
-    return;
-  }
-#endif
-  for (const at::Tensor& t : tensors) const_cast<at::Tensor&>(t).zero_();
-}
-
 inline constexpr bool kHasCudaGraphs = MXABLATE_TRAINER_CUDA_GRAPHS != 0;
 
 // A side stream of `device` made this thread's current stream while the object lives: CUDA

@@ -38,7 +38,9 @@
 #include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/stop_signals.h"
 #include "mxablate/trainer/training_plan.h"
+#include "checkpoint_writer.h"
 #include "data_parallel.h"
+#include "host_buffers.h"
 #include "run_setup.h"
 #include "error_line.h"
 #include "step_profiler.h"
@@ -65,7 +67,8 @@ class TrainingRun::Loop {
                                                                      options.profile_last_step,
                                                                      options.profile_trace})
                       : std::nullopt,
-                  setup.device) {}
+                  setup.device),
+        writer_(!options.synchronous_checkpoints) {}
 
   int run() {
     install_stop_signal_handlers();
@@ -192,7 +195,13 @@ class TrainingRun::Loop {
     if (used) {
       restored_from_ = *used;
       detector_.restore(state_.divergence);
-      const int64_t discard_after = history.checkpoint_seq(*used, state_.step).value_or(state_.events_seq);
+      // The timeline that survives ends where the checkpoint was taken: its last event then is
+      // state.json's events_seq. The checkpoint's own event survives too when it came right
+      // after; written once the write was seen complete (docs/design.md §4, "Checkpoints and
+      // exact resume"), it may come after later steps' events, which are lost with it, and a
+      // write killed after publishing has none.
+      const std::optional<int64_t> event = history.checkpoint_seq(*used, state_.step);
+      const int64_t discard_after = event && *event == state_.events_seq + 1 ? *event : state_.events_seq;
       events_->resume(progress(), discard_after, *used);
     } else {
       events_->resume(progress(), 0, "");
@@ -431,19 +440,26 @@ class TrainingRun::Loop {
     if (s_.plan.eval_due(tokens_before, state_.tokens) || state_.step == s_.plan.total_steps) {
       if (const auto code = evaluate_and_judge()) return code;
     }
+    collect_checkpoint(false);  // the write in flight, if it has finished
     bool checkpointed = false;
     const int64_t every = s_.config.checkpoint.every_steps;
     if (every > 0 && state_.step % every == 0 && state_.step < s_.plan.total_steps) {
-      checkpoint();
+      checkpoint(options_.synchronous_checkpoints);
       checkpointed = true;
     }
 
-    const bool faults_here = options_.fault_rank < 0 || options_.fault_rank == s_.rank.rank;
-    if (faults_here && state_.step == options_.signal_at_step) std::raise(SIGTERM);
-    if (faults_here && state_.step == options_.crash_at_step) std::_Exit(137);
+    if (faults_here() && state_.step == options_.signal_at_step) std::raise(SIGTERM);
+    if (state_.step == options_.crash_at_step) {
+      // A kill after step N finds on disk what it found when checkpoints were written in place:
+      // every rank first finishes its write in flight (a kill during a write is
+      // crash_writing_checkpoint's).
+      collect_checkpoint(true);
+      if (faults_here()) std::_Exit(137);
+    }
     const int sig = dp_ ? (stop_agreed ? SIGTERM : 0) : stop_signal_received();
     if (sig != 0) {
-      if (!checkpointed) checkpoint();
+      // The stop's checkpoint is complete and published before the run ends (finish waits too).
+      if (!checkpointed) checkpoint(true);
       const int local = stop_signal_received();
       return finish(contract::run_status::kInterrupted, exit_code::kInterrupted,
                     (local != 0 ? local : sig) == SIGINT ? "SIGINT" : "SIGTERM");
@@ -452,25 +468,67 @@ class TrainingRun::Loop {
   }
 
   // Every rank takes part (a sharded run's ranks each write their optimizer shard); rank 0 writes
-  // the rest and records it.
-  void checkpoint() {
+  // the rest and records it. On the training thread: the snapshot into host memory, and first
+  // waiting for the previous write if it is still going (at most one in flight); the writing
+  // itself runs beside training (docs/design.md §4, "Checkpoints and exact resume"), unless
+  // `wait`. All of it is checkpoint_s.
+  void checkpoint(bool wait) {
     compat::synchronize(s_.device);  // as for evaluations: the steps before are training time
     const Clock::time_point checkpoint_start = Clock::now();
+    collect_checkpoint(true);
     state_.divergence = detector_.state();
     state_.events_seq = events_->last_seq();
-    const std::string path = save_checkpoint(options_.run_dir, *s_.model, *s_.engine, state_,
-                                             contract::to_json(s_.config), root());
-    if (!root()) {
-      checkpoint_s_ += seconds_between(checkpoint_start, Clock::now());
-      return;
-    }
-    events_->checkpoint(progress(), path);
-    prune_checkpoints(options_.run_dir, s_.config.checkpoint.keep);
+    auto snapshot = std::make_shared<CheckpointSnapshot>(snapshot_checkpoint(
+        options_.run_dir, *s_.model, *s_.engine, state_, contract::to_json(s_.config), root(), host_));
+    writer_.start(progress(), [snapshot, probe = write_probe(state_.step), run_dir = options_.run_dir,
+                               keep = s_.config.checkpoint.keep]() mutable {
+      const std::string path = write_checkpoint(*snapshot, probe);
+      snapshot.reset();
+      if (!path.empty()) prune_checkpoints(run_dir, keep);  // only once the new one is published
+      return path;
+    });
+    if (wait) collect_checkpoint(true);
     checkpoint_s_ += seconds_between(checkpoint_start, Clock::now());
+  }
+
+  // Takes the result of the write in flight once it has finished (`wait`: waits for it): rank 0
+  // records its checkpoint event; a write that failed throws its error here, on the training
+  // thread, and the run fails with the line a write in place gave.
+  void collect_checkpoint(bool wait) {
+    const auto written = writer_.collect(wait);
+    if (written && root()) events_->checkpoint(written->at, written->path);
+  }
+
+  bool faults_here() const { return options_.fault_rank < 0 || options_.fault_rank == s_.rank.rank; }
+
+  // Fault injection on the writer's thread (TrainOptions): killed during the write of checkpoint
+  // `step` (its files in the temporary directory), or just after publishing it.
+  CheckpointWriteProbe write_probe(int64_t step) const {
+    const bool while_writing = faults_here() && step == options_.crash_writing_checkpoint;
+    const bool after_publishing = faults_here() && step == options_.crash_after_checkpoint_published;
+    if (!while_writing && !after_publishing) return {};
+    return [while_writing, after_publishing](CheckpointWriteStage stage) {
+      if ((stage == CheckpointWriteStage::kFilesWritten && while_writing) ||
+          (stage == CheckpointWriteStage::kPublished && after_publishing))
+        std::_Exit(137);
+    };
   }
 
   int finish(const std::string& status, int code, const std::string& reason) {
     compat::synchronize(s_.device);
+    // The run's end waits for the checkpoint in flight, whose event comes before run_end. Its
+    // error fails the run here, unless the run is failing already (then the first error is the
+    // reason).
+    const Clock::time_point waited_from = Clock::now();
+    if (!failed_) {
+      collect_checkpoint(true);
+    } else {
+      try {
+        collect_checkpoint(true);
+      } catch (...) {
+      }
+    }
+    checkpoint_s_ += seconds_between(waited_from, Clock::now());
     const double wall = seconds_between(started_, Clock::now());
     RunEvents::End end;
     end.status = status;
@@ -485,6 +543,7 @@ class TrainingRun::Loop {
     end.eval_s = eval_s_;
     if (s_.graph) end.graphed_steps = s_.graph->replays();
     end.checkpoint_s = checkpoint_s_;
+    end.checkpoint_write_s = writer_.write_seconds();
     end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);
     events_->run_end(progress(), end);
     // run_end holds rank 0's peak; each rank of a sharded or replicated run says its own.
@@ -529,6 +588,8 @@ class TrainingRun::Loop {
   double standby_s_ = 0;
   bool prestarted_ = false;
   double setup_s_ = 0, eval_s_ = 0, checkpoint_s_ = 0;
+  HostBuffers host_;          // checkpoint snapshots' host copies, kept between checkpoints
+  CheckpointWriter writer_;   // last: its destructor waits for a write in flight
 };
 
 

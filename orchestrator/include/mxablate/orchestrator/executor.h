@@ -109,6 +109,15 @@ class Executor {
   virtual bool standby_ready(const std::string& /*run_id*/) const { return false; }
   // Lets a ready standby train: from now on it is an ordinary running attempt.
   virtual void release(const std::string& /*run_id*/) {}
+  // The standbys waiting for a slot that the attempt `run_id` holds.
+  virtual std::vector<std::string> standbys_behind(const std::string& /*run_id*/) const {
+    return {};
+  }
+  // The attempt `run_id` has written its run_end (its work is done, it tears down): its slot that
+  // `standby` waits for passes to that standby now, before the process exits (docs/design.md §9,
+  // "Busy slots"; the sweep loop decides when that is safe). The attempt itself stays running
+  // until collect_exits reports its end, as any other; its slot takes no new standby until then.
+  virtual void hand_over(const std::string& /*run_id*/, const std::string& /*standby*/) {}
   // Tells a standby to exit without training (closes its descriptor, then SIGTERM); its end
   // comes through collect_exits. It has written nothing; its run stays pending.
   virtual void abandon(const std::string& /*run_id*/) {}

@@ -65,11 +65,14 @@ class LocalExecutor : public Executor {
   // Prestart (executor.h): at most one standby per busy slot, started with the slot's
   // environment and MXABLATE_STANDBY_FD (the trainer's end of a socket pair; ours is closed on
   // exec in every other child, so only our own death or abandon() ends it with end of file).
-  // When the slot's trainer exits, the slot passes to its standby and stays busy until release.
+  // When the slot's trainer exits, or earlier through hand_over, the slot passes to its standby
+  // and stays busy until release.
   bool standby_room() const override;
   Launched prestart(const LaunchRequest& request) override;
   bool standby_ready(const std::string& run_id) const override;
   void release(const std::string& run_id) override;
+  std::vector<std::string> standbys_behind(const std::string& run_id) const override;
+  void hand_over(const std::string& run_id, const std::string& standby) override;
   void abandon(const std::string& run_id) override;
 
   // The pid of a running attempt (tests use it to kill a trainer behind the executor's back).

@@ -143,6 +143,9 @@ class CancelAwareWaker : public Waker {
  public:
   CancelAwareWaker(Waker& inner, const SlurmExecutor& executor) : inner_(inner), executor_(executor) {}
   void wait_for(std::chrono::milliseconds timeout) override { inner_.wait_for(timeout); }
+  void wait_for_readable(std::chrono::milliseconds timeout, int fd) override {
+    inner_.wait_for_readable(timeout, fd);
+  }
   int stop_requests() const override {
     return inner_.stop_requests() + (executor_.cancel_requested() ? 1 : 0);
   }

@@ -1,7 +1,8 @@
 // The sweep loop: registers the plan in the results store, launches pending runs in the
 // executor's free slots (a run of N ranks in N of them; SweepOptions::backfill), tails and ingests every running run's event log, decides what each
 // ended attempt means (result, failure, retry from checkpoint), prestarts the next run of a busy
-// slot as a standby (SweepOptions::prestart), enforces the per-run timeout,
+// slot as a standby (SweepOptions::prestart) and hands it the slot at the finishing run's run_end
+// (SweepOptions::handover), enforces the per-run timeout,
 // and on SIGINT/SIGTERM stops launching, asks the trainers to checkpoint and stop, records
 // their state and returns. Re-running the same plan continues where it stopped: finished runs
 // are skipped, attempts an earlier (killed) orchestrator left open are recovered first.
@@ -18,6 +19,7 @@
 #include "mxablate/orchestrator/progress.h"
 #include "mxablate/orchestrator/recipe.h"
 #include "mxablate/orchestrator/signal_watcher.h"
+#include "mxablate/orchestrator/slot_handover.h"
 #include "mxablate/results/store.h"
 
 namespace mxablate::orchestrator {
@@ -40,6 +42,10 @@ struct SweepOptions {
   // setup and starts training the moment the slot frees. Off (`--no-prestart`) when a model's
   // weights and optimizer state do not fit twice in one device's memory.
   bool prestart = true;
+  // When a slot passes to its standby (slot_handover.h): at the finishing run's run_end where
+  // the memory plan says both fit, else at its exit. The default knows no GPU memory: CPU runs
+  // at run_end, GPU runs at exit.
+  HandoverRule handover;
 };
 
 struct SweepResult {
@@ -56,6 +62,8 @@ struct SweepHooks {
   std::function<void(const std::string& run_id, Clock::time_point)> launched;
   std::function<void(const std::string& run_id, Clock::time_point)> prestarted;  // as a standby
   std::function<void(const std::string& run_id, Clock::time_point)> first_event;
+  // The attempt's run_end was ingested (before its exit is seen, or with it).
+  std::function<void(const std::string& run_id, Clock::time_point)> run_end_seen;
   std::function<void(const std::string& run_id, Clock::time_point)> exit_seen;
   std::function<void(size_t events, std::chrono::nanoseconds)> ingested;
 };

@@ -11,9 +11,9 @@
 //   time   a finite number >= 0;
 //   step, tokens  integers in [0, kMaxEventSeq];
 // and the fields its kind requires, of the right type (see the table in event_line.cpp).
-// Durations (run_end's setup_s, train_s, eval_s, checkpoint_s, standby_s) are never null: a
-// negative, non-finite or huge one makes the line bad, and so do train_s + eval_s + checkpoint_s
-// beyond wall_s (they are disjoint parts of it).
+// Durations (run_end's setup_s, train_s, eval_s, checkpoint_s, standby_s, checkpoint_write_s)
+// are never null: a negative, non-finite or huge one makes the line bad, and so do train_s +
+// eval_s + checkpoint_s beyond wall_s (they are disjoint parts of it).
 // Measurements (losses, norms, rates) may be null: that is how the writer records NaN/Inf, and
 // a non-finite loss is a divergence, i.e. data. A number that does not fit a double (1e999) is
 // not something the writer produces and makes the line bad.

@@ -23,7 +23,11 @@
 //                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?,
 //                  and (optional: older logs lack them) setup_s (process start → first step
 //                  ready, a standby's wait excluded), standby_s (waited for the slot), train_s,
-//                  eval_s, checkpoint_s (disjoint parts of wall_s); busy = train_s + eval_s
+//                  eval_s, checkpoint_s (disjoint parts of wall_s: checkpoint_s is the training
+//                  thread's share, the snapshots and any wait for a write); busy = train_s +
+//                  eval_s + checkpoint_s; checkpoint_write_s (optional: the checkpoint writer's
+//                  seconds, mostly beside training, so not a part of wall_s's split),
+//                  graphed_steps (optional: steps replayed from a captured CUDA graph)
 //
 // Durability: the writer flushes and fsyncs at eval, checkpoint and run_end boundaries, so a
 // crash loses at most the sampled train events since the last of those. A torn final line (no

@@ -58,6 +58,9 @@ class RunEvents {
     std::optional<double> setup_s, standby_s, train_s, eval_s, checkpoint_s;
     // Steps of this attempt replayed from a captured CUDA graph (step_graph.h); unset: omitted.
     std::optional<int64_t> graphed_steps;
+    // Seconds the checkpoint writer spent writing (mostly beside training, so not a part of
+    // wall_s's split); unset: omitted.
+    std::optional<double> checkpoint_write_s;
   };
   int64_t run_end(Progress p, const End& end);
 

@@ -7,12 +7,20 @@
 // state.json): each tensor file's size and SHA-256 against state.json, then every tensor's name,
 // shape and dtype against the model and the optimizer, and the RNG state's size. A checkpoint
 // that fails is rejected with one line saying why, and the model and optimizer are untouched.
+//
+// Saving has two halves (docs/design.md §4, "Checkpoints and exact resume"): snapshot_checkpoint
+// copies everything into host memory on the training thread; write_checkpoint serializes, writes,
+// fsyncs and publishes it, on the checkpoint writer's thread (checkpoint_writer.h) while training
+// goes on, or right away (save_checkpoint). Both give the same files.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
+#include <torch/serialize/output-archive.h>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,12 +30,46 @@
 
 namespace mxablate::trainer {
 
-class StepEngine;  // the run's optimizer step (trainer/engine/src/step_engine.h)
+class StepEngine;          // the run's optimizer step (step_engine.h)
+class OptimizerSnapshot;   // its state, copied to the host (step_engine.h)
+class HostBuffers;         // host copies kept between checkpoints (trainer/engine/src/host_buffers.h)
 
-// Writes RUN_DIR/checkpoints/step-XXXXXXXX and returns its path. Every rank of a run calls it at
-// the same step: rank 0 (`root`) writes the model, the RNG state and state.json and publishes the
-// directory; the optimizer state is the step engine's (one file, or one shard per rank written by
-// each rank into the directory rank 0 made). Other ranks return "".
+// A checkpoint as of one step, in host memory: what write_checkpoint writes. Holds nothing the
+// training loop changes afterwards, so it can be written while the loop trains on.
+struct CheckpointSnapshot {
+  CheckpointSnapshot();
+  ~CheckpointSnapshot();
+  CheckpointSnapshot(CheckpointSnapshot&&) noexcept;
+  CheckpointSnapshot& operator=(CheckpointSnapshot&&) noexcept;
+
+  std::string run_dir;
+  TrainerState state;
+  nlohmann::json run_config;
+  bool root = false;
+  std::unique_ptr<torch::serialize::OutputArchive> model, rng;  // rank 0's: model.pt, rng.pt
+  std::unique_ptr<OptimizerSnapshot> optimizer;                  // this rank's optimizer files
+};
+
+// Copies the model (parameters, buffers, as Module::save archives them), the CPU generator's
+// state and this rank's optimizer state into `host`'s buffers, with one synchronization of the
+// model's device. Every rank of a run calls it at the same step; only rank 0 (`root`) copies the
+// model and the generator, which it alone writes.
+CheckpointSnapshot snapshot_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
+                                       const TrainerState& state, const nlohmann::json& run_config, bool root,
+                                       HostBuffers& host);
+
+// Where a checkpoint's write has got to, for fault injection (TrainOptions): its tensor files are
+// in the temporary directory (not yet state.json), or the directory has been published.
+enum class CheckpointWriteStage { kFilesWritten, kPublished };
+using CheckpointWriteProbe = std::function<void(CheckpointWriteStage)>;
+
+// Writes RUN_DIR/checkpoints/step-XXXXXXXX from `snapshot` and returns its path: rank 0 writes the
+// model, the RNG state and state.json and publishes the directory; the optimizer state is the step
+// engine's (one file, or one shard per rank written by each rank into the directory rank 0 made).
+// Other ranks return "". Throws on any failure (one line), leaving at most a temporary directory.
+std::string write_checkpoint(CheckpointSnapshot& snapshot, const CheckpointWriteProbe& probe = {});
+
+// Both halves on the calling thread.
 std::string save_checkpoint(const std::string& run_dir, torch::nn::Module& model, StepEngine& engine,
                             const TrainerState& state, const nlohmann::json& run_config, bool root);
 // Size and SHA-256 of `name` in `dir`, after it is fsynced: its line in state.json.

@@ -24,6 +24,18 @@
 namespace mxablate::trainer {
 
 class DataParallel;
+class HostBuffers;  // host copies for checkpoints (trainer/engine/src/host_buffers.h)
+
+// This rank's optimizer state as a checkpoint holds it, copied to host memory. write() may run on
+// another thread than the training loop's and touches nothing training changes (a sharded run's
+// snapshot meets the other ranks' through the c10d store, never through a collective).
+class OptimizerSnapshot {
+ public:
+  virtual ~OptimizerSnapshot() = default;
+  // Writes this rank's optimizer files into `dir` (a directory all ranks see), fsynced, and
+  // returns on rank 0 every rank's files (it gathers them), on the others their own.
+  virtual std::vector<CheckpointFile> write(const std::filesystem::path& dir) = 0;
+};
 
 class StepEngine {
  public:
@@ -42,13 +54,15 @@ class StepEngine {
   // updated weights.
   virtual void step(double lr) = 0;
 
-  // Checkpoints (checkpoint.h). save_optimizer writes this rank's optimizer files into `dir` (a
-  // directory all ranks see) and returns, on rank 0, every rank's files (it gathers them), on the
-  // others their own. load_optimizer restores from the files of a verified checkpoint taken
-  // after `step` steps; throws CheckpointRejected when they do not fit this run's optimizer (with
-  // nothing changed) and contract::ConfigError when the checkpoint's layout is one this engine
-  // cannot take (a replicated checkpoint into a sharded run, or the reverse).
-  virtual std::vector<CheckpointFile> save_optimizer(const std::filesystem::path& dir, int64_t step) = 0;
+  // Checkpoints (checkpoint.h), in two halves so that the writing is off the training thread
+  // (docs/design.md §4, "Checkpoints and exact resume"). snapshot_optimizer, on the training
+  // thread, copies this rank's optimizer state into `host` (the copies are complete once
+  // host.end() has synchronized) and returns what writes it; the snapshot's write() then runs on
+  // the checkpoint writer's thread. load_optimizer restores from the files of a verified
+  // checkpoint taken after `step` steps; throws CheckpointRejected when they do not fit this run's
+  // optimizer (with nothing changed) and contract::ConfigError when the checkpoint's layout is one
+  // this engine cannot take (a replicated checkpoint into a sharded run, or the reverse).
+  virtual std::unique_ptr<OptimizerSnapshot> snapshot_optimizer(int64_t step, HostBuffers& host) = 0;
   virtual void load_optimizer(const std::filesystem::path& dir, const std::vector<CheckpointFile>& files,
                               int64_t step) = 0;
 

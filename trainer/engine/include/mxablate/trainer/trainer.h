@@ -37,8 +37,19 @@ struct TrainOptions {
   // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
   int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
   int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
-  int64_t crash_at_step = -1;             // _exit(137) after step N, flushing nothing (kill -9)
-  int fault_rank = -1;  // the rank of a data-parallel run the two above act on (-1: every rank)
+  // _exit(137) after step N, flushing nothing (kill -9), once every rank's checkpoint write in
+  // flight has finished: what was on disk when checkpoints were written in place.
+  int64_t crash_at_step = -1;
+  // _exit(137) on the checkpoint writer's thread while checkpoint N is written: its files are in
+  // the temporary directory, state.json and the rename are not done (training may be steps on).
+  int64_t crash_writing_checkpoint = -1;
+  // _exit(137) on rank 0's writer thread just after checkpoint N is published, before the training
+  // thread has recorded its event.
+  int64_t crash_after_checkpoint_published = -1;
+  int fault_rank = -1;  // the rank of a data-parallel run the faults above act on (-1: every rank)
+  // Checkpoints written on the training thread, as before they had a writer thread of their own
+  // (docs/design.md §4, "Checkpoints and exact resume"): for tests that compare the two.
+  bool synchronous_checkpoints = false;
   // A Kineto trace of optimizer steps [profile_first_step, profile_last_step] written to
   // profile_trace by rank 0 (0: no profiling; step_profiler.h).
   int64_t profile_first_step = 0;
