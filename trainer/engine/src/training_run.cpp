@@ -540,8 +540,7 @@ class TrainingRun::Loop {
                            status == contract::run_status::kDiverged);
     const Clock::time_point waited_from = Clock::now();
     if (for_good) {
-      // collect_checkpoint(false) below records a write that has already completed.
-      collect_checkpoint(false);
+      collect_checkpoint(false);  // records a write that has completed already; no wait
     } else if (!failed_) {
       collect_checkpoint(true);
     } else {
@@ -550,7 +549,7 @@ class TrainingRun::Loop {
       } catch (...) {
       }
     }
-    checkpoint_s_ += seconds_between(waited_from, Clock::now());
+    if (!for_good) checkpoint_s_ += seconds_between(waited_from, Clock::now());
     const double wall = seconds_between(started_, Clock::now());
     RunEvents::End end;
     end.status = status;
