@@ -10,7 +10,7 @@
 #
 # With --grid, then the paper grid through `mxablate run` (bench-paper-grid.sh) once per
 # argument set given (";"-separated, e.g. "--per-gpu 1;--per-gpu 2"), on GPUs $MXABLATE_BENCH_GPU
-# (default 0). With --profile, the benchmark also writes and summarizes a Kineto trace per arm.
+# (default 0) or those a set names before a colon ("0,1:--per-gpu 2"). With --profile, the benchmark also writes and summarizes a Kineto trace per arm.
 #
 #   scripts/gpu-graph-check.sh [--no-tests] [--no-bench] [--only MODEL] [--profile] [--grid ARGSETS]
 set -uo pipefail
@@ -66,8 +66,11 @@ if [ -n "$GRID" ]; then
     if [ $((SECONDS - T0)) -gt "${MXABLATE_GRID_START_BY_S:-420}" ]; then
       echo "gpu-graph-check: grid set '${SETS[$i]}' skipped: $((SECONDS - T0)) s have passed"; continue
     fi
+    set_gpus=${MXABLATE_BENCH_GPU:-0} set_args=${SETS[$i]}
+    if [[ $set_args == *:* ]]; then set_gpus=${set_args%%:*}; set_args=${set_args#*:}; fi
     # shellcheck disable=SC2086  # each set is a list of mxablate run arguments
-    MXABLATE_GPU_BUILD_DIR=$BUILD MXABLATE_BENCH_OUT=/tmp/grid-$i bash scripts/bench-paper-grid.sh .carry/data-default ${SETS[$i]} 2>&1 |
+    MXABLATE_BENCH_GPU=$set_gpus MXABLATE_GPU_BUILD_DIR=$BUILD MXABLATE_BENCH_OUT=/tmp/grid-$i \
+      bash scripts/bench-paper-grid.sh .carry/data-default $set_args 2>&1 |
       tee "$OUT/grid-$i.log"
   done
 fi

@@ -185,12 +185,6 @@ TEST_CASE("A stop leaves its step's checkpoint published before the process exit
 TEST_CASE("A checkpoint write that fails ends the run with the one line a write in place gives (exit 1)",
           "[train][checkpoint]") {
   contract::RunConfig c = writer_config();
-  int64_t step = 0;
-  SECTION("the failure is seen at a later step") { step = 4; }
-  SECTION("the only checkpoint is the last before the end: seen when the run ends") {
-    c.checkpoint.every_steps = 15;
-    step = 15;
-  }
   std::vector<std::string> reasons;
   for (const std::string mode : {"--debug-synchronous-checkpoints", ""}) {
     const std::string dir = fresh_run_dir("writer_fails" + std::string(mode.empty() ? "" : "_sync"));
@@ -200,12 +194,29 @@ TEST_CASE("A checkpoint write that fails ends the run with the one line a write 
     CHECK(r.exit_code == 1);
     const std::string reason = failure_reason(dir);
     REQUIRE(reason.find(dir) != std::string::npos);
-    char name[32];
-    std::snprintf(name, sizeof name, "step-%08lld.tmp", static_cast<long long>(step));
-    CHECK_THAT(reason, has_text(name));
+    CHECK_THAT(reason, has_text("step-00000004.tmp"));  // seen at a later step
     CHECK(reason.find('\n') == std::string::npos);
     CHECK_THAT(r.output, has_text("mxablate-train: " + reason + "\n"));
     reasons.push_back(std::string(reason).replace(reason.find(dir), dir.size(), "RUN_DIR"));
   }
   CHECK(reasons[0] == reasons[1]);
+}
+
+TEST_CASE("A run that ended for good records run_end before its last checkpoint's write is done, and exits after it",
+          "[train][checkpoint]") {
+  // The only checkpoint is the last step's but one: still being written when the budget ends.
+  // (A failure of that write is a warning if it is seen after run_end and the run's failure if
+  // the training thread sees it first: a race this test leaves alone.)
+  contract::RunConfig c = writer_config();
+  c.checkpoint.every_steps = 15;
+  const std::string dir = fresh_run_dir("writer_at_end");
+  const TrainResult r = run_train(dir, &c);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto events = effective_events(dir);
+  CHECK(events.back()["kind"] == "run_end");
+  CHECK(events.back()["status"] == "budget_exhausted");
+  // The process waited for the write: the checkpoint is complete on disk, nothing half-written.
+  CHECK(fs::exists(fs::path(dir) / "checkpoints" / "step-00000015" / "state.json"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "checkpoints" / "step-00000015.tmp"));
 }

@@ -399,7 +399,7 @@ TEST_CASE("Bad configs and misuse exit with status 2 and one clear line", "[trai
   expect_bad(c, "model: expected one of smoke, llama-5m");
   c = smoke_config();
   c.data.dataset = "/nonexistent/data";
-  expect_bad(c, "data.dataset: /nonexistent/data/manifest.json: cannot open");
+  expect_bad(c, "data.dataset: /nonexistent/data/manifest.json: does not exist (is this a prepared data directory?)");
   c = smoke_config();
   c.precision.wgrad = contract::GemmPrecision::kMXFP4;
   c.train.global_batch_tokens = 64 * 3;  // 192 tokens: fine for blocks of 32…

@@ -499,6 +499,18 @@ class TrainingRun::Loop {
     if (written && root()) events_->checkpoint(written->at, written->path);
   }
 
+  // The write still in flight when a run ended for good: finished before the process exits (a
+  // kill meanwhile leaves a temporary directory, never a damaged checkpoint), without an event
+  // (run_end is the attempt's last); its failure costs no result, so it is a warning.
+  void after_end_write() {
+    try {
+      writer_.collect(true);
+    } catch (const std::exception& e) {
+      std::cerr << "mxablate-train: warning: the checkpoint written as the run ended was not completed: "
+                << error_line(e) << "\n";
+    }
+  }
+
   bool faults_here() const { return options_.fault_rank < 0 || options_.fault_rank == s_.rank.rank; }
 
   // Fault injection on the writer's thread (TrainOptions): killed during the write of checkpoint
@@ -516,11 +528,20 @@ class TrainingRun::Loop {
 
   int finish(const std::string& status, int code, const std::string& reason) {
     compat::synchronize(s_.device);
-    // The run's end waits for the checkpoint in flight, whose event comes before run_end. Its
-    // error fails the run here, unless the run is failing already (then the first error is the
-    // reason).
+    // A one-rank run that ended for good (its budget, its target, divergence) is never resumed:
+    // the checkpoint still being written serves nothing, so run_end comes first and the slot
+    // passes on to the next run (docs/design.md §9), while this process stays to finish the
+    // write (after_end_write). Otherwise the end waits for the checkpoint in flight, whose event
+    // comes before run_end; its error fails the run here, unless the run is failing already
+    // (then the first error is the reason).
+    const bool for_good = !dp_ && !failed_ &&
+                          (status == contract::run_status::kConverged ||
+                           status == contract::run_status::kBudgetExhausted ||
+                           status == contract::run_status::kDiverged);
     const Clock::time_point waited_from = Clock::now();
-    if (!failed_) {
+    if (for_good) {
+      collect_checkpoint(false);  // records a write that has completed already; no wait
+    } else if (!failed_) {
       collect_checkpoint(true);
     } else {
       try {
@@ -528,7 +549,7 @@ class TrainingRun::Loop {
       } catch (...) {
       }
     }
-    checkpoint_s_ += seconds_between(waited_from, Clock::now());
+    if (!for_good) checkpoint_s_ += seconds_between(waited_from, Clock::now());
     const double wall = seconds_between(started_, Clock::now());
     RunEvents::End end;
     end.status = status;
@@ -546,6 +567,7 @@ class TrainingRun::Loop {
     end.checkpoint_write_s = writer_.write_seconds();
     end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);
     events_->run_end(progress(), end);
+    if (for_good) after_end_write();
     // run_end holds rank 0's peak; each rank of a sharded or replicated run says its own.
     if (dp_ && end.peak_gpu_bytes > 0) {
       // One write, so that the ranks' lines do not interleave.
