@@ -45,9 +45,8 @@ at::Tensor StepGraph::run(const MicroBatchPasses& passes, const std::vector<Toke
     inputs_[m].inputs.copy_(batches[m].inputs, /*non_blocking=*/true);
     inputs_[m].targets.copy_(batches[m].targets, /*non_blocking=*/true);
   }
-  // Step numbers fit int32 (the trainer refuses more steps than that), so the word reads the
-  // same as uint32 in the kernels.
-  step_word_.fill_(static_cast<int64_t>(step));
+  // The word is int32 on the device and read as uint32 by the kernels: the same 32 bits.
+  step_word_.fill_(static_cast<int64_t>(static_cast<int32_t>(step)));
   graph_.replay();
   // The step engine dropped the gradients before the step (zero_gradients); the replay wrote
   // this step's into the tensors the capture made.

@@ -2,7 +2,7 @@
 // "Graphed steps"). A small model's step is bound by launching its kernels: the host spends
 // longer queueing ~500 launches than the GPU spends running them. Captured once, the passes of
 // every later step are one launch, on the same kernels and the same memory, and compute the
-// same bits as the eager step (tests/gpu/step_graph_test.cpp holds us to it).
+// same bits as the eager step (tests/trainer/step_graph_run_test.cpp holds us to it).
 //
 // What a graph keeps fixed and how each step still gets its own values: the micro-batches are
 // copied into the tensors the capture read; the step that keys stochastic rounding and random
