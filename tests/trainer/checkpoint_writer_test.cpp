@@ -22,15 +22,9 @@ using nlohmann::json;
 
 namespace {
 
-// 16 steps, a train event every step, evaluations and checkpoints every 4 (three kept).
+// The resume tests' run with a train event every step.
 contract::RunConfig writer_config() {
-  contract::RunConfig c = smoke_config();
-  c.run_id = "writer-run";
-  c.train.max_tokens = 1024 * 16;
-  c.train.warmup_tokens = 1024 * 2;
-  c.eval.every_tokens = 1024 * 4;
-  c.checkpoint.every_steps = 4;
-  c.checkpoint.keep = 3;
+  contract::RunConfig c = resume_config("writer-run");
   c.telemetry.train_every_steps = 1;
   return c;
 }
@@ -70,6 +64,19 @@ std::string failure_reason(const std::string& run_dir) {
   REQUIRE(ends.size() == 1);
   CHECK(ends[0]["status"] == "failed");
   return ends[0].value("reason", "");
+}
+
+// Resumes the killed run in `dir`: it restarts from the checkpoint of `step` and ends as the
+// uninterrupted `reference`.
+void resume_to_reference(const std::string& dir, int64_t step, const std::vector<json>& reference) {
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto events = effective_events(dir);
+  const auto resumes = events_of_kind(events, "resume");
+  REQUIRE(resumes.size() == 1);
+  CHECK(resumes[0]["step"] == step);
+  check_same_run(events, reference);
 }
 
 }  // namespace
@@ -122,14 +129,7 @@ TEST_CASE("A kill while a checkpoint is being written resumes from the newest in
   CHECK_FALSE(fs::exists(checkpoints / "step-00000008"));
   CHECK(fs::exists(checkpoints / "step-00000004" / "state.json"));
 
-  const TrainResult resumed = run_train(dir, nullptr, "--resume");
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  const auto events = effective_events(dir);
-  const auto resumes = events_of_kind(events, "resume");
-  REQUIRE(resumes.size() == 1);
-  CHECK(resumes[0]["step"] == 4);
-  check_same_run(events, reference);
+  resume_to_reference(dir, 4, reference);
   CHECK_FALSE(fs::exists(checkpoints / "step-00000008.tmp"));  // the leftover is pruned
 }
 
@@ -143,14 +143,7 @@ TEST_CASE("A kill after a checkpoint is published, before its event, resumes fro
   CHECK(fs::exists(fs::path(dir) / "checkpoints" / "step-00000008" / "state.json"));
   for (const auto& e : events_of_kind(effective_events(dir), "checkpoint")) CHECK(e["step"] != 8);
 
-  const TrainResult resumed = run_train(dir, nullptr, "--resume");
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  const auto events = effective_events(dir);
-  const auto resumes = events_of_kind(events, "resume");
-  REQUIRE(resumes.size() == 1);
-  CHECK(resumes[0]["step"] == 8);
-  check_same_run(events, reference);
+  resume_to_reference(dir, 8, reference);
 }
 
 TEST_CASE("A stop leaves its step's checkpoint published before the process exits", "[train][resume][checkpoint]") {

@@ -68,6 +68,17 @@ contract::RunConfig smoke_config() {
   return c;
 }
 
+contract::RunConfig resume_config(const std::string& run_id) {
+  contract::RunConfig c = smoke_config();
+  c.run_id = run_id;
+  c.train.max_tokens = 1024 * 16;
+  c.train.warmup_tokens = 1024 * 2;
+  c.eval.every_tokens = 1024 * 4;
+  c.checkpoint.every_steps = 4;
+  c.checkpoint.keep = 3;
+  return c;
+}
+
 void use_every_random_stream(contract::RunConfig& c) {
   c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4,
                  contract::GemmPrecision::kMXFP4};

@@ -21,6 +21,8 @@ const std::string& test_dataset();
 
 // A smoke-model config on test_dataset() that trains in seconds.
 contract::RunConfig smoke_config();
+// The resume tests' run, named `run_id`: 16 steps, evaluations and checkpoints every 4 (three kept).
+contract::RunConfig resume_config(const std::string& run_id);
 // Every random stream in play: all three GEMMs in MXFP4, stochastic rounding of the gradients,
 // a per-step-random 16-point Hadamard rotation of Wgrad.
 void use_every_random_stream(contract::RunConfig& c);

@@ -21,17 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-// 16 steps, checkpoints every 4 (three kept), evaluations every 4.
-contract::RunConfig fallback_config() {
-  contract::RunConfig c = smoke_config();
-  c.run_id = "fallback-run";
-  c.train.max_tokens = 1024 * 16;
-  c.train.warmup_tokens = 1024 * 2;
-  c.eval.every_tokens = 1024 * 4;
-  c.checkpoint.every_steps = 4;
-  c.checkpoint.keep = 3;
-  return c;
-}
+contract::RunConfig fallback_config() { return resume_config("fallback-run"); }
 
 void rewrite_state(const fs::path& checkpoint, void (*change)(json&)) {
   std::ifstream in(checkpoint / "state.json");
