@@ -11,8 +11,10 @@
 #
 #   scripts/build-corpus.sh [--force]      MXABLATE_BUILD_DIR picks the build (default build/)
 #   scripts/build-corpus.sh --text-only    only extract the texts (no mxablate needed)
+#   scripts/build-corpus.sh --large        the large corpus instead (scripts/build-large-corpus.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${1:-}" = "--large" ] && exec bash scripts/build-large-corpus.sh "$@"
 
 BUILD_DIR=${MXABLATE_BUILD_DIR:-build}
 DATA_DIR=data

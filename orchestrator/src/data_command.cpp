@@ -13,6 +13,9 @@
 #ifdef MXABLATE_HAVE_DATA_PREPARE
 #include "mxablate/data/data_prepare.h"
 #endif
+#ifdef MXABLATE_HAVE_DATA_COLLECT
+#include "mxablate/data/corpus_collect.h"
+#endif
 
 namespace mxablate::cli {
 
@@ -52,6 +55,38 @@ void register_import_command(CLI::App& parent) {
   });
 }
 
+#ifdef MXABLATE_HAVE_DATA_COLLECT
+void register_collect_command(CLI::App& parent) {
+  auto options = std::make_shared<data::CollectOptions>();
+  auto sources = std::make_shared<std::vector<std::string>>();
+  CLI::App* collect = parent.add_subcommand(
+      "collect",
+      "Turn source trees (unpacked packages) into JSON-lines documents for `data prepare`: "
+      "source code, build files and prose are kept; binary, minified, generated and data-table "
+      "files and exact duplicates (across all sources, first copy kept) are dropped and counted. "
+      "Writes OUT/NAME.jsonl per source; an interrupted run resumes at the source it was in.");
+  collect->add_option("--source", *sources,
+                      "NAME=DIR, a source tree; several are deduplicated in the order given")
+      ->required();
+  collect->add_option("--out,-o", options->out_dir, "Output directory")->required();
+  collect->add_option("--sample-out", options->sample_dir,
+                      "Also write the documents of a sample of the kept files here");
+  collect->add_option("--sample-fraction", options->sample_fraction,
+                      "Share of the kept files in the sample (by a keyed hash of their bytes)")
+      ->capture_default_str();
+  collect->add_option("--sample-seed", options->sample_seed)->capture_default_str();
+  collect->add_option("--threads", options->threads, "Reading threads (0: all cores)");
+  collect->callback([options, sources] {
+    try {
+      for (const auto& s : *sources) options->sources.push_back(data::parse_collect_source(s));
+      data::collect_corpus(*options, std::cout);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 void register_data_command(CLI::App& app) {
@@ -76,6 +111,9 @@ void register_data_command(CLI::App& app) {
                       "SentencePiece character coverage")->capture_default_str();
   prepare->add_flag("--byte-fallback", options->byte_fallback,
                     "Encode unknown characters as UTF-8 bytes instead of <unk>");
+  prepare->add_flag("--keep-whitespace", options->keep_whitespace,
+                    "Train the tokenizer on the text as it is (source code): no normalization, "
+                    "spaces, tabs and line breaks kept");
   prepare->add_option("--tokenizer-sentences", options->tokenizer_max_sentences,
                       "Sentences sampled to train the tokenizer")->capture_default_str();
   prepare->add_option("--tokenizer-seed", options->tokenizer_seed)->capture_default_str();
@@ -103,6 +141,9 @@ void register_data_command(CLI::App& app) {
 #endif
 
   register_import_command(*data);
+#ifdef MXABLATE_HAVE_DATA_COLLECT
+  register_collect_command(*data);
+#endif
 
   auto dir = std::make_shared<std::string>();
   CLI::App* verify = data->add_subcommand(
@@ -122,7 +163,8 @@ void register_data_command(CLI::App& app) {
     std::cout << *dir << ": ok: vocabulary " << m.tokenizer.vocab_size << ", " << m.train.tokens
               << " train tokens in " << m.train.shards.size() << " shards, "
               << m.validation.tokens << " validation tokens, " << m.sources.size()
-              << " sources\n";
+              << " sources\n\n"
+              << data::composition_table(m);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <ostream>
 #include <stdexcept>
@@ -105,7 +106,7 @@ void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>
                      const std::string& model_prefix, int threads) {
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(o.tokenizer_seed));
   DocumentSentences sentences(files);
-  const std::unordered_map<std::string, std::string> args = {
+  std::unordered_map<std::string, std::string> args = {
       {"model_prefix", model_prefix},
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -117,6 +118,11 @@ void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>
       {"num_threads", std::to_string(threads)},
       {"minloglevel", "2"},
   };
+  if (o.keep_whitespace) {
+    args["normalization_rule_name"] = "identity";
+    args["remove_extra_whitespaces"] = "false";
+    args["allow_whitespace_only_pieces"] = "true";
+  }
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences);
   sentences.rethrow_input_error();
   if (!status.ok())
@@ -128,6 +134,7 @@ nlohmann::json options_json(const DataPrepareOptions& o) {
           {"vocab_size", o.vocab_size},
           {"character_coverage", o.character_coverage},
           {"byte_fallback", o.byte_fallback},
+          {"keep_whitespace", o.keep_whitespace},
           {"tokenizer_max_sentences", o.tokenizer_max_sentences},
           {"tokenizer_seed", o.tokenizer_seed},
           {"val_fraction", o.val_fraction},
@@ -157,7 +164,7 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
   Manifest m;
   m.options = options_json(o);
   for (const auto& f : files)
-    m.sources.push_back({f, static_cast<int64_t>(fs::file_size(f)), sha256_file(f), 0});
+    m.sources.push_back({f, static_cast<int64_t>(fs::file_size(f)), sha256_file(f), 0, 0, 0});
 
   // The tokenizer: train one on the inputs, or copy the given model beside the shards so the
   // data directory is self-contained.
@@ -211,7 +218,10 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
     for (auto& w : workers) w.join();
     for (const auto& e : errors)
       if (!e.empty()) throw std::runtime_error(files[source] + ": encoding failed: " + e);
+    auto& counted = m.sources[source];
+    for (const auto& doc : batch) counted.text_bytes += static_cast<int64_t>(doc.size());
     for (const auto& ids : encoded) {
+      counted.tokens += static_cast<int64_t>(ids.size());
       if (is_validation_document(o.split_seed, document_index++, o.val_fraction)) {
         validation.append_document(ids);
       } else {
@@ -239,6 +249,13 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
                              " documents); raise --val-fraction or add text");
 
   write_manifest(partial.string(), m);
+  const std::string composition = composition_table(m);
+  {
+    std::ofstream table(partial / kCompositionFile);
+    table << composition;
+    if (!table.flush())
+      throw std::runtime_error((partial / kCompositionFile).string() + ": write failed");
+  }
   if (fs::exists(out)) fs::remove_all(out);
   fs::rename(partial, out);
   int64_t source_bytes = 0;
@@ -247,7 +264,8 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
       << " documents, " << m.train.shards.size() << " shards), " << m.validation.tokens
       << " validation tokens (" << m.validation.documents << " documents), vocabulary "
       << m.tokenizer.vocab_size << ", from " << files.size() << " sources (" << source_bytes
-      << " bytes) in " << seconds_since(t0) << " s -> " << o.out_dir << "\n";
+      << " bytes) in " << seconds_since(t0) << " s -> " << o.out_dir << "\n"
+      << composition;
   return m;
 }
 

@@ -76,7 +76,8 @@ json to_json(const Manifest& m) {
   json sources = json::array();
   for (const auto& s : m.sources)
     sources.push_back(
-        {{"path", s.path}, {"bytes", s.bytes}, {"sha256", s.sha256}, {"documents", s.documents}});
+        {{"path", s.path}, {"bytes", s.bytes}, {"sha256", s.sha256}, {"documents", s.documents},
+         {"text_bytes", s.text_bytes}, {"tokens", s.tokens}});
   const TokenizerInfo& t = m.tokenizer;
   return {{"version", m.version},
           {"tokenizer",
@@ -127,6 +128,14 @@ Manifest manifest_from_json(const json& j) {
                          required<int64_t>(sources[i], "bytes", w),
                          required<std::string>(sources[i], "sha256", w),
                          required<int64_t>(sources[i], "documents", w)});
+    // Older directories have no per-source counts: -1, shown as unknown.
+    for (auto [key, field] : {std::pair{"text_bytes", &m.sources.back().text_bytes},
+                              std::pair{"tokens", &m.sources.back().tokens}}) {
+      if (!sources[i].contains(key)) continue;
+      *field = required<int64_t>(sources[i], key, w);
+      if (*field < -1)
+        throw DataError(w + "." + key + ": must be >= -1, got " + std::to_string(*field));
+    }
   }
   if (j.contains("options")) m.options = j.at("options");
   return m;

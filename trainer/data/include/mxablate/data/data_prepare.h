@@ -19,6 +19,10 @@ struct DataPrepareOptions {
   int64_t vocab_size = 4096;        // for a trained tokenizer
   double character_coverage = 0.9999;
   bool byte_fallback = false;       // unknown characters become UTF-8 byte tokens, not <unk>
+  // Text as it is (source code): no Unicode normalization, runs of spaces, tabs and line breaks
+  // kept and learnable as pieces. Off: SentencePiece's default (NFKC, whitespace collapsed),
+  // right for prose. Applies to a trained tokenizer; a given one brings its own.
+  bool keep_whitespace = false;
   int64_t tokenizer_max_sentences = 2000000;  // sampled for training (bounds memory on big data)
   uint64_t tokenizer_seed = 1;
   double val_fraction = kDefaultValFraction;  // of the documents, by a keyed hash of the index
@@ -29,7 +33,8 @@ struct DataPrepareOptions {
 };
 
 // Validates the options (std::invalid_argument naming the option), then runs. Writes into
-// OUT_DIR.partial and renames it to OUT_DIR only when complete. Progress lines go to `log`.
+// OUT_DIR.partial and renames it to OUT_DIR only when complete, with the composition table
+// (manifest.h) beside the manifest. Progress lines go to `log`.
 Manifest prepare_data(const DataPrepareOptions& options, std::ostream& log);
 
 }  // namespace mxablate::data

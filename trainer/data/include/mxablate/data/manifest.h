@@ -33,6 +33,10 @@ struct SourceInfo {
   int64_t bytes = 0;
   std::string sha256;
   int64_t documents = 0;
+  // Counted while encoding (both splits; tokens include each document's end-of-document token).
+  // -1: not recorded (a directory prepared before sources counted them).
+  int64_t text_bytes = -1;  // the documents' UTF-8 text, without the file's JSON or separators
+  int64_t tokens = -1;
 };
 
 struct TokenizerInfo {
@@ -61,6 +65,13 @@ nlohmann::json to_json(const Manifest& m);
 // Strict: a missing key, a wrong type, a number that does not fit its field or a string that is
 // not UTF-8 is a DataError naming the key path ("splits.train.shards[0].tokens: …").
 Manifest manifest_from_json(const nlohmann::json& j);
+
+// The composition of a prepared directory, one row per source (its file name without the
+// .jsonl/.json/.txt extension and directory): file bytes, text bytes, documents, tokens, share of
+// the tokens, text bytes per token, and a total row. A Markdown table: `data prepare` writes it beside the manifest as
+// composition.md, `data verify` prints it, and the docs quote it.
+std::string composition_table(const Manifest& m);
+inline constexpr const char* kCompositionFile = "composition.md";
 
 // Any problem, the JSON itself included (contract/json_file.h), is one line DataError naming
 // DATA_DIR/manifest.json and the key or byte.

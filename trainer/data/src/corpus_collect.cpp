@@ -1,0 +1,430 @@
+#include "mxablate/data/corpus_collect.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <thread>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "mxablate/contract/json_file.h"
+#include "mxablate/data/sequence_sampler.h"  // splitmix64
+#include "mxablate/data/sha256.h"
+
+namespace mxablate::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kBatchFiles = 512;
+constexpr size_t kHashBytes = 16;  // 128 bits of SHA-256: no collision among billions of files
+
+using FileKey = std::array<uint8_t, kHashBytes>;
+
+struct FileKeyHash {
+  size_t operator()(const FileKey& k) const {
+    uint64_t v;
+    std::memcpy(&v, k.data(), sizeof v);
+    return static_cast<size_t>(v);
+  }
+};
+using KeySet = std::unordered_set<FileKey, FileKeyHash>;
+
+FileKey key_of(std::string_view text) {
+  Sha256 h;
+  h.update(text);
+  const std::string hex = h.hex_digest();
+  FileKey key{};
+  for (size_t i = 0; i < kHashBytes; ++i)
+    key[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return key;
+}
+
+// The sample takes whole files: a keyed hash of the file's bytes against the fraction.
+bool in_sample(const FileKey& key, uint64_t seed, double fraction) {
+  if (fraction <= 0) return false;
+  uint64_t v;
+  std::memcpy(&v, key.data(), sizeof v);
+  const double u = static_cast<double>(splitmix64(v ^ splitmix64(seed)) >> 11) * 0x1.0p-53;
+  return u < fraction;
+}
+
+bool valid_source_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  const auto ok = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (!first && (c == '.' || c == '_' || c == '-'));
+  };
+  for (size_t i = 0; i < name.size(); ++i)
+    if (!ok(name[i], i == 0)) return false;
+  return true;
+}
+
+void validate(const CollectOptions& o) {
+  if (o.sources.empty()) throw std::invalid_argument("--source: at least one NAME=DIR");
+  if (o.out_dir.empty()) throw std::invalid_argument("--out: required");
+  std::unordered_set<std::string> names;
+  for (const auto& s : o.sources) {
+    if (!valid_source_name(s.name))
+      throw std::invalid_argument("--source: '" + s.name +
+                                  "': a name is 1-64 of a-z 0-9 . _ - starting with a letter or "
+                                  "digit");
+    if (!names.insert(s.name).second)
+      throw std::invalid_argument("--source: '" + s.name + "' is given twice");
+    std::error_code ec;
+    if (!fs::is_directory(s.dir, ec))
+      throw std::invalid_argument("--source: " + s.name + "=" + s.dir + ": not a directory");
+  }
+  if (!(o.sample_fraction >= 0 && o.sample_fraction <= 1))
+    throw std::invalid_argument("--sample-fraction: must be in [0, 1], got " +
+                                std::to_string(o.sample_fraction));
+  if (o.sample_fraction > 0 && o.sample_dir.empty())
+    throw std::invalid_argument("--sample-fraction: needs --sample-out");
+  if (!o.sample_dir.empty() &&
+      fs::weakly_canonical(o.sample_dir) == fs::weakly_canonical(o.out_dir))
+    throw std::invalid_argument("--sample-out: must differ from --out");
+}
+
+// Reads a file whole (through gzip for .gz/.dz). nullopt when it holds more than `limit` bytes.
+std::optional<std::string> read_text(const fs::path& path, bool compressed, int64_t limit) {
+  std::string text;
+  if (compressed) {
+    gzFile gz = gzopen(path.c_str(), "rb");
+    if (!gz) throw std::runtime_error(path.string() + ": cannot open");
+    std::array<char, 1 << 16> buffer;
+    int n;
+    while ((n = gzread(gz, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0) {
+      text.append(buffer.data(), static_cast<size_t>(n));
+      if (static_cast<int64_t>(text.size()) > limit) {
+        gzclose(gz);
+        return std::nullopt;
+      }
+    }
+    int err = Z_OK;
+    const char* message = n < 0 ? gzerror(gz, &err) : nullptr;
+    const std::string reason = message ? message : "";
+    gzclose(gz);
+    // A damaged .gz is not text we can read: the caller counts it as binary.
+    if (n < 0) return std::string(1, '\0') + reason;
+    return text;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open");
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<int64_t>(in.tellg());
+  if (size > limit) return std::nullopt;
+  in.seekg(0);
+  text.resize(static_cast<size_t>(size));
+  if (!in.read(text.data(), size)) throw std::runtime_error(path.string() + ": read failed");
+  return text;
+}
+
+struct FileResult {
+  int64_t bytes = 0;
+  std::optional<DropReason> dropped;
+  std::string text;
+  FileKey key{};
+};
+
+FileResult examine(const fs::path& path, int64_t bytes) {
+  FileResult r;
+  r.bytes = bytes;
+  const std::string name = path.filename().string();
+  if (!is_text_file_name(name)) {
+    r.dropped = DropReason::kNotText;
+    return r;
+  }
+  if (bytes > kMaxCollectFileBytes) {
+    r.dropped = DropReason::kTooLarge;
+    return r;
+  }
+  auto text = read_text(path, is_compressed_file_name(name), kMaxCollectFileBytes);
+  if (!text) {
+    r.dropped = DropReason::kTooLarge;
+    return r;
+  }
+  r.dropped = classify_text(*text);
+  if (!r.dropped) {
+    r.key = key_of(*text);
+    repair_utf8(*text);
+    r.text = std::move(*text);
+  }
+  return r;
+}
+
+// The regular files under `dir`, sorted by relative path (symbolic links are not followed: a
+// link out of the tree must not pull in files of another source or loop).
+std::vector<std::pair<std::string, int64_t>> list_files(const fs::path& dir) {
+  std::vector<std::pair<std::string, int64_t>> files;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) throw std::runtime_error(dir.string() + ": cannot list: " + ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) throw std::runtime_error(dir.string() + ": cannot list: " + ec.message());
+    const auto& entry = *it;
+    if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) continue;
+    files.emplace_back(fs::relative(entry.path(), dir).generic_string(),
+                       static_cast<int64_t>(entry.file_size(ec)));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+nlohmann::json stats_json(const CollectStats& s, const std::string& dir) {
+  nlohmann::json dropped = nlohmann::json::object();
+  for (DropReason r : kAllDropReasons) {
+    const auto it = s.dropped.find(r);
+    const DropCount c = it == s.dropped.end() ? DropCount{} : it->second;
+    dropped[drop_reason_name(r)] = {{"files", c.files}, {"bytes", c.bytes}};
+  }
+  return {{"source", s.source},       {"dir", dir},
+          {"files", s.files},         {"bytes", s.bytes},
+          {"kept_files", s.kept_files}, {"kept_bytes", s.kept_bytes},
+          {"documents", s.documents}, {"sample_files", s.sample_files},
+          {"sample_bytes", s.sample_bytes}, {"dropped", dropped}};
+}
+
+// A previous run's counts, or nullopt when the file is missing or not what we wrote (then the
+// source is collected again: these are our own files, and a damaged one costs only time).
+std::optional<CollectStats> read_stats(const fs::path& file, const std::string& source) {
+  try {
+    const nlohmann::json j = contract::parse_json_file(file.string());
+    CollectStats s;
+    std::string name;
+    if (!contract::json_to(j.at("source"), name).empty() || name != source) return std::nullopt;
+    s.source = name;
+    for (auto [key, field] : {std::pair{"files", &s.files}, {"bytes", &s.bytes},
+                              {"kept_files", &s.kept_files}, {"kept_bytes", &s.kept_bytes},
+                              {"documents", &s.documents}, {"sample_files", &s.sample_files},
+                              {"sample_bytes", &s.sample_bytes}})
+      if (!contract::json_to(j.at(key), *field).empty()) return std::nullopt;
+    for (DropReason r : kAllDropReasons) {
+      const auto& d = j.at("dropped").at(drop_reason_name(r));
+      DropCount c;
+      if (!contract::json_to(d.at("files"), c.files).empty() ||
+          !contract::json_to(d.at("bytes"), c.bytes).empty())
+        return std::nullopt;
+      if (c.files) s.dropped[r] = c;
+    }
+    s.resumed = true;
+    return s;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::vector<FileKey>> read_hashes(const fs::path& file, int64_t expected) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec || size != static_cast<uintmax_t>(expected) * kHashBytes) return std::nullopt;
+  std::vector<FileKey> keys(static_cast<size_t>(expected));
+  std::ifstream in(file, std::ios::binary);
+  if (!in.read(reinterpret_cast<char*>(keys.data()), static_cast<std::streamsize>(size)))
+    return std::nullopt;
+  return keys;
+}
+
+// Writes `path` by way of PATH.partial, so a complete name never holds a partial file.
+class PartialFile {
+ public:
+  explicit PartialFile(fs::path path) : path_(std::move(path)), partial_(path_.string() + ".partial") {
+    out_ = std::fopen(partial_.c_str(), "wb");
+    if (!out_) throw std::runtime_error(partial_.string() + ": cannot create: " + std::strerror(errno));
+  }
+  ~PartialFile() {
+    if (out_) {
+      std::fclose(out_);
+      std::error_code ec;
+      fs::remove(partial_, ec);
+    }
+  }
+  PartialFile(const PartialFile&) = delete;
+  PartialFile& operator=(const PartialFile&) = delete;
+  void write(const void* data, size_t n) {
+    if (n && std::fwrite(data, 1, n, out_) != n)
+      throw std::runtime_error(partial_.string() + ": write failed: " + std::strerror(errno));
+  }
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void publish() {
+    const bool ok = std::fflush(out_) == 0 && ::fsync(fileno(out_)) == 0;
+    std::fclose(out_);
+    out_ = nullptr;
+    if (!ok) throw std::runtime_error(partial_.string() + ": write failed: " + std::strerror(errno));
+    fs::rename(partial_, path_);
+  }
+
+ private:
+  fs::path path_, partial_;
+  std::FILE* out_ = nullptr;
+};
+
+std::string human_bytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+void log_source(std::ostream& log, const CollectStats& s, double seconds) {
+  log << "data collect: " << s.source << ": " << (s.resumed ? "already collected: " : "")
+      << s.kept_files << " of " << s.files << " files kept (" << human_bytes(s.kept_bytes)
+      << " of " << human_bytes(s.bytes) << "), " << s.documents << " documents";
+  if (s.sample_files) log << ", " << s.sample_files << " files sampled";
+  for (DropReason r : kAllDropReasons)
+    if (const auto it = s.dropped.find(r); it != s.dropped.end())
+      log << "; " << drop_reason_name(r) << " " << it->second.files;
+  if (!s.resumed) log << " (" << seconds << " s)";
+  log << std::endl;  // a line per source as it ends, also into a file
+}
+
+class SourceCollector {
+ public:
+  SourceCollector(const CollectOptions& o, int threads, KeySet& seen)
+      : o_(o), threads_(threads), seen_(seen) {}
+
+  CollectStats run(const CollectSource& source) {
+    const fs::path out(o_.out_dir);
+    const fs::path jsonl = out / (source.name + ".jsonl");
+    const fs::path stats_file = out / (source.name + ".collect");
+    const fs::path hashes_file = out / (source.name + ".hashes");
+    const bool sampling = !o_.sample_dir.empty();
+    const fs::path sample = fs::path(o_.sample_dir) / (source.name + ".jsonl");
+
+    if (fs::exists(jsonl) && (!sampling || fs::exists(sample))) {
+      if (auto stats = read_stats(stats_file, source.name)) {
+        if (auto keys = read_hashes(hashes_file, stats->kept_files)) {
+          for (const auto& k : *keys) seen_.insert(k);
+          return *stats;
+        }
+      }
+    }
+    // Not complete: everything of this source is made again, together.
+    for (const fs::path& p : {jsonl, stats_file, hashes_file})
+      fs::remove(p);
+    if (sampling) fs::remove(sample);
+
+    CollectStats stats;
+    stats.source = source.name;
+    PartialFile documents(jsonl);
+    std::optional<PartialFile> sampled;
+    if (sampling) sampled.emplace(sample);
+    std::vector<FileKey> kept_keys;
+
+    const auto files = list_files(source.dir);
+    std::vector<FileResult> results;
+    for (size_t begin = 0; begin < files.size(); begin += kBatchFiles) {
+      const size_t end = std::min(files.size(), begin + kBatchFiles);
+      results.assign(end - begin, {});
+      std::vector<std::thread> workers;
+      std::vector<std::string> errors(static_cast<size_t>(threads_));
+      for (int t = 0; t < threads_; ++t) {
+        workers.emplace_back([&, t] {
+          try {
+            for (size_t i = begin + static_cast<size_t>(t); i < end;
+                 i += static_cast<size_t>(threads_))
+              results[i - begin] = examine(fs::path(source.dir) / files[i].first, files[i].second);
+          } catch (const std::exception& e) {
+            errors[static_cast<size_t>(t)] = e.what();
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+      for (const auto& e : errors)
+        if (!e.empty()) throw std::runtime_error("data collect: " + source.name + ": " + e);
+      // In path order, so which copy of a duplicate is kept does not depend on the threads.
+      for (size_t i = begin; i < end; ++i) take(stats, results[i - begin], source.name + "/" +
+                                                files[i].first, documents, sampled, kept_keys);
+    }
+
+    PartialFile hashes(hashes_file);
+    for (const auto& k : kept_keys) hashes.write(k.data(), k.size());
+    hashes.publish();
+    PartialFile stats_out(stats_file);
+    stats_out.write(stats_json(stats, source.dir).dump(1) + "\n");
+    stats_out.publish();
+    if (sampled) sampled->publish();
+    documents.publish();  // last: its presence marks the source complete
+    return stats;
+  }
+
+ private:
+  void take(CollectStats& stats, FileResult& r, const std::string& path, PartialFile& documents,
+            std::optional<PartialFile>& sampled, std::vector<FileKey>& kept_keys) {
+    ++stats.files;
+    stats.bytes += r.bytes;
+    std::optional<DropReason> reason = r.dropped;
+    if (!reason && !seen_.insert(r.key).second) reason = DropReason::kDuplicate;
+    if (reason) {
+      auto& c = stats.dropped[*reason];
+      ++c.files;
+      c.bytes += r.bytes;
+      return;
+    }
+    kept_keys.push_back(r.key);
+    ++stats.kept_files;
+    stats.kept_bytes += static_cast<int64_t>(r.text.size());
+    const bool sample = sampled && in_sample(r.key, o_.sample_seed, o_.sample_fraction);
+    if (sample) {
+      ++stats.sample_files;
+      stats.sample_bytes += static_cast<int64_t>(r.text.size());
+    }
+    for (auto& piece : split_into_documents(std::move(r.text))) {
+      if (piece.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
+      // File names come from the archive as bytes: shown, never trusted to be UTF-8.
+      const std::string line =
+          nlohmann::json{{"text", piece}, {"path", path}}.dump(
+              -1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      documents.write(line);
+      if (sample) sampled->write(line);
+      ++stats.documents;
+    }
+  }
+
+  const CollectOptions& o_;
+  int threads_;
+  KeySet& seen_;
+};
+
+}  // namespace
+
+CollectSource parse_collect_source(const std::string& argument) {
+  const size_t eq = argument.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == argument.size())
+    throw std::invalid_argument("--source: '" + argument + "': expected NAME=DIR");
+  return {argument.substr(0, eq), argument.substr(eq + 1)};
+}
+
+std::vector<CollectStats> collect_corpus(const CollectOptions& o, std::ostream& log) {
+  validate(o);
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  fs::create_directories(o.out_dir);
+  if (!o.sample_dir.empty()) fs::create_directories(o.sample_dir);
+  KeySet seen;
+  SourceCollector collector(o, threads, seen);
+  std::vector<CollectStats> all;
+  for (const auto& source : o.sources) {
+    const auto t0 = std::chrono::steady_clock::now();
+    all.push_back(collector.run(source));
+    log_source(log, all.back(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return all;
+}
+
+}  // namespace mxablate::data
