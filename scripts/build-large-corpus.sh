@@ -58,6 +58,9 @@ fail() {
 
 if [ "$FORCE" = 1 ]; then rm -rf "$DIR"; fi
 mkdir -p "$DIR/debs" "$DIR/src"
+# What a killed run left half-written: a download, an unpacking (also of a source since dropped
+# from the list, which nothing below would ever visit again).
+rm -rf "$DIR/debs/partial" "$DIR"/src/*.partial
 : >>"$LOG"
 T0=$SECONDS
 stage_start=$SECONDS

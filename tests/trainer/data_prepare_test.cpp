@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "catch.h"
+#include <sentencepiece_processor.h>
+
 #include "mxablate/data/data_prepare.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/data/text_documents.h"
@@ -216,4 +218,105 @@ TEST_CASE("data prepare names bad inputs", "[data][prepare]") {
   CHECK_NOTHROW(prepare_data(o, log));
   o.val_fraction = 1.5;
   CHECK_THROWS_AS(prepare_data(o, log), std::invalid_argument);
+}
+
+TEST_CASE("data prepare counts text bytes and tokens per source, writes composition.md, keeps whitespace when asked", "[data][prepare]") {
+  const fs::path dir = fresh_dir("mxablate_prepare_composition");
+  fs::create_directories(dir / "text");
+  // Two sources as `data collect` writes them: code (indentation, tabs, blank lines, runs of
+  // spaces) and prose.
+  std::vector<std::vector<std::string>> texts(2);
+  for (int i = 0; i < 150; ++i)
+    texts[0].push_back("static int f" + std::to_string(i) + "(int x) {\n\tif (x > " + std::to_string(i) +
+                       ") {\n        return x  *  2;\n    }\n\n    return x;   // done\n}\n");
+  std::istringstream paragraphs(mxablate::test::make_test_corpus(150, 21));
+  for (std::string line, doc; std::getline(paragraphs, line);) {
+    if (!line.empty()) {
+      doc += line + "\n";
+    } else if (!doc.empty()) {
+      texts[1].push_back(doc);
+      doc.clear();
+    }
+  }
+  REQUIRE(texts[1].size() >= 140);
+  const char* names[] = {"code.jsonl", "prose.jsonl"};
+  for (int s = 0; s < 2; ++s) {
+    std::ofstream out(dir / "text" / names[s]);
+    for (const auto& t : texts[s])
+      out << nlohmann::json{{"text", t}, {"path", std::string(names[s]) + "/x"}}.dump() << "\n";
+  }
+
+  DataPrepareOptions o;
+  o.inputs = {(dir / "text").string()};
+  o.out_dir = (dir / "prepared").string();
+  o.vocab_size = 400;
+  o.byte_fallback = true;
+  o.keep_whitespace = true;
+  o.val_fraction = 0.1;
+  o.threads = 2;
+  std::ostringstream log;
+  const Manifest m = prepare_data(o, log);
+
+  REQUIRE(m.sources.size() == 2);
+  int64_t tokens = 0;
+  for (int s = 0; s < 2; ++s) {
+    int64_t bytes = 0;
+    for (const auto& t : texts[s]) bytes += static_cast<int64_t>(t.size());
+    CHECK(m.sources[s].text_bytes == bytes);
+    CHECK(m.sources[s].documents == static_cast<int64_t>(texts[s].size()));
+    CHECK(m.sources[s].tokens > m.sources[s].documents);
+    tokens += m.sources[s].tokens;
+  }
+  CHECK(tokens == m.train.tokens + m.validation.tokens);
+  CHECK(m.validation.tokens > 0);
+  CHECK(m.options.at("keep_whitespace") == true);
+
+  const Manifest on_disk = read_manifest(o.out_dir);
+  CHECK(on_disk.sources[0].tokens == m.sources[0].tokens);
+  CHECK(on_disk.sources[1].text_bytes == m.sources[1].text_bytes);
+  std::ifstream table_file(fs::path(o.out_dir) / kCompositionFile);
+  std::stringstream table;
+  table << table_file.rdbuf();
+  CHECK(table.str() == composition_table(m));
+  CHECK(table.str() == composition_table(on_disk));
+  CHECK_THAT(table.str(), has_text("\n| code | "));
+  CHECK_THAT(table.str(), has_text("\n| prose | "));
+  CHECK_THAT(log.str(), has_text(composition_table(m)));
+
+  // Every document decodes back to its exact text: line breaks, tabs and runs of spaces survive.
+  sentencepiece::SentencePieceProcessor sp;
+  REQUIRE(sp.Load((fs::path(o.out_dir) / "tokenizer.model").string()).ok());
+  std::vector<std::string> expected;
+  for (const auto& source : texts) expected.insert(expected.end(), source.begin(), source.end());
+  const TokenDataset ds = open_dataset(o.out_dir);
+  std::vector<std::string> decoded_train, decoded_validation;
+  for (auto [stream, decoded] : {std::pair{&ds.train, &decoded_train}, std::pair{&ds.validation, &decoded_validation}}) {
+    std::vector<int> ids;
+    for (int32_t t : all_tokens(*stream)) {
+      if (t == m.tokenizer.eos_id) {
+        std::string text;
+        REQUIRE(sp.Decode(ids, &text).ok());
+        decoded->push_back(text);
+        ids.clear();
+      } else {
+        ids.push_back(t);
+      }
+    }
+    CHECK(ids.empty());
+  }
+  CHECK(static_cast<int64_t>(decoded_validation.size()) == m.validation.documents);
+  // Documents in order, each to the split its index falls in.
+  size_t train_i = 0, validation_i = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("document " << i);
+    if (is_validation_document(o.split_seed, static_cast<int64_t>(i), o.val_fraction)) {
+      REQUIRE(validation_i < decoded_validation.size());
+      CHECK(decoded_validation[validation_i++] == expected[i]);
+    } else {
+      REQUIRE(train_i < decoded_train.size());
+      CHECK(decoded_train[train_i++] == expected[i]);
+    }
+  }
+  CHECK(train_i == decoded_train.size());
+  CHECK(validation_i == decoded_validation.size());
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,26 @@ bool valid_source_name(const std::string& name) {
   return true;
 }
 
+// A directory as one comparable path: "out", "out/", "out/." and "x/../out" are one, whether or
+// not it exists yet (weakly_canonical keeps the trailing separator of a path that does not).
+fs::path comparable_dir(const std::string& dir) {
+  fs::path p = fs::weakly_canonical(fs::absolute(dir)).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p;
+}
+
+// The value as given ("1.5", "-1e-09", "nan"), not std::to_string's six decimals ("-0.000000").
+std::string shown_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int precision = 1; precision <= 17; ++precision) {
+    char shorter[32];
+    std::snprintf(shorter, sizeof shorter, "%.*g", precision, v);
+    if (std::strtod(shorter, nullptr) == v) return shorter;
+  }
+  return buf;
+}
+
 void validate(const CollectOptions& o) {
   if (o.sources.empty()) throw std::invalid_argument("--source: at least one NAME=DIR");
   if (o.out_dir.empty()) throw std::invalid_argument("--out: required");
@@ -89,11 +110,10 @@ void validate(const CollectOptions& o) {
   }
   if (!(o.sample_fraction >= 0 && o.sample_fraction <= 1))
     throw std::invalid_argument("--sample-fraction: must be in [0, 1], got " +
-                                std::to_string(o.sample_fraction));
+                                shown_number(o.sample_fraction));
   if (o.sample_fraction > 0 && o.sample_dir.empty())
     throw std::invalid_argument("--sample-fraction: needs --sample-out");
-  if (!o.sample_dir.empty() &&
-      fs::weakly_canonical(o.sample_dir) == fs::weakly_canonical(o.out_dir))
+  if (!o.sample_dir.empty() && comparable_dir(o.sample_dir) == comparable_dir(o.out_dir))
     throw std::invalid_argument("--sample-out: must differ from --out");
 }
 
@@ -112,12 +132,14 @@ std::optional<std::string> read_text(const fs::path& path, bool compressed, int6
         return std::nullopt;
       }
     }
+    // gzread ends a stream cut short (a truncated download) as if it were complete and says so
+    // only through gzerror (Z_BUF_ERROR): that is damage too, not the end of the text.
     int err = Z_OK;
-    const char* message = n < 0 ? gzerror(gz, &err) : nullptr;
+    const char* message = gzerror(gz, &err);
     const std::string reason = message ? message : "";
     gzclose(gz);
     // A damaged .gz is not text we can read: the caller counts it as binary.
-    if (n < 0) return std::string(1, '\0') + reason;
+    if (n < 0 || err != Z_OK) return std::string(1, '\0') + reason;
     return text;
   }
   std::ifstream in(path, std::ios::binary);
