@@ -45,6 +45,12 @@ echo "gpu-study: GPUs $GPUS ($(head -1 "$OUT/gpus.txt"))"
 
 # --- build (the trainer as every GPU script configures it; then the CLI with `data prepare`) ---
 source scripts/gpu-trainer-lib.sh
+# The carry is copied afresh each call (.carry/prefix with it), while a warm machine keeps the
+# build: the carried libraries (SentencePiece) must be unpacked again for the binaries to load.
+if [ -x "$BUILD/bin/mxablate" ] && [ ! -d .carry/prefix ]; then
+  mkdir -p .carry/prefix && for deb in .carry/debs/*.deb; do dpkg -x "$deb" .carry/prefix; done
+fi
+export LD_LIBRARY_PATH=$ROOT/.carry/prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 build_trainer "$BUILD" "$OUT/build" "$PY"
 if [ ! -x "$BUILD/bin/mxablate" ]; then
   cmake --build "$BUILD" --target mxablate -j "$(nproc)" >"$OUT/build-mxablate.log" 2>&1 ||

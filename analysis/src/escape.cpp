@@ -152,7 +152,9 @@ std::string gnuplot_datafile_text(std::string_view s) {
     if (alnum) {
       out += c;
     } else {
-      out += fmt::format("\\{:03o}", static_cast<unsigned>(byte));
+      // "\0" and three octal digits: gnuplot reads up to three digits after a leading "\0", so
+      // "\055" followed by "20m" would read as "\0552" (llama-20m shown as "llamaj0m").
+      out += fmt::format("\\0{:03o}", static_cast<unsigned>(byte));
     }
   }
   return out;

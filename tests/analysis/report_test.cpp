@@ -299,7 +299,7 @@ TEST_CASE("the figure of extra tokens against parameters: a data file per arm, i
   CHECK(read((dir.path / "extra_tokens_vs_params_1.dat").string()) ==
         "params\tFDW\tlow\thigh\n22000000\t12.5\t10\t15\n124000000\t8\t6.5\t9.5\n");
   CHECK(read((dir.path / "extra_tokens_vs_params_2.dat").string()) ==
-        "params\tFDW\\053SR\tlow\thigh\n22000000\t30\t20\t41\n");
+        "params\tFDW\\0053SR\tlow\thigh\n22000000\t30\t20\t41\n");
   CHECK_FALSE(std::filesystem::exists(dir.path / "extra_tokens_vs_params_3.dat"));
   CHECK(script.find("set logscale x 10\n") != std::string::npos);
   CHECK(script.find("set xlabel 'parameters'") != std::string::npos);
@@ -343,4 +343,32 @@ TEST_CASE("the page says why the figure of extra tokens against parameters is mi
   CHECK(small < large);
   CHECK(blocks.find("<caption>target &lt;5&gt;. Extra tokens:") != std::string::npos);
   CHECK(blocks.find("Extra tokens to target, per arm") == std::string::npos);
+}
+
+TEST_CASE("gnuplot reads every escaped name back as written, digits after escapes included") {
+  if (run_command("command -v gnuplot").exit_code != 0)
+    MXABLATE_SKIP("gnuplot is not installed (scripts/setup.sh installs it)");
+  TempDir dir("mxablate_gnuplot_names");
+  // Every model preset's label has a digit after the '-' (llama-20m); the old \ooo escape let
+  // gnuplot read "\0552" and show "llamaj0m".
+  const std::vector<std::string> names = {"fp8 · llama-20m", "FDW+H16 · llama-350m", "a'b\"c 7",
+                                          "x-1-2-3", "ü9"};
+  std::string script = "set terminal svg noenhanced\nset output 'names.svg'\n"
+                       "set datafile separator tab\nset datafile columnheaders\nplot ";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string file = "n" + std::to_string(i) + ".dat";
+    std::ofstream(dir.path / file) << "x\t" << mxablate::escape::gnuplot_datafile_text(names[i]) << "\n1\t"
+                                   << i << "\n2\t" << i + 1 << "\n";
+    script += (i ? ", '" : "'") + file + "' using 1:2 with lines title columnheader(2) noenhanced";
+  }
+  std::ofstream(dir.path / "names.gp") << script << "\n";
+  const auto r = run_command("cd '" + dir.path.string() + "' && gnuplot names.gp 2>&1");
+  REQUIRE(r.exit_code == 0);
+  const std::string svg = read((dir.path / "names.svg").string());
+  for (const std::string& expected :
+       {std::string(">fp8 · llama-20m<"), std::string(">FDW+H16 · llama-350m<"),
+        std::string(">a'b\"c 7<"), std::string(">x-1-2-3<"), std::string(">ü9<")}) {
+    INFO(expected);
+    CHECK(svg.find(expected) != std::string::npos);
+  }
 }

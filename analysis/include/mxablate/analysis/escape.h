@@ -47,7 +47,9 @@ std::string csv_field(std::string_view s);
 
 // One column of a tab-separated gnuplot data file, read back as a title with
 // `title columnheader(N) noenhanced`: every byte other than [A-Za-z0-9] as an octal escape
-// (\ooo), which gnuplot decodes in data fields; nothing else in a data file is interpreted.
+// written \0ooo, which gnuplot decodes in data fields; nothing else in a data file is
+// interpreted. (Not \ooo: after "\0" gnuplot takes three more digits, so "\055" before a digit
+// would swallow it.)
 std::string gnuplot_datafile_text(std::string_view s);
 
 // At most `columns` code points of valid UTF-8 `s`, ending in "…" when cut.
