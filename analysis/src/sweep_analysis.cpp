@@ -199,8 +199,44 @@ ResolvedTarget resolve_target(const SweepData& sweep) {
   return t;
 }
 
-// The target's value and, in `basis`, how it was derived; the caption is made by the caller.
+namespace {
+
+// How much further the baseline's median loss fell between the target and the end of its
+// budget, as a share of the target: a target on a curve that has flattened (under 1 %) measures
+// the arms at the end of training; one on a slope measures them in mid-descent, where a few
+// percent of extra tokens is a small loss difference.
+std::string fall_after_target(const SweepData& sweep, const std::string& arm, double target) {
+  std::vector<Curve> curves;
+  double budget = 0;
+  for (const RunRecord& r : sweep.runs) {
+    if (r.arm != arm) continue;
+    curves.push_back(r.evals);
+    budget = std::max(budget, r.max_tokens);
+  }
+  const auto end = target_from_baseline(curves, budget, 1.0);
+  if (!end || !(target > 0)) return "";
+  const double fall = 100.0 * (target - *end) / target;
+  return fmt::format("; the baseline's median loss fell a further {:.1f} % by the end of its "
+                     "budget ({})",
+                     fall, fall < 1.0 ? "flattened" : "still falling at the target");
+}
+
+}  // namespace
+
+// The target's value and the rule that derived it (below).
+ResolvedTarget resolve_target_basis(const SweepData& sweep);
+
+// The target's value and, in `basis`, how it was derived and how far the baseline still fell
+// after it; the caption is made by the caller.
 ResolvedTarget resolve_target_value(const SweepData& sweep) {
+  ResolvedTarget t = resolve_target_basis(sweep);
+  if (t.val_loss && !t.basis.empty())
+    if (const auto arm = target_value<std::string>(sweep, "from_arm"))
+      t.basis += fall_after_target(sweep, *arm, *t.val_loss);
+  return t;
+}
+
+ResolvedTarget resolve_target_basis(const SweepData& sweep) {
   ResolvedTarget t;
   if (sweep.stored_target) {
     t.val_loss = sweep.stored_target;
