@@ -117,9 +117,16 @@ void validate(const CollectOptions& o) {
     throw std::invalid_argument("--sample-out: must differ from --out");
 }
 
-// Reads a file whole (through gzip for .gz/.dz). nullopt when it holds more than `limit` bytes.
-std::optional<std::string> read_text(const fs::path& path, bool compressed, int64_t limit) {
+// A file's bytes as read: the whole text, or why not.
+struct ReadText {
+  enum class Outcome { kRead, kTooLarge, kDamaged } outcome = Outcome::kRead;
   std::string text;
+};
+
+// Reads a file whole (through gzip for .gz/.dz), up to `limit` bytes.
+ReadText read_text(const fs::path& path, bool compressed, int64_t limit) {
+  ReadText r;
+  std::string& text = r.text;
   if (compressed) {
     gzFile gz = gzopen(path.c_str(), "rb");
     if (!gz) throw std::runtime_error(path.string() + ": cannot open");
@@ -129,28 +136,26 @@ std::optional<std::string> read_text(const fs::path& path, bool compressed, int6
       text.append(buffer.data(), static_cast<size_t>(n));
       if (static_cast<int64_t>(text.size()) > limit) {
         gzclose(gz);
-        return std::nullopt;
+        return {ReadText::Outcome::kTooLarge, {}};
       }
     }
     // gzread ends a stream cut short (a truncated download) as if it were complete and says so
     // only through gzerror (Z_BUF_ERROR): that is damage too, not the end of the text.
     int err = Z_OK;
-    const char* message = gzerror(gz, &err);
-    const std::string reason = message ? message : "";
+    gzerror(gz, &err);
     gzclose(gz);
-    // A damaged .gz is not text we can read: the caller counts it as binary.
-    if (n < 0 || err != Z_OK) return std::string(1, '\0') + reason;
-    return text;
+    if (n < 0 || err != Z_OK) return {ReadText::Outcome::kDamaged, {}};
+    return r;
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open");
   in.seekg(0, std::ios::end);
   const auto size = static_cast<int64_t>(in.tellg());
-  if (size > limit) return std::nullopt;
+  if (size > limit) return {ReadText::Outcome::kTooLarge, {}};
   in.seekg(0);
   text.resize(static_cast<size_t>(size));
   if (!in.read(text.data(), size)) throw std::runtime_error(path.string() + ": read failed");
-  return text;
+  return r;
 }
 
 struct FileResult {
@@ -172,16 +177,18 @@ FileResult examine(const fs::path& path, int64_t bytes) {
     r.dropped = DropReason::kTooLarge;
     return r;
   }
-  auto text = read_text(path, is_compressed_file_name(name), kMaxCollectFileBytes);
-  if (!text) {
-    r.dropped = DropReason::kTooLarge;
-    return r;
+  ReadText read = read_text(path, is_compressed_file_name(name), kMaxCollectFileBytes);
+  switch (read.outcome) {
+    case ReadText::Outcome::kTooLarge: r.dropped = DropReason::kTooLarge; return r;
+    // A damaged .gz (bad CRC, cut short) is not text we can read: counted as binary.
+    case ReadText::Outcome::kDamaged: r.dropped = DropReason::kBinary; return r;
+    case ReadText::Outcome::kRead: break;
   }
-  r.dropped = classify_text(*text);
+  r.dropped = classify_text(read.text);
   if (!r.dropped) {
-    r.key = key_of(*text);
-    repair_utf8(*text);
-    r.text = std::move(*text);
+    r.key = key_of(read.text);
+    repair_utf8(read.text);
+    r.text = std::move(read.text);
   }
   return r;
 }
