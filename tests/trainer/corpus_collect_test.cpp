@@ -238,6 +238,19 @@ TEST_CASE("data collect: drops counted by reason, duplicates across sources, doc
   CHECK_THAT(log.str(), has_text("data collect: alpha: 5 of 16 files kept"));
   CHECK_THAT(log.str(), has_text("; not_text 2; empty 1; too_large 1; binary 3; minified 1; generated 1; data_table 1; duplicate 1 ("));
   CHECK_THAT(log.str(), has_text("data collect: beta: 1 of 3 files kept"));
+  // The collect table: a row per source and the total, in collect.md and at the end of the log.
+  const std::string table =
+      "| source | files | kept | kept text bytes | documents | sampled | not_text | empty | "
+      "too_large | binary | minified | generated | data_table | duplicate |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| alpha | 16 | 5 | 1,799 | 5 | 0 | 2 | 1 | 1 | 3 | 1 | 1 | 1 | 1 |\n"
+      "| beta | 3 | 1 | 27 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 1 | 0 | 1 |\n"
+      "| **total** | 19 | 6 | 1,826 | 6 | 0 | 2 | 1 | 1 | 3 | 1 | 2 | 1 | 2 |\n";
+  REQUIRE(sa.kept_bytes == 1799);  // the numbers the table shows with commas
+  CHECK(collect_table(all) == table);
+  CHECK(read(f.out / "collect.md") == table);
+  CHECK(log.str().size() >= table.size());
+  CHECK(log.str().substr(log.str().size() - table.size()) == table);
   // Nothing partial is left.
   for (const auto& e : fs::directory_iterator(f.out))
     CHECK(e.path().extension() != ".partial");

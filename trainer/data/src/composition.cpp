@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mxablate/data/manifest.h"
+#include "number_text.h"
 
 namespace mxablate::data {
 namespace {
@@ -22,15 +23,6 @@ std::string source_name(const std::string& path) {
   for (char& c : name)
     if (c == '|' || c == '\n' || c == '\r') c = '_';
   return name;
-}
-
-std::string with_commas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
 }
 
 std::string fixed(double v, int decimals) {

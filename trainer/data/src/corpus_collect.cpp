@@ -23,6 +23,7 @@
 #include "mxablate/contract/json_file.h"
 #include "mxablate/data/sequence_sampler.h"  // splitmix64
 #include "mxablate/data/sha256.h"
+#include "number_text.h"
 
 namespace mxablate::data {
 namespace {
@@ -453,7 +454,45 @@ std::vector<CollectStats> collect_corpus(const CollectOptions& o, std::ostream& 
     log_source(log, all.back(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const std::string table = collect_table(all);
+  PartialFile out(fs::path(o.out_dir) / kCollectTableFile);
+  out.write(table);
+  out.publish();
+  log << table << std::flush;
   return all;
+}
+
+std::string collect_table(const std::vector<CollectStats>& sources) {
+  std::string out = "| source | files | kept | kept text bytes | documents | sampled";
+  for (DropReason r : kAllDropReasons) out += std::string(" | ") + drop_reason_name(r);
+  out += " |\n|---|---:|---:|---:|---:|---:";
+  for (size_t i = 0; i < std::size(kAllDropReasons); ++i) out += "|---:";
+  out += "|\n";
+  CollectStats total;
+  const auto row = [&out](const std::string& name, const CollectStats& s) {
+    out += "| " + name + " | " + with_commas(s.files) + " | " + with_commas(s.kept_files) + " | " +
+           with_commas(s.kept_bytes) + " | " + with_commas(s.documents) + " | " +
+           with_commas(s.sample_files);
+    for (DropReason r : kAllDropReasons) {
+      const auto it = s.dropped.find(r);
+      out += " | " + with_commas(it == s.dropped.end() ? 0 : it->second.files);
+    }
+    out += " |\n";
+  };
+  for (const auto& s : sources) {
+    row(s.source, s);
+    total.files += s.files;
+    total.kept_files += s.kept_files;
+    total.kept_bytes += s.kept_bytes;
+    total.documents += s.documents;
+    total.sample_files += s.sample_files;
+    for (const auto& [r, c] : s.dropped) {
+      total.dropped[r].files += c.files;
+      total.dropped[r].bytes += c.bytes;
+    }
+  }
+  row("**total**", total);
+  return out;
 }
 
 }  // namespace mxablate::data

@@ -9,6 +9,7 @@
 //   SOURCE.collect   the source's counts (JSON; see CollectStats)
 //   SOURCE.hashes    SHA-256 prefixes of the files kept, so a resumed run deduplicates the
 //                    sources after it against this one without reading it again
+//   collect.md       the collect table of every source (collect_table), written last
 // and, with a sample directory, SAMPLE/SOURCE.jsonl holding the sampled files' documents.
 //
 // A source whose three files are complete is not collected again (an interrupted build resumes
@@ -58,7 +59,13 @@ struct CollectStats {
 CollectSource parse_collect_source(const std::string& argument);
 
 // Validates (std::invalid_argument naming the option and value: exit 2), then collects each
-// source in turn. Progress lines go to `log`.
+// source in turn. Progress lines go to `log`, and at the end the collect table, also written
+// to OUT/collect.md.
 std::vector<CollectStats> collect_corpus(const CollectOptions& options, std::ostream& log);
+
+// Files seen, kept (files, text bytes, documents, sampled) and dropped by reason, one row per
+// source and a total row: a Markdown table (source names are [a-z0-9._-], nothing to escape).
+std::string collect_table(const std::vector<CollectStats>& sources);
+inline constexpr const char* kCollectTableFile = "collect.md";
 
 }  // namespace mxablate::data
