@@ -17,6 +17,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# Carried packages, paths, python, configure: scripts/gpu-env.sh (shared by every GPU script).
+source "$ROOT/scripts/gpu-env.sh"
 OUT=${OUT:-$ROOT/build-gpu/out}
 BUILD=${MXABLATE_GPU_BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${MXABLATE_JOBS:-$(nproc)}
@@ -43,28 +45,11 @@ step() {  # step NAME LOG COMMAND…: runs, logs, records status and seconds
   nvcc --version 2>&1 | tail -1
   g++ --version | head -1
   cmake --version | head -1
-  python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  "$PY" -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda)'
   for p in yaml-cpp fmt spdlog sentencepiece sqlite3; do
     printf '%s: ' "$p"; pkg-config --modversion "$p" 2>/dev/null || echo "not found by pkg-config"
   done
 } >"$OUT/environment.txt" 2>&1
-
-# 2. Carried packages.
-PREFIX=$ROOT/.carry/prefix
-if compgen -G "$ROOT/.carry/debs/*.deb" >/dev/null; then
-  mkdir -p "$PREFIX"
-  for deb in "$ROOT"/.carry/debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
-  # Their pkg-config files say prefix=/usr; point them at where they were unpacked.
-  sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc 2>/dev/null
-  # Carried Boost component configs include a helper from the image's Boost, beside them.
-  cp -n /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/" 2>/dev/null
-fi
-MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
-# The carried -dev packages point libsqlite3.so at Debian's runtime file; the image has its own.
-SYSTEM_SQLITE=$(ls /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 2>/dev/null || true)
-export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
 
 # The default corpus, when carried, for the end-to-end sweep test (it skips without one).
 if [ -d "$ROOT/.carry/data-default" ] && [ ! -e "$ROOT/data/default" ]; then
@@ -72,16 +57,9 @@ if [ -d "$ROOT/.carry/data-default" ] && [ ! -e "$ROOT/data/default" ]; then
 fi
 
 # 3. Configure and build.
-TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-export TORCH_CUDA_ARCH_LIST=9.0  # LibTorch's CMake would otherwise add flags for many GPUs
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
-CONFIGURE=(cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
-  -DMXABLATE_CUDA=ON -DMXABLATE_CUDA_ARCHITECTURES=90
-  "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$PREFIX/usr;$MULTIARCH/cmake"
-  "-DSQLite3_INCLUDE_DIR=$PREFIX/usr/include")
-[ -n "$SYSTEM_SQLITE" ] && CONFIGURE+=("-DSQLite3_LIBRARY=$SYSTEM_SQLITE")
-step "configure" configure.log "${CONFIGURE[@]}"
+step "configure" configure.log gpu_configure "$BUILD" "$OUT/cmake-configure.log"
 # Keep going past a failing target so that one module's breakage does not hide the others'.
 KEEP_GOING=(-k)
 [ ${#GENERATOR[@]} -gt 0 ] && KEEP_GOING=(-k 0)

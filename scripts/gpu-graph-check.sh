@@ -31,8 +31,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p "$OUT"
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 T0=$SECONDS
 
 # The trainer and the tests, configured once (gpu-trainer-lib.sh builds mxablate-train with it).

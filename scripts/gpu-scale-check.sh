@@ -25,10 +25,8 @@ DATA=$(realpath "${1:-data/default}")
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-scale-check}
 PARTS=${MXABLATE_SCALE_PARTS:-1 2}
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 # NVLink multicast stays off on the lent machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 [ -f "$DATA/manifest.json" ] || { echo "gpu-scale-check: $DATA is not a prepared data directory" >&2; exit 2; }
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -33,9 +33,7 @@ PARTS="1 2 3 4 5"
 [ "${1:-}" = "--parts" ] && PARTS=$2
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-shard-check}
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$GPUS" -ge 1 ] || { echo "gpu-shard-check: no GPU visible" >&2; exit 2; }
 if { [ "$GPUS" -lt 4 ] && [[ "$PARTS" =~ [123] ]]; } || { [ "$GPUS" -lt 2 ] && [[ "$PARTS" =~ 5 ]]; }; then

@@ -33,8 +33,7 @@ BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_BENCH_OUT:-/tmp/mxablate-speed}
 STEPS=${MXABLATE_BENCH_STEPS:-30}
 EAGER=${MXABLATE_BENCH_EAGER:-0}  # 1: each of our runs again with train.cuda_graphs: off
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 [ -f "$DATA/manifest.json" ] || { echo "gpu-speed-bench: $DATA is not a prepared data directory" >&2; exit 2; }
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-speed-bench: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
 

@@ -36,26 +36,13 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 T0=$SECONDS
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 [ "$GPUS" = auto ] && GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
 echo "gpu-study: GPUs $GPUS ($(head -1 "$OUT/gpus.txt"))"
 
-# --- build (the trainer as every GPU script configures it; then the CLI with `data prepare`) ---
-source scripts/gpu-trainer-lib.sh
-# The carry is copied afresh each call (.carry/prefix with it), while a warm machine keeps the
-# build: the carried libraries (SentencePiece) must be unpacked again for the binaries to load.
-if [ -x "$BUILD/bin/mxablate" ] && [ ! -d .carry/prefix ]; then
-  mkdir -p .carry/prefix && for deb in .carry/debs/*.deb; do dpkg -x "$deb" .carry/prefix; done
-fi
-export LD_LIBRARY_PATH=$ROOT/.carry/prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-build_trainer "$BUILD" "$OUT/build" "$PY"
-if [ ! -x "$BUILD/bin/mxablate" ]; then
-  cmake --build "$BUILD" --target mxablate -j "$(nproc)" >"$OUT/build-mxablate.log" 2>&1 ||
-    { tail -40 "$OUT/build-mxablate.log"; exit 1; }
-fi
+# --- build (as every GPU script configures it: scripts/gpu-env.sh) ----------------------------
+gpu_build "$BUILD" "$OUT/build" mxablate-train mxablate || exit 1
 MX=$BUILD/bin/mxablate
 "$MX" data prepare --help >/dev/null 2>&1 || { echo "gpu-study: $MX has no 'data prepare' (SentencePiece not found: is libsentencepiece-dev in .carry/debs?)"; exit 1; }
 echo "gpu-study: built at $((SECONDS - T0)) s"

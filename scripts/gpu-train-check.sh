@@ -31,8 +31,7 @@ DATA=$(realpath "${1:-data/default}")
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 STEPS=${MXABLATE_CHECK_STEPS:-200}
 OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-train-check}
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 
 [ -f "$DATA/manifest.json" ] || { echo "gpu-train-check: $DATA is not a prepared data directory" >&2; exit 2; }
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-train-check: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }

@@ -1,37 +1,13 @@
 # Sourced by the GPU machine's trainer checks (gpu-train-check.sh, gpu-scale-check.sh).
 # They set DATA (a prepared data directory), OUT (run directories), PY and TRAIN.
 #
-# build_trainer BUILD_DIR LOG_PREFIX PYTHON builds mxablate-train in BUILD_DIR unless it is there
-# (scripts/gpu-check.sh's build counts), configured as gpu-check.sh does: CUDA kernels for sm_90,
-# the image's torch, the packages carried in .carry/.
+# The GPU machine's environment (python, carried packages, configure): scripts/gpu-env.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
+
+# build_trainer BUILD_DIR LOG_PREFIX [PYTHON] builds mxablate-train in BUILD_DIR unless it is
+# there (scripts/gpu-check.sh's build counts), configured as every GPU script is (gpu-env.sh).
 build_trainer() {
-  local BUILD_DIR=$1 OUT=$2 PY=$3
-  if [ ! -x "$BUILD_DIR/bin/mxablate-train" ]; then
-    echo "gpu-build-trainer: building mxablate-train in $BUILD_DIR"
-    PREFIX=$PWD/.carry/prefix
-    if compgen -G ".carry/debs/*.deb" >/dev/null; then
-      mkdir -p "$PREFIX"
-      for deb in .carry/debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
-      sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc 2>/dev/null
-      cp -n /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/" 2>/dev/null
-    fi
-    MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
-    export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-    export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
-    export TORCH_CUDA_ARCH_LIST=9.0
-    TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
-    GENERATOR=()
-    command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
-    CONFIGURE=(cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
-      -DMXABLATE_CUDA=ON -DMXABLATE_CUDA_ARCHITECTURES=90
-      "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$PREFIX/usr;$MULTIARCH/cmake" "-DSQLite3_INCLUDE_DIR=$PREFIX/usr/include")
-    [ -f /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 ] && CONFIGURE+=("-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
-    mkdir -p "$(dirname "$OUT")"
-    "${CONFIGURE[@]}" >"$OUT.configure.log" 2>&1 || { tail -30 "$OUT.configure.log" >&2; exit 1; }
-    cmake --build "$BUILD_DIR" --target mxablate-train -j "$(nproc)" >"$OUT.build.log" 2>&1 ||
-      { tail -40 "$OUT.build.log" >&2; exit 1; }
-  fi
+  gpu_build "$1" "$2" mxablate-train || exit 1
 }
 
 # config NAME DEVICE MODEL PRECISION SEQ GLOBAL MICRO STEPS EVAL_EVERY_STEPS EVAL_TOKENS THREADS [EXTRA]

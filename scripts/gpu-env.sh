@@ -1,0 +1,68 @@
+# Sourced by every script that runs on the GPU machine (the device tool): the one place that
+# says which python has torch, where the carried packages go, which GPU architecture we build
+# for, how the project is configured there, and what NCCL must not do.
+#
+# After sourcing: ROOT (the repository root), PY (the image's torch python), PREFIX (the carried
+# packages, unpacked), the compiler/loader paths exported, and the functions
+#   gpu_configure BUILD_DIR LOG [CMAKE-ARGS…]   configure BUILD_DIR as every GPU script does
+#   gpu_build BUILD_DIR LOG TARGET…             configure if needed, then build the targets
+#                                               (one that is already built is not rebuilt)
+#
+# What the image lacks travels in .carry/debs (scripts/gpu-check.sh's header lists them). The
+# carry is copied afresh on every call while a warm machine keeps its build directories, so the
+# packages are unpacked on every source, not only when something is built: a binary built by an
+# earlier call still needs the carried libraries (SentencePiece, Boost) to load.
+[ -n "${_MXABLATE_GPU_ENV:-}" ] && return 0  # once per shell (not exported: a child sources it again)
+_MXABLATE_GPU_ENV=1
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=python3
+[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+
+PREFIX=$ROOT/.carry/prefix
+MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
+if compgen -G "$ROOT/.carry/debs/*.deb" >/dev/null && [ ! -f "$PREFIX/.unpacked" ]; then
+  mkdir -p "$PREFIX"
+  for deb in "$ROOT"/.carry/debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
+  # Their pkg-config files say prefix=/usr; point them at where they were unpacked.
+  sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" "$MULTIARCH"/pkgconfig/*.pc 2>/dev/null || true
+  # Carried Boost component configs include a helper from the image's Boost, beside them.
+  cp -n /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake "$MULTIARCH/cmake/" 2>/dev/null || true
+  touch "$PREFIX/.unpacked"
+fi
+export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export LD_LIBRARY_PATH=$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CPATH=$PREFIX/usr/include${CPATH:+:$CPATH}
+# LibTorch's CMake would otherwise add flags for many GPUs; Hopper is what the machine has.
+export TORCH_CUDA_ARCH_LIST=9.0
+# NVLink multicast off (the machine's notes say why), also for the trainers a sweep starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+gpu_configure() {
+  local build_dir=$1 log=$2
+  shift 2
+  local torch_prefix generator=()
+  torch_prefix=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  local configure=(cmake -S "$ROOT" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+    -DMXABLATE_CUDA=ON -DMXABLATE_CUDA_ARCHITECTURES=90
+    "-DCMAKE_PREFIX_PATH=$torch_prefix;$PREFIX/usr;$MULTIARCH/cmake"
+    "-DSQLite3_INCLUDE_DIR=$PREFIX/usr/include")
+  # The carried -dev packages point libsqlite3.so at Debian's runtime file; the image has its own.
+  [ -f /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 ] &&
+    configure+=("-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
+  mkdir -p "$(dirname "$log")"
+  "${configure[@]}" "$@" >"$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
+}
+
+gpu_build() {
+  local build_dir=$1 log=$2
+  shift 2
+  local missing=() t
+  for t in "$@"; do [ -x "$build_dir/bin/$t" ] || missing+=("$t"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    gpu_configure "$build_dir" "$log.configure.log" || return 1
+  fi
+  cmake --build "$build_dir" --target "${missing[@]}" -j "$(nproc)" >"$log.build.log" 2>&1 ||
+    { tail -40 "$log.build.log" >&2; return 1; }
+}
