@@ -11,6 +11,8 @@
 
 #include "mxablate/orchestrator/model_fit.h"
 #include "mxablate/orchestrator/run_id.h"
+#include "mxablate/trainer/model_presets.h"
+#include "mxablate/trainer/run_fit.h"
 
 namespace mxablate::orchestrator {
 namespace {
@@ -413,5 +415,34 @@ double Plan::total_tokens() const {
 }
 
 Plan expand_recipe(const Recipe& recipe) { return Expander(recipe).expand(); }
+
+double predicted_work(const RunSpec& run, std::optional<int64_t> vocab) {
+  // The planner resolved and checked every run's model: this cannot throw.
+  const trainer::ModelShape shape = trainer::model_shape(run.config.model);
+  const int64_t params = vocab ? trainer::parameter_count(shape, *vocab)
+                               : trainer::non_embedding_parameter_count(shape);
+  return run.config.train.max_tokens * static_cast<double>(params);
+}
+
+std::vector<std::string> launch_order(const Plan& plan, LaunchOrder order,
+                                      const std::map<std::string, int64_t>& vocabularies) {
+  std::vector<std::pair<double, std::string>> runs;
+  runs.reserve(plan.runs.size());
+  for (const RunSpec& r : plan.runs) {
+    const auto it = vocabularies.find(r.config.data.dataset);
+    const double work = order == LaunchOrder::kLongestFirst
+                            ? predicted_work(r, it == vocabularies.end()
+                                                    ? std::nullopt
+                                                    : std::optional<int64_t>(it->second))
+                            : 0.0;
+    runs.emplace_back(work, r.run_id);
+  }
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> ids;
+  ids.reserve(runs.size());
+  for (auto& [work, id] : runs) ids.push_back(std::move(id));
+  return ids;
+}
 
 }  // namespace mxablate::orchestrator

@@ -220,13 +220,20 @@ struct SweepRunner::Impl {
   }
 
   void build_queue() {
-    for (const RunSpec& spec : plan.runs) {
-      const std::string& s = status[spec.run_id];
-      if (results::is_final_result(s) || active.count(spec.run_id)) continue;
+    // opt.launch_order first (ids of this plan only, each once), then the rest in plan order.
+    std::vector<std::string> order;
+    std::set<std::string> seen;
+    for (const std::string& id : opt.launch_order)
+      if (specs.count(id) && seen.insert(id).second) order.push_back(id);
+    for (const RunSpec& spec : plan.runs)
+      if (seen.insert(spec.run_id).second) order.push_back(spec.run_id);
+    for (const std::string& run_id : order) {
+      const std::string& s = status[run_id];
+      if (results::is_final_result(s) || active.count(run_id)) continue;
       if (s == st::kFailed)
-        progress.message(fmt::format("retrying {} [{}], which failed before", label(spec.run_id),
-                                     spec.run_id));
-      queue.push_back(spec.run_id);
+        progress.message(fmt::format("retrying {} [{}], which failed before", label(run_id),
+                                     run_id));
+      queue.push_back(run_id);
     }
   }
 

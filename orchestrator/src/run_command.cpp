@@ -50,6 +50,7 @@ struct RunOptions {
   std::string timeout = "0";
   std::string grace = "60s";
   std::string backfill = "10m";
+  std::string order = "plan";
   int poll_ms = 200;
   std::string progress = "auto";
   std::string executor = "local";
@@ -203,6 +204,11 @@ void run_sweep(const RunOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError(fmt::format("--backfill: {}", e.what()));
   }
+  LaunchOrder order = LaunchOrder::kPlan;
+  if (o.order == "longest-first")
+    order = LaunchOrder::kLongestFirst;
+  else if (o.order != "plan")
+    throw InputError("--order: expected plan or longest-first, got '" + o.order + "'");
   if (o.max_attempts < 1) throw InputError("--max-attempts: must be at least 1");
   if (o.poll_ms < 1 || o.poll_ms > 60000) throw InputError("--poll-ms: must be in [1, 60000]");
   const ProgressMode mode = parse_progress(o.progress);
@@ -285,6 +291,8 @@ void run_sweep(const RunOptions& o) {
   options.poll = std::chrono::milliseconds(o.poll_ms);
   options.backfill = std::chrono::milliseconds(backfill_ms);
   options.prestart = !o.no_prestart;
+  if (order != LaunchOrder::kPlan)
+    options.launch_order = launch_order(input.plan, order, input.vocabularies);
   // A slot passes to its standby at run_end where both runs fit its share of the GPU at once
   // (docs/design.md §9, "Busy slots").
   options.handover = make_handover_rule(input.plan, input.vocabularies,
@@ -365,6 +373,11 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--backfill", o->backfill,
                   "how long later runs may start ahead of a run waiting for more free slots "
                   "(a run of N ranks takes N), e.g. 10m; 0: strictly in plan order")
+      ->capture_default_str();
+  cmd->add_option("--order", o->order,
+                  "plan: runs start in plan order; longest-first: the runs of most tokens × "
+                  "parameters first (a sweep over model sizes ends without idle slots waiting "
+                  "on its biggest runs); ties in plan order")
       ->capture_default_str();
   cmd->add_option("--poll-ms", o->poll_ms, "how often event logs are ingested, in ms")
       ->capture_default_str();

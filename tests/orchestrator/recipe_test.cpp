@@ -1,5 +1,6 @@
 // Loading recipes: the docs/design.md §5 example reads as written; values keep their YAML types; the
 // positions of keys and values are recorded for errors found after merging.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -415,6 +416,54 @@ TEST_CASE("the scale recipe plans the paper's arms at three models, budgets by m
   // Each run is described against fp8 at its own model and seed: only the arm's numerics differ.
   for (const RunSpec& run : plan.runs)
     if (run.arm == "fp8" || run.arm == "F") CHECK(run.interventions == "-");
+}
+
+TEST_CASE("launch order: longest-first puts the most tokens × parameters first, ties in plan order") {
+  const Plan plan = expand_recipe(load_recipe((kRecipesDir / "paper-arms-scales.yaml").string()));
+  REQUIRE(plan.runs.size() == 63);
+  std::vector<std::string> planned;
+  for (const RunSpec& run : plan.runs) planned.push_back(run.run_id);
+  CHECK(launch_order(plan, LaunchOrder::kPlan) == planned);
+  std::map<std::string, const RunSpec*> by_id;
+  for (const RunSpec& run : plan.runs) by_id[run.run_id] = &run;
+  for (const std::map<std::string, int64_t>& vocab :
+       {std::map<std::string, int64_t>{}, std::map<std::string, int64_t>{{"default", 32000}}}) {
+    const std::vector<std::string> order = launch_order(plan, LaunchOrder::kLongestFirst, vocab);
+    REQUIRE(order.size() == planned.size());
+    CHECK(std::set<std::string>(order.begin(), order.end()) ==
+          std::set<std::string>(planned.begin(), planned.end()));
+    // In plan order (arms outermost) llama-350m's runs are spread over the whole sweep: the last
+    // one is the 61st. Longest first, its 21 runs come first, then llama-125m's, then llama-20m's,
+    // each model's runs in plan order.
+    const std::vector<std::string> models{"llama-350m", "llama-125m", "llama-20m"};
+    for (size_t i = 0; i < order.size(); ++i) {
+      const RunSpec& run = *by_id.at(order[i]);
+      CHECK(mxablate::contract::model_label(run.config.model) == models[i / 21]);
+      if (i % 21 != 0) {
+        const RunSpec& before = *by_id.at(order[i - 1]);
+        CHECK(std::find(planned.begin(), planned.end(), before.run_id) <
+              std::find(planned.begin(), planned.end(), run.run_id));
+      }
+    }
+  }
+  // Fewer tokens on more parameters can be less work: llama-20m for 100 M tokens (21.9 M
+  // parameters at a 4096-token vocabulary) before llama-125m for 10 M (119.6 M).
+  const Plan small = parse_and_expand(R"(name: o
+base: {data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
+arms: {A: {}, B: {train: {lr: 2e-3}}}
+grid:
+  scale:
+    - {model: llama-125m, train.max_tokens: 10e6}
+    - {model: llama-20m, train.max_tokens: 100e6}
+)");
+  REQUIRE(small.runs.size() == 4);  // A 125m, A 20m, B 125m, B 20m
+  CHECK(predicted_work(small.runs[1], 4096) == Approx(100e6 * 21.9e6).epsilon(0.01));
+  CHECK(predicted_work(small.runs[0], 4096) == Approx(10e6 * 119.6e6).epsilon(0.01));
+  // Without the vocabulary, what lies outside the embeddings.
+  CHECK(predicted_work(small.runs[0], std::nullopt) < predicted_work(small.runs[0], 4096));
+  CHECK(launch_order(small, LaunchOrder::kLongestFirst, {{"default", 4096}}) ==
+        std::vector<std::string>{small.runs[1].run_id, small.runs[3].run_id, small.runs[0].run_id,
+                                 small.runs[2].run_id});
 }
 
 TEST_CASE("activation checkpointing is a schema key of its own type and never an intervention") {

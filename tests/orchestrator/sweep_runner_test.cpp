@@ -515,6 +515,30 @@ TEST_CASE("once the backfill window has passed, no later run starts ahead of the
   CHECK(log.count("for 2 free slot(s): later runs no longer start before it") == 1);
 }
 
+TEST_CASE("runs start in SweepOptions::launch_order, those it leaves out after it in plan order") {
+  ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "1"}});
+  SweepFixture f(fake_recipe("order", kSteps, 4, 5, "[1, 2]"));  // A1 A2 B1 B2
+  f.slots = 1;
+  // Ids of no run of this plan, and repeats, are ignored.
+  f.options.launch_order = {f.run_of("B", 2).run_id, "0123456789abcdef", f.run_of("B", 2).run_id,
+                            f.run_of("A", 2).run_id};
+  std::vector<std::string> launched;
+  std::mutex m;
+  SweepHooks hooks;
+  hooks.launched = hooks.prestarted = [&](const std::string& run_id, auto) {
+    std::lock_guard lock(m);
+    launched.push_back(run_id);
+  };
+  TestWaker waker;
+  CHECK(f.run(waker, hooks).budget_exhausted == 4);
+  // With prestart, a run is seen once as a standby (prestarted) and once launched: first sight.
+  std::vector<std::string> first;
+  for (const std::string& id : launched)
+    if (std::find(first.begin(), first.end(), id) == first.end()) first.push_back(id);
+  CHECK(first == std::vector<std::string>{f.run_of("B", 2).run_id, f.run_of("A", 2).run_id,
+                                          f.run_of("A", 1).run_id, f.run_of("B", 1).run_id});
+}
+
 TEST_CASE("a run of more ranks than the executor has slots fails alone, never waits forever") {
   ScopedEnv env({{"MXABLATE_FAKE_STEP_MS", "1"}});
   SweepFixture f(ranks_recipe());

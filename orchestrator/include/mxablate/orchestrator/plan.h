@@ -53,6 +53,22 @@ Plan expand_recipe(const Recipe& recipe);
 // "FDW+H16 seed=2 train.lr=0.001": a run named by its arm and axes, for messages.
 std::string run_label(const RunSpec& spec);
 
+// The order `mxablate run --order` launches a plan's runs in: plan order (the default), or
+// the longest first, so that the biggest runs of a sweep over model sizes do not start last and
+// leave slots idle at its end (a run queued behind them still starts ahead of them when it
+// alone fits the free slots, within --backfill).
+enum class LaunchOrder { kPlan, kLongestFirst };
+
+// A run's predicted work: its training tokens × its model's parameters — the 6·N·D estimate of
+// its FLOPs up to the constant — with the embeddings when its dataset's vocabulary is known
+// (`vocab`), else only what lies outside them. Only its order among runs means anything.
+double predicted_work(const RunSpec& run, std::optional<int64_t> vocab);
+
+// The plan's run ids in launch order: kPlan as planned; kLongestFirst by predicted_work,
+// largest first (the vocabularies by data.dataset as the runs write it), ties in plan order.
+std::vector<std::string> launch_order(const Plan& plan, LaunchOrder order,
+                                      const std::map<std::string, int64_t>& vocabularies = {});
+
 // An axis value as plans and messages show it: a name bare, a model by its label
 // (contract::model_label: "llama-20m", "d512-L6-h8/4-f1408"), anything else as JSON.
 std::string axis_text(const RunSpec& spec, const AxisValue& axis);

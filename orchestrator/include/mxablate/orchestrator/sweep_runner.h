@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mxablate/orchestrator/executor.h"
 #include "mxablate/orchestrator/plan.h"
@@ -37,6 +38,10 @@ struct SweepOptions {
   // of it, so it gets its slots once the running attempts end (a big run never starves behind a
   // stream of small ones). 0: strictly in order.
   std::chrono::milliseconds backfill{std::chrono::minutes(10)};
+  // The run ids in the order to launch them (plan.h launch_order; `mxablate run --order`);
+  // empty: plan order. Runs it leaves out follow in plan order. Prestart takes the next run in
+  // this order too.
+  std::vector<std::string> launch_order;
   // Busy slots (docs/design.md §9): while a slot runs a run, the next queued run in plan order
   // (a fresh start of one rank: executor.h prestartable) is started as a standby on it, does its
   // setup and starts training the moment the slot frees. Off (`--no-prestart`) when a model's
