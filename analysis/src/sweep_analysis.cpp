@@ -201,11 +201,9 @@ ResolvedTarget resolve_target(const SweepData& sweep) {
 
 namespace {
 
-// How much further the baseline's median loss fell between the target and the end of its
-// budget, as a share of the target: a target on a curve that has flattened (under 1 %) measures
-// the arms at the end of training; one on a slope measures them in mid-descent, where a few
-// percent of extra tokens is a small loss difference.
-std::string fall_after_target(const SweepData& sweep, const std::string& arm, double target) {
+// The baseline arm's validation curves and its token budget (the largest of its runs').
+std::pair<std::vector<Curve>, double> baseline_curves(const SweepData& sweep,
+                                                      const std::string& arm) {
   std::vector<Curve> curves;
   double budget = 0;
   for (const RunRecord& r : sweep.runs) {
@@ -213,6 +211,15 @@ std::string fall_after_target(const SweepData& sweep, const std::string& arm, do
     curves.push_back(r.evals);
     budget = std::max(budget, r.max_tokens);
   }
+  return {curves, budget};
+}
+
+// How much further the baseline's median loss fell between the target and the end of its
+// budget, as a share of the target: a target on a curve that has flattened (under 1 %) measures
+// the arms at the end of training; one on a slope measures them in mid-descent, where a few
+// percent of extra tokens is a small loss difference.
+std::string fall_after_target(const SweepData& sweep, const std::string& arm, double target) {
+  const auto [curves, budget] = baseline_curves(sweep, arm);
   const auto end = target_from_baseline(curves, budget, 1.0);
   if (!end || !(target > 0)) return "";
   const double fall = 100.0 * (target - *end) / target;
@@ -221,21 +228,7 @@ std::string fall_after_target(const SweepData& sweep, const std::string& arm, do
                      fall, fall < 1.0 ? "flattened" : "still falling at the target");
 }
 
-}  // namespace
-
-// The target's value and the rule that derived it (below).
-ResolvedTarget resolve_target_basis(const SweepData& sweep);
-
-// The target's value and, in `basis`, how it was derived and how far the baseline still fell
-// after it; the caption is made by the caller.
-ResolvedTarget resolve_target_value(const SweepData& sweep) {
-  ResolvedTarget t = resolve_target_basis(sweep);
-  if (t.val_loss && !t.basis.empty())
-    if (const auto arm = target_value<std::string>(sweep, "from_arm"))
-      t.basis += fall_after_target(sweep, *arm, *t.val_loss);
-  return t;
-}
-
+// The target's value and, in `basis`, the rule that derived it.
 ResolvedTarget resolve_target_basis(const SweepData& sweep) {
   ResolvedTarget t;
   if (sweep.stored_target) {
@@ -258,13 +251,7 @@ ResolvedTarget resolve_target_basis(const SweepData& sweep) {
   }
   const std::string arm = *from_arm;
   const double fraction = target_value<double>(sweep, "at_fraction").value_or(0.8);
-  std::vector<Curve> curves;
-  double budget = 0;
-  for (const RunRecord& r : sweep.runs) {
-    if (r.arm != arm) continue;
-    curves.push_back(r.evals);
-    budget = std::max(budget, r.max_tokens);
-  }
+  const auto [curves, budget] = baseline_curves(sweep, arm);
   t.val_loss = target_from_baseline(curves, budget, fraction);
   if (t.val_loss) {
     t.basis = fmt::format(": median of arm {} at {} of its {:.3g}-token budget", arm,
@@ -273,6 +260,18 @@ ResolvedTarget resolve_target_basis(const SweepData& sweep) {
     t.description = fmt::format("target not resolved yet: arm {} has not reached {} of its budget",
                                 arm, pct_text(fraction));
   }
+  return t;
+}
+
+}  // namespace
+
+// The target's value and, in `basis`, how it was derived and how far the baseline still fell
+// after it; the caption is made by the caller.
+ResolvedTarget resolve_target_value(const SweepData& sweep) {
+  ResolvedTarget t = resolve_target_basis(sweep);
+  if (t.val_loss && !t.basis.empty())
+    if (const auto arm = target_value<std::string>(sweep, "from_arm"))
+      t.basis += fall_after_target(sweep, *arm, *t.val_loss);
   return t;
 }
 

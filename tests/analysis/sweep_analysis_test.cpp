@@ -347,3 +347,30 @@ TEST_CASE("a model axis groups runs by the model's label, preset or custom shape
   CHECK(sweep.groups == std::vector<std::string>{"bf16 [model=llama-20m]",
                                                  "bf16 [model=d64-L2-h4/2-f192-rt500000]"});
 }
+
+TEST_CASE("the target's caption says whether the baseline's curve had flattened at the target") {
+  // Baseline curves from 1000 to 10000 tokens; the target is the median at 80 % (8000 tokens).
+  const auto sweep_with = [](double loss_at_8000, double loss_at_10000) {
+    analysis::SweepData s;
+    s.name = "flat";
+    s.target_spec = {{"from_arm", "fp8"}, {"at_fraction", 0.8}};
+    for (int seed = 1; seed <= 2; ++seed) {
+      analysis::RunRecord r;
+      r.arm = "fp8";
+      r.max_tokens = 10000;
+      r.evals = {{1000, 8.0}, {8000, loss_at_8000}, {10000, loss_at_10000}};
+      s.runs.push_back(r);
+    }
+    return analysis::resolve_target(s).description;
+  };
+  // 4.00 → 3.98: 0.5 % further, under 1 %: flattened.
+  CHECK(sweep_with(4.0, 3.98) ==
+        "target val loss 4.0000 (perplexity 54.60): median of arm fp8 at 80 % of its 1e+04-token "
+        "budget; the baseline's median loss fell a further 0.5 % by the end of its budget "
+        "(flattened)");
+  // 4.00 → 3.80: 5.0 % further: on a slope.
+  CHECK(sweep_with(4.0, 3.8) ==
+        "target val loss 4.0000 (perplexity 54.60): median of arm fp8 at 80 % of its 1e+04-token "
+        "budget; the baseline's median loss fell a further 5.0 % by the end of its budget (still "
+        "falling at the target)");
+}
