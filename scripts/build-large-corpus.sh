@@ -53,6 +53,11 @@ fail() {
   exit 1
 }
 [ -x "$MXABLATE" ] || fail "$MXABLATE not built: run scripts/setup.sh"
+# The unpackers the listed archives need (.tar.xz, .tar.bz2, .zip); scripts/setup.sh installs
+# them, a machine set up otherwise may lack unzip or bzip2.
+for tool in dpkg-deb tar xz bzip2 unzip; do
+  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' not found: apt-get install xz-utils bzip2 unzip"
+done
 "$MXABLATE" data collect --help >/dev/null 2>&1 || fail "$MXABLATE has no 'data collect' (built without zlib?)"
 [ -f "$SOURCES" ] || bad_input "$SOURCES: no such sources list"
 

@@ -26,6 +26,7 @@ PACKAGES=(
   libboost-dev libboost-filesystem-dev libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece gnuplot-nox
   bible-kjv bible-kjv-text r-cran-janeaustenr zlib1g-dev
+  xz-utils bzip2 unzip  # the large corpus's unpackers (scripts/build-corpus.sh --large)
 )
 # Only the tests need these: Catch2, python3-numpy (tests exchange real .npy files), chromium
 # (the report test renders the HTML page headless), hipcc (compiles the kernels for AMD; its
