@@ -3,13 +3,13 @@
 # one carrying an upstream .tar.xz (named as an ARCHIVE-GLOB), one a plain tree, one dir: source;
 # a file duplicated across packages, binary and generated files. Then an interruption and its
 # resume, stale partial directories, and bad input (exit 2, one line naming the package or
-# file:line). Exit 77 (skipped) where dpkg-deb or xz is missing.
+# file:line). Exit 77 (skipped) where dpkg-deb, xz, tar, bzip2 or unzip is missing (the builder needs them).
 #
 #   build_large_corpus_test.sh REPO_ROOT MXABLATE_BINARY
 set -uo pipefail
 REPO=$1
 BIN=$2
-for tool in dpkg-deb xz tar; do
+for tool in dpkg-deb xz tar bzip2 unzip; do
   command -v "$tool" >/dev/null || { echo "skipped: $tool is not installed"; exit 77; }
 done
 
