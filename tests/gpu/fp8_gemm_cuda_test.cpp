@@ -1,9 +1,11 @@
 // The FP8 arm on FP8 tensor cores (fp8_gemm.h): the GPU's per-tensor FP8 codes equal the CPU
 // reference bit for bit (both formats, float32 and bf16 inputs, both layouts alone and in one
-// pass, NaN/Inf/zeros/subnormal-range values, ragged shapes), and the fp8-tensorwise GEMM equals
-// the FP32 product of the decoded codes times the scales, and the exact emulation, within the
-// tolerances stated at each check.
+// pass, NaN/Inf/zeros/subnormal-range values, ragged shapes; the fast cast of fp8_cast_gpu.h
+// exhaustively over BF16 inputs), and the fp8-tensorwise GEMM equals the FP32 product of the
+// decoded codes times the scales, and the exact emulation, within the tolerances stated at each
+// check.
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/kernels/gpu/fp8_cast_gpu.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
@@ -244,4 +247,163 @@ TEST_CASE("the fp8-tensorwise GEMM refuses what FP8 tensor cores cannot do, in o
         "the fp8-tensorwise GEMM path: FP8 tensor cores need K and N to be multiples of 16, got K 128, N 40");
   CHECK(message({a, Axis::kRows, {QuantFormat::kMXFP4}, {}}, {b, Axis::kRows, e4m3, {}}) ==
         "the fp8-tensorwise GEMM path needs fp8-e4m3 or fp8-e5m2 operands, got mxfp4");
+}
+
+// ---- the fast FP8 cast (fp8_cast_gpu.h) --------------------------------------------------
+
+namespace {
+
+struct FastCast {
+  at::Tensor rows, cols, scales;  // scales: [rows d, cols d]
+};
+
+// gpu::fp8_cast called directly (not through fp8_quantize, which may fall back), so these tests
+// are known to test the fast kernels themselves.
+FastCast fast_cast(const at::Tensor& cuda_in, const QuantSpec* rows_spec, const QuantSpec* cols_spec) {
+  FastCast r;
+  const at::Tensor in = cuda_in.contiguous();
+  const at::TensorOptions bytes = in.options().dtype(at::kByte);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(gpu::fp8_cast_workspace_bytes())}, bytes);
+  r.scales = at::full({8}, -1.0f, in.options().dtype(at::kFloat));
+  gpu::Fp8CastAxis ra, ca;
+  gpu::Fp8CastJob job{in.data_ptr(), in.scalar_type() == at::kFloat ? gpu::InputType::kFloat32 : gpu::InputType::kBFloat16,
+                      in.size(0), in.size(1), nullptr, nullptr, workspace.data_ptr()};
+  if (rows_spec) {
+    r.rows = at::empty({in.size(0), in.size(1)}, bytes);
+    ra = {*rows_spec, r.rows.data_ptr<uint8_t>(), r.scales.data_ptr<float>()};
+    job.along_rows = &ra;
+  }
+  if (cols_spec) {
+    r.cols = at::empty({in.size(1), in.size(0)}, bytes);
+    ca = {*cols_spec, r.cols.data_ptr<uint8_t>(), r.scales.data_ptr<float>() + 4};
+    job.down_cols = &ca;
+  }
+  REQUIRE(gpu::fp8_cast_unsupported_reason(job).empty());
+  gpu::fp8_cast(job, at::cuda::getCurrentCUDAStream().stream());
+  return r;
+}
+
+float scale_at(const FastCast& c, int i) { return c.scales.cpu()[i].item<float>(); }
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+}  // namespace
+
+TEST_CASE("the fast FP8 cast writes the CPU reference's codes and scales in both layouts", "[gpu][torch][fp8][fast_cast]") {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Whole 64-tiles; partial tiles both ways; one 16 x 16 block; tall and wide.
+  const std::vector<Shape> shapes{{256, 192}, {80, 208}, {16, 16}, {1040, 48}, {32, 2064}};
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3}, e5m2{QuantFormat::kFP8E5M2};
+  struct Pair {
+    const QuantSpec* rows;
+    const QuantSpec* cols;
+  };
+  const std::vector<Pair> pairs{{&e4m3, &e4m3}, {&e5m2, &e5m2}, {&e4m3, &e5m2}, {&e5m2, nullptr}, {nullptr, &e4m3}};
+  int call = 0;
+  for (const Shape s : shapes) {
+    for (int variant = 0; variant < 5; ++variant) {
+      // Finite; NaN/Inf; all zeros; subnormal range; negated (signed zeros among the values).
+      at::Tensor x = variant == 2 ? at::zeros({s.rows, s.cols})
+                                  : fp8_test_input(s.rows, s.cols, 101 + call, variant == 1, variant == 3 ? 1e-40f : 1.0f);
+      if (variant == 4) x = -x;
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor in = x.to(dtype);
+        for (const Pair p : pairs) {
+          ++call;
+          INFO("shape " << s.rows << " x " << s.cols << " " << c10::toString(dtype) << " variant " << variant << " pair "
+                        << (p.rows ? to_string(p.rows->format) : "-") << "/" << (p.cols ? to_string(p.cols->format) : "-"));
+          const FastCast got = fast_cast(in.to(at::kCUDA), p.rows, p.cols);
+          if (p.rows) {
+            const RefCodes want = reference_codes(in, Axis::kRows, {*p.rows, {}});
+            CHECK(code_bytes(got.rows) == want.codes);
+            CHECK(same_bits(scale_at(got, 0), want.scale));
+          }
+          if (p.cols) {
+            const RefCodes want = reference_codes(in, Axis::kCols, {*p.cols, {}});
+            CHECK(code_bytes(got.cols) == want.codes);
+            CHECK(same_bits(scale_at(got, 4), want.scale));
+          }
+          if (!p.rows) CHECK(scale_at(got, 0) == -1.0f);  // nothing written for an axis not asked for
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the fast FP8 cast rounds every BF16 value as the reference does, ties and saturation included", "[gpu][torch][fp8][fast_cast]") {
+  // Every finite BF16 value of magnitude at most the format's maximum, plus the maximum itself:
+  // the decode scale is then exactly 1, so the codes are the rounding of the values themselves —
+  // every midpoint between FP8 neighbours (a BF16 value: FP8 has at most 3 mantissa bits),
+  // every subnormal, both zeros. The BF16 values just above the maximum run in a second tensor
+  // whose amax makes d slightly above 1 (saturation after the division).
+  for (const QuantSpec spec : {QuantSpec{QuantFormat::kFP8E4M3}, QuantSpec{QuantFormat::kFP8E5M2}}) {
+    const float max_finite = spec.format == QuantFormat::kFP8E4M3 ? 448.0f : 57344.0f;
+    std::vector<float> values;
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+      const float v = bits_float(b << 16);
+      if (std::isfinite(v) && std::fabs(v) <= max_finite) values.push_back(v);
+    }
+    values.push_back(max_finite);
+    while (values.size() % 256 != 0) values.push_back(0.0f);
+    const int64_t rows = static_cast<int64_t>(values.size()) / 256;
+    const at::Tensor x = at::from_blob(values.data(), {rows, 256}, at::kFloat).clone();
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO(to_string(spec.format) << " " << c10::toString(dtype));
+      const at::Tensor in = x.to(dtype);
+      const FastCast got = fast_cast(in.to(at::kCUDA), &spec, &spec);
+      const RefCodes want_rows = reference_codes(in, Axis::kRows, {spec, {}});
+      const RefCodes want_cols = reference_codes(in, Axis::kCols, {spec, {}});
+      CHECK(scale_at(got, 0) == 1.0f);
+      CHECK(code_bytes(got.rows) == want_rows.codes);
+      CHECK(code_bytes(got.cols) == want_cols.codes);
+      // Scaled up by 1.0625: d is no longer 1, every value is divided before rounding.
+      const at::Tensor scaled = (x * 1.0625f).to(dtype);
+      const FastCast got2 = fast_cast(scaled.to(at::kCUDA), &spec, nullptr);
+      const RefCodes want2 = reference_codes(scaled, Axis::kRows, {spec, {}});
+      CHECK(code_bytes(got2.rows) == want2.codes);
+      CHECK(same_bits(scale_at(got2, 0), want2.scale));
+    }
+  }
+}
+
+TEST_CASE("fp8_quantize takes the fast cast and the general quantizer to the same bits", "[gpu][torch][fp8][fast_cast]") {
+  // With telemetry asked for, fp8_quantize runs the general quantizer; without, the fast cast.
+  const AxisQuantization rows{{QuantFormat::kFP8E4M3}, {5, 1, 0, GemmKind::kFprop, Operand::kA}};
+  const AxisQuantization cols{{QuantFormat::kFP8E4M3}, {5, 1, 0, GemmKind::kWgrad, Operand::kB}};
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor x = fp8_test_input(2048, 768, 9, false).to(dtype).to(at::kCUDA);
+    QuantTelemetry rt, ct;
+    const Fp8Codes general = fp8_quantize(x, &rows, &cols, &rt, &ct);
+    const Fp8Codes fast = fp8_quantize(x, &rows, &cols);
+    CHECK(code_bytes(fast.rows) == code_bytes(general.rows));
+    CHECK(code_bytes(fast.cols) == code_bytes(general.cols));
+    CHECK(same_bits(fast.rows_scale.cpu().item<float>(), general.rows_scale.cpu().item<float>()));
+    CHECK(same_bits(fast.cols_scale.cpu().item<float>(), general.cols_scale.cpu().item<float>()));
+  }
+}
+
+TEST_CASE("the fast FP8 cast says in one sentence what it does not take", "[gpu][torch][fp8][fast_cast]") {
+  const at::Tensor x = at::zeros({64, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
+  const at::Tensor codes = at::empty({64 * 64 + 16}, x.options().dtype(at::kByte));
+  const at::Tensor scale = at::empty({8}, x.options().dtype(at::kFloat));
+  const auto reason = [&](QuantSpec spec, int64_t rows, int64_t cols, size_t code_offset, const void* input) {
+    gpu::Fp8CastAxis a{spec, codes.data_ptr<uint8_t>() + code_offset, scale.data_ptr<float>()};
+    gpu::Fp8CastJob job{input, gpu::InputType::kBFloat16, rows, cols, &a, nullptr, scale.data_ptr<float>() + 4};
+    return gpu::fp8_cast_unsupported_reason(job);
+  };
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3};
+  CHECK(reason(e4m3, 64, 64, 0, x.data_ptr()).empty());
+  CHECK(reason({QuantFormat::kFP8E4M3, ScaleRule::kFloor, Rounding::kStochastic}, 64, 64, 0, x.data_ptr()).find("stochastic") !=
+        std::string::npos);
+  CHECK(reason({QuantFormat::kFP8E4M3, ScaleRule::kFloor, Rounding::kNearest, HadamardMode::kDeterministic, 16}, 64, 64, 0,
+               x.data_ptr())
+            .find("rotation") != std::string::npos);
+  CHECK(reason({QuantFormat::kMXFP4}, 64, 64, 0, x.data_ptr()).find("mxfp4") != std::string::npos);
+  CHECK(reason(e4m3, 64, 56, 0, x.data_ptr()).find("64 x 56") != std::string::npos);
+  CHECK(reason(e4m3, 64, 64, 8, x.data_ptr()).find("aligned code buffer") != std::string::npos);
+  CHECK(reason(e4m3, 64, 64, 0, static_cast<const uint8_t*>(x.data_ptr()) + 2).find("aligned input") != std::string::npos);
+  gpu::Fp8CastJob none{x.data_ptr(), gpu::InputType::kBFloat16, 64, 64, nullptr, nullptr, scale.data_ptr()};
+  CHECK_THROWS_AS(gpu::fp8_cast(none, nullptr), std::invalid_argument);
 }

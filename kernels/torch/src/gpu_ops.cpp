@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "mxablate/kernels/gpu/fp8_cast_gpu.h"
 #include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "torch_compat.h"
@@ -174,19 +175,46 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
 #if MXABLATE_TORCH_HAS_FP8
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
-  const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
   const auto dtype = [](const QuantSpec& spec) {
     return spec.format == QuantFormat::kFP8E5M2 ? compat::kFloat8E5M2 : compat::kFloat8E4M3;
   };
-  // Both decode scales in one allocation: [rows scale, pad, pad, pad, cols scale, ...].
-  const at::Tensor scales = at::empty({8}, in.options().dtype(at::kFloat));
+  // Both decode scales in one allocation: [rows scale, pad, pad, pad, cols scale, pad, pad, pad,
+  // the fast cast's workspace].
+  static_assert(gpu::fp8_cast_workspace_bytes() <= 4 * sizeof(float));
+  const at::Tensor scales = at::empty({12}, in.options().dtype(at::kFloat));
   Fp8Codes result;
+  if (rows) {
+    result.rows = at::empty({in.size(0), in.size(1)}, in.options().dtype(dtype(rows->spec)));
+    result.rows_scale = scales.narrow(0, 0, 1);
+  }
+  if (cols) {
+    result.cols = at::empty({in.size(1), in.size(0)}, in.options().dtype(dtype(cols->spec)));
+    result.cols_scale = scales.narrow(0, 4, 1);
+  }
+  if (!rows_telemetry && !cols_telemetry) {
+    // The FP8 baseline's common case at memory speed (fp8_cast_gpu.h); the same bits as the
+    // general quantizer below, which takes everything else (telemetry, SR, odd shapes).
+    gpu::Fp8CastAxis rows_axis, cols_axis;
+    gpu::Fp8CastJob cast{in.data_ptr(), input_type_of(in), in.size(0), in.size(1), nullptr, nullptr,
+                         scales.data_ptr<float>() + 8};
+    if (rows) {
+      rows_axis = {rows->spec, static_cast<uint8_t*>(result.rows.data_ptr()), scales.data_ptr<float>()};
+      cast.along_rows = &rows_axis;
+    }
+    if (cols) {
+      cols_axis = {cols->spec, static_cast<uint8_t*>(result.cols.data_ptr()), scales.data_ptr<float>() + 4};
+      cast.down_cols = &cols_axis;
+    }
+    if (gpu::fp8_cast_unsupported_reason(cast).empty()) {
+      gpu::fp8_cast(cast, compat::current_stream(in));
+      return result;
+    }
+  }
+  const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
   gpu::AxisJob rows_job, cols_job;
   gpu::QuantizeJob job = job_for(in, scratch);
   if (rows) {
     rows_job = {rows->spec, rows->key, {}};
-    result.rows = at::empty({in.size(0), in.size(1)}, in.options().dtype(dtype(rows->spec)));
-    result.rows_scale = scales.narrow(0, 0, 1);
     rows_job.out.packed = static_cast<uint8_t*>(result.rows.data_ptr());
     rows_job.out.tensor_scale = scales.data_ptr<float>();
     if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
@@ -194,8 +222,6 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
   }
   if (cols) {
     cols_job = {cols->spec, cols->key, {}};
-    result.cols = at::empty({in.size(1), in.size(0)}, in.options().dtype(dtype(cols->spec)));
-    result.cols_scale = scales.narrow(0, 4, 1);
     cols_job.out.packed = static_cast<uint8_t*>(result.cols.data_ptr());
     cols_job.out.tensor_scale = scales.data_ptr<float>() + 4;
     if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
