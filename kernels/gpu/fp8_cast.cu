@@ -31,7 +31,9 @@ constexpr int kTile = 64;      // the cast's tile edge, rows and columns
 // and not a multiple of 16 so that the byte writes of a warp's 4 column groups fall in 2 banks
 // groups instead of 1.
 constexpr int kPitch = kTile + 4;
-constexpr int64_t kMaxAmaxBlocks = 2048;  // the amax pass is grid-stride beyond this
+// The amax pass's grid: enough blocks to fill a large GPU (4 per SM on a 132-SM H100), few
+// enough that each thread streams several chunks.
+constexpr int64_t kMaxAmaxBlocks = 528;
 
 // The FP8 formats as template arguments (0: axis not wanted).
 constexpr int kNoCodes = 0, kE4M3Codes = 1, kE5M2Codes = 2;
@@ -96,19 +98,48 @@ __device__ __forceinline__ void encode16(const float (&v)[kVec], float d, bool n
   }
 }
 
+// |x| as float bits for the 16 elements at p, folded into m with an unsigned maximum. BF16 bits
+// are a float's top half, so their magnitudes compare as the floats do, shifted up.
+__device__ __forceinline__ unsigned int fold_abs_bits(const float* p, unsigned int m) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < kVec / 4; ++i) {
+    const uint4 u = q[i];
+    m = max(m, max(max(u.x & 0x7FFFFFFFu, u.y & 0x7FFFFFFFu), max(u.z & 0x7FFFFFFFu, u.w & 0x7FFFFFFFu)));
+  }
+  return m;
+}
+
+__device__ __forceinline__ unsigned int fold_abs_bits(const uint16_t* p, unsigned int m) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < kVec / 8; ++i) {
+    const uint4 u = q[i];
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = max(m, max((w[j] << 16) & 0x7FFF0000u, w[j] & 0x7FFF0000u));
+  }
+  return m;
+}
+
 // Pass 1: the largest |x| as float bits into *slot (zeroed before). Non-negative floats order
 // like their bits, and NaN and infinity bits lie above every finite value's, so one unsigned
-// maximum answers both "amax" and "is any value non-finite".
+// maximum answers both "amax" and "is any value non-finite". Each thread keeps four chunks'
+// loads in flight (a few hundred blocks stream the tensor; one atomic per block).
 template <typename InT>
 __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const InT* in, int64_t chunks, unsigned int* slot) {
+  constexpr int kUnroll = 4;
   unsigned int m = 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < chunks;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    float v[kVec];
-    load16(in + i * kVec, v);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < chunks; i += kUnroll * stride) {
+    unsigned int part[kUnroll];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) m = max(m, float_bits(v[j]) & 0x7FFFFFFFu);
+    for (int k = 0; k < kUnroll; ++k) part[k] = fold_abs_bits(in + (i + k * stride) * kVec, 0u);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) m = max(m, part[k]);
   }
+  for (; i < chunks; i += stride) m = fold_abs_bits(in + i * kVec, m);
   for (int offset = warpSize / 2; offset > 0; offset >>= 1) m = max(m, shfl_xor(m, offset, warpSize));
   __shared__ unsigned int warp_max[kMaxWarps];
   const int warp = threadIdx.x / warpSize;
