@@ -127,6 +127,15 @@ class BenchArms(unittest.TestCase):
                 used.add(arm)
         self.assertTrue(used >= {"bf16", "mxfp4", "mxfp4+h16", "fp8"}, used)
         self.assertLessEqual(used, set(ARMS), used - set(ARMS))
+        # The arm lists given to the bench, by the scripts and by the documented commands.
+        lists = []
+        for path in [os.path.join("scripts", n) for n in os.listdir(SCRIPTS) if n.endswith(".sh")] + \
+                ["docs/performance.md"]:
+            lists += re.findall(r"--(?:peer-)?arms \"?([a-z0-9+.,-]+)", source(path))
+        self.assertIn("bf16,fp8,mxfp4+h16,mxfp4+h16+fp8path", lists)
+        for lst in lists:
+            if lst != "none":
+                bench_arms.parse_list(lst)
 
     def test_the_bench_and_the_report_take_their_arms_from_the_table(self):
         bench = source("scripts/gpu-speed-bench.sh")
