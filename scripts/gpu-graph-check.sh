@@ -53,8 +53,11 @@ if [ "$TESTS" = 1 ]; then
 fi
 if [ "$BENCH" = 1 ]; then
   [ -d .carry/data-default ] || { echo "gpu-graph-check: .carry/data-default (a copy of data/default) is needed for the benchmark"; exit 2; }
-  MXABLATE_BENCH_EAGER=1 MXABLATE_BENCH_PEER_ARMS=${MXABLATE_BENCH_PEER_ARMS:-bf16} MXABLATE_BENCH_OUT=$OUT/speed MXABLATE_GPU_BUILD_DIR=$BUILD \
-    bash scripts/gpu-speed-bench.sh .carry/data-default --only "$ONLY" "${PROFILE[@]}" 2>&1 | tee "$OUT/speed.log"
+  # The four arms graphs were measured in (the gemm_path fp8 arm is issue 20's, not this check's);
+  # the peer in BF16 only unless MXABLATE_BENCH_PEER_ARMS names others (bench_arms.py's names).
+  MXABLATE_BENCH_EAGER=1 MXABLATE_BENCH_OUT=$OUT/speed MXABLATE_GPU_BUILD_DIR=$BUILD \
+    bash scripts/gpu-speed-bench.sh .carry/data-default --only "$ONLY" --arms bf16,fp8,mxfp4,mxfp4+h16 \
+      --peer-arms "${MXABLATE_BENCH_PEER_ARMS:-bf16}" "${PROFILE[@]}" 2>&1 | tee "$OUT/speed.log"
 fi
 if [ -n "$GRID" ]; then
   cmake --build "$BUILD" --target mxablate -j "$(nproc)" >"$OUT/build-mxablate.log" 2>&1 ||

@@ -1,97 +1,183 @@
 #!/usr/bin/env bash
-# The speed benchmark of docs/design.md §9 (issue 14), for the GPU machine. In one run it measures
+# The speed benchmark of docs/design.md §9 (issues 14 and 20), for the GPU machine. It measures
 #   - the baselines: BF16 cuBLAS at 8192³ and device copy bandwidth (gpu_baselines.py);
-#   - our trainer, mxablate-train, on llama-20m (seq 256, 16,384 tokens/step) and llama-125m
-#     (seq 512, 65,536 tokens/step as 4 micro-batches) in BF16, FP8, MXFP4 F+D+W and F+D+W+H16
-#     (median tokens/s of the train events after step 3; peak GPU memory from run_end);
-#   - the compiled PyTorch peer on the same shapes and arms (peer_llama.py);
+#   - with --gemm-shapes, the 21 GEMMs of one block (Fprop, Dgrad, Wgrad of q, k, v, o, gate,
+#     up, down) at 16,384 tokens in BF16 and FP8 tensor-wise, at the llama-8b, llama-1.3b and
+#     llama-125m shapes (gemm_shapes_bench.py; GEMM-only figures);
+#   - our trainer, mxablate-train, on llama-20m (seq 256, 16,384 tokens/step), llama-125m
+#     (seq 512, 65,536 tokens/step as 4 micro-batches) and llama-1.3b (seq 2048, 65,536
+#     tokens/step as 4 micro-batches, activation checkpointing), in the arms of
+#     scripts/bench_arms.py: bf16, fp8, mxfp4 (F+D+W), mxfp4+h16 and mxfp4+h16+fp8path
+#     (quant.gemm_path: fp8). The rate is the median tokens/s of the train events after step 3,
+#     peak GPU memory from run_end; shapes and steps from scripts/llama_shapes.py;
+#   - the compiled PyTorch peer on the same shapes (peer_llama.py: once per distinct fake
+#     quantization of the arms asked for; with activation checkpointing where ours has it);
 # then prints the table and every target with the baseline it divides by (speed-report.py).
 #
-# Usage: scripts/gpu-speed-bench.sh DATA_DIR [--no-peer] [--profile] [--only MODEL]
-#   --profile  also writes a Kineto trace of steps 6-8 of each of our runs and prints
-#              profile-summary.py's tables (the profiled run is separate from the timed one)
+# One device call may last 600 s, so it runs in parts: each call appends its figures to the
+# results file under a header line naming the GPU, and speed-report.py reads the files of several
+# calls together where they were measured on the same GPU (it refuses otherwise).
+#
+# Usage: scripts/gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none]
+#          [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--profile]
+#   --only        the models (default: every model of llama_shapes.py's BENCH: llama-20m,
+#                 llama-125m, llama-1.3b)
+#   --arms        our arms, comma-separated (default: all of bench_arms.py); none: no trainer run
+#                 (nor build)
+#   --peer-arms   the arms whose peer figures are wanted (default: --arms); the peer runs once
+#                 per distinct fake quantization among them
+#   --no-peer     no peer runs
+#   --no-baselines  skip gpu_baselines.py (a later call of a series: the report takes the first)
+#   --gemm-shapes   also run gemm_shapes_bench.py (about 20 s)
+#   --results     the results file to append to (default OUT/results.jsonl); point it under the
+#                 device tool's $OUT to have it come back
+#   --profile     also writes a Kineto trace of steps 6-8 of each of our runs and prints
+#                 profile-summary.py's tables (the profiled run is separate from the timed one)
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, shared with gpu-check.sh), MXABLATE_BENCH_OUT
-#        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (default 30), MXABLATE_BENCH_EAGER=1
-#        (each of our runs also with train.cuda_graphs: off, as ours-MODEL-ARM-eager),
-#        MXABLATE_BENCH_PEER_ARMS (default "bf16 fp8 fdw fdw+h16").
+#        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (our steps for every model, instead
+#        of llama_shapes.py's), MXABLATE_BENCH_EAGER=1 (each of our runs also with
+#        train.cuda_graphs: off, as ours-MODEL-ARM-eager), MXABLATE_BENCH_RUN_LIMIT_S (default
+#        180: a run still going then is stopped, so one hung arm cannot eat the call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DATA=$(realpath "${1:?usage: gpu-speed-bench.sh DATA_DIR [--no-peer] [--profile] [--only MODEL]}")
+USAGE="usage: gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none] [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--profile]"
+[ $# -ge 1 ] && [[ $1 != --* ]] || { echo "$USAGE" >&2; exit 2; }
+CALL_ARGS="$*"  # recorded in the results file's header line
+DATA=$1
 shift
-PEER=1 PROFILE=0 ONLY=""
+PEER=1 PROFILE=0 BASELINES=1 GEMM_SHAPES=0 ONLY="" ARMS_ARG="" PEER_ARMS_ARG="" RESULTS_ARG=""
+need_value() { [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu-speed-bench: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case $1 in
     --no-peer) PEER=0 ;;
     --profile) PROFILE=1 ;;
-    --only) ONLY=$2; shift ;;
+    --no-baselines) BASELINES=0 ;;
+    --gemm-shapes) GEMM_SHAPES=1 ;;
+    --only) need_value "$@"; ONLY=$2; shift ;;
+    --arms) need_value "$@"; ARMS_ARG=$2; shift ;;
+    --peer-arms) need_value "$@"; PEER_ARMS_ARG=$2; shift ;;
+    --results) need_value "$@"; RESULTS_ARG=$2; shift ;;
     *) echo "gpu-speed-bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_BENCH_OUT:-/tmp/mxablate-speed}
-STEPS=${MXABLATE_BENCH_STEPS:-30}
 EAGER=${MXABLATE_BENCH_EAGER:-0}  # 1: each of our runs again with train.cuda_graphs: off
+RUN_LIMIT=${MXABLATE_BENCH_RUN_LIMIT_S:-180}
 source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
+
+# Everything a typo could break is checked before anything is built or run (one line, exit 2).
+MODELS=$($PY scripts/llama_shapes.py bench ${ONLY:+"$ONLY"}) || exit 2
+if [ "$ARMS_ARG" = none ]; then
+  ARMS=()
+else
+  mapfile -t ARMS < <($PY scripts/bench_arms.py check "${ARMS_ARG:-$($PY scripts/bench_arms.py names | paste -sd,)}") &&
+    [ ${#ARMS[@]} -gt 0 ] || exit 2
+fi
+PEER_RUNS=()
+if [ "$PEER" = 1 ]; then
+  peer_list=${PEER_ARMS_ARG:-$(IFS=,; echo "${ARMS[*]}")}
+  if [ -n "$peer_list" ] && [ "$peer_list" != none ]; then
+    mapfile -t PEER_RUNS < <($PY scripts/bench_arms.py peer-runs "$peer_list") && [ ${#PEER_RUNS[@]} -gt 0 ] || exit 2
+  fi
+fi
 [ -f "$DATA/manifest.json" ] || { echo "gpu-speed-bench: $DATA is not a prepared data directory" >&2; exit 2; }
+DATA=$(realpath "$DATA")
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-speed-bench: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
 
 source scripts/gpu-trainer-lib.sh
-build_trainer "$BUILD_DIR" "$OUT/build" "$PY"
-TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
 mkdir -p "$OUT"
-RESULTS=$OUT/results.jsonl
-: >"$RESULTS"
+RESULTS=${RESULTS_ARG:-$OUT/results.jsonl}
+mkdir -p "$(dirname "$RESULTS")"
+if [ ${#ARMS[@]} -gt 0 ]; then
+  build_trainer "$BUILD_DIR" "$OUT/build" "$PY"
+  TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
+fi
 VOCAB=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokenizer"]["vocab_size"])' "$DATA/manifest.json")
+
+# The call's header: the lines after it (up to the next header) are this call's, measured on
+# this GPU; speed-report.py compares figures of several calls only where the GPUs are the same.
+$PY - "$VOCAB" "$CALL_ARGS" <<'PYEOF' >>"$RESULTS"
+import datetime, json, socket, sys
+import torch
+print(json.dumps({"who": "call", "gpu": torch.cuda.get_device_name(), "host": socket.gethostname(),
+                  "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "torch": torch.__version__, "vocab": int(sys.argv[1]), "args": sys.argv[2]}))
+PYEOF
 echo "{\"who\": \"data\", \"vocab\": $VOCAB}" >>"$RESULTS"
+echo "== results appended to $RESULTS"
 
-echo "== baselines"
-$PY scripts/gpu_baselines.py | tee -a "$RESULTS"
+if [ "$BASELINES" = 1 ]; then
+  echo "== baselines"
+  $PY scripts/gpu_baselines.py | tee -a "$RESULTS" || echo "  gpu_baselines failed"
+fi
+if [ "$GEMM_SHAPES" = 1 ]; then
+  echo "== GEMM shapes of one block at 16,384 tokens, BF16 and FP8 tensor-wise (GEMM-only)"
+  $PY scripts/gemm_shapes_bench.py | tee -a "$RESULTS" || echo "  gemm_shapes_bench failed"
+fi
 
-# model seq tokens/step micro-batch tokens
-SHAPES=("llama-20m 256 16384 16384" "llama-125m 512 65536 16384")
-ARMS=(bf16 fp8 mxfp4 mxfp4+h16)
-for shape in "${SHAPES[@]}"; do
-  read -r model seq step micro <<<"$shape"
-  [ -n "$ONLY" ] && [ "$ONLY" != "$model" ] && continue
-  echo "== mxablate-train $model ($STEPS steps of $step tokens)"
+# our_run NAME MODEL ARM SEQ STEP MICRO STEPS EXTRA: one trainer run in $OUT/NAME; prints its exit
+# code. Evaluation once, at the start (every_tokens past the end): the figure is the steps' pace.
+our_run() {
+  local name=$1 model=$2 arm=$3 seq=$4 step=$5 micro=$6 steps=$7 extra=$8 rc=0
+  local dir=$OUT/$name
+  rm -rf "$dir" && mkdir -p "$dir"
+  config "$name" cuda "$model" "$arm" "$seq" "$step" "$micro" "$steps" 1000000 "$((seq * 8))" 0 "$extra" \
+    >"$dir/config.json"
+  timeout --kill-after=30 "$RUN_LIMIT" "$TRAIN" --run-dir "$dir" "${@:9}" >"$dir/output.txt" 2>&1 || rc=$?
+  echo "$rc"
+}
+
+# (fd 3: nothing a run starts can read the list from stdin)
+while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
+  steps=${MXABLATE_BENCH_STEPS:-$steps}
+  # llama_shapes.py says which models checkpoint activations (the peer reads the same flag).
+  extra='{}'
+  [ "$ckpt" = 1 ] && extra='{"train": {"activation_checkpointing": true}}'
+  if [ ${#ARMS[@]} -gt 0 ]; then
+    echo "== mxablate-train $model ($steps steps of $step tokens, micro-batches of $micro, seq $seq$([ "$ckpt" = 1 ] && echo ", activation checkpointing"))"
+  fi
   for arm in "${ARMS[@]}"; do
     name=ours-$model-$arm
-    dir=$OUT/$name
-    rm -rf "$dir" && mkdir -p "$dir"
-    # Evaluation once, at the start (every_tokens past the end): the figure is the steps' pace.
-    config "$name" cuda "$model" "$arm" "$seq" "$step" "$micro" "$STEPS" 1000000 "$((seq * 8))" 0 >"$dir/config.json"
-    rc=0
-    "$TRAIN" --run-dir "$dir" >"$dir/output.txt" 2>&1 || rc=$?
-    echo "  $name: exit $rc ($(tail -1 "$dir/output.txt"))"
-    summary "$dir"
+    t0=$SECONDS
+    rc=$(our_run "$name" "$model" "$arm" "$seq" "$step" "$micro" "$steps" "$extra")
+    echo "  $name: exit $rc in $((SECONDS - t0)) s ($(tail -1 "$OUT/$name/output.txt"))"
+    summary "$OUT/$name" || true
+    $PY scripts/speed-report.py --ours-line "$OUT/$name" "$model" "$arm" "$rc" >>"$RESULTS" ||
+      echo "  speed-report.py --ours-line failed for $name"
     if [ "$EAGER" = 1 ]; then  # the same run with every step eager: what graphed steps gain
-      edir=$OUT/$name-eager
-      rm -rf "$edir" && mkdir -p "$edir"
-      config "$name-eager" cuda "$model" "$arm" "$seq" "$step" "$micro" "$STEPS" 1000000 "$((seq * 8))" 0 \
-        '{"train": {"cuda_graphs": "off"}}' >"$edir/config.json"
-      "$TRAIN" --run-dir "$edir" >"$edir/output.txt" 2>&1 || echo "  $name-eager: failed ($(tail -1 "$edir/output.txt"))"
-      summary "$edir"
+      eextra=$($PY -c 'import json,sys; e=json.loads(sys.argv[1]); e.setdefault("train", {})["cuda_graphs"]="off"; print(json.dumps(e))' "$extra")
+      rc=$(our_run "$name-eager" "$model" "$arm" "$seq" "$step" "$micro" "$steps" "$eextra")
+      [ "$rc" = 0 ] || echo "  $name-eager: exit $rc ($(tail -1 "$OUT/$name-eager/output.txt"))"
+      summary "$OUT/$name-eager" || true
     fi
-    if [ "$PROFILE" = 1 ] && [ $rc = 0 ]; then
+    if [ "$PROFILE" = 1 ] && [ "$rc" = 0 ]; then
       pdir=$OUT/profile-$model-$arm
-      rm -rf "$pdir" && mkdir -p "$pdir"
-      config "profile-$model-$arm" cuda "$model" "$arm" "$seq" "$step" "$micro" 8 1000000 "$((seq * 8))" 0 >"$pdir/config.json"
-      "$TRAIN" --run-dir "$pdir" --profile-steps 6:8 --profile-trace "$pdir/trace.json" >"$pdir/output.txt" 2>&1 &&
-        { echo "  profile of $name, steps 6-8:"; $PY scripts/profile-summary.py "$pdir/trace.json" --steps 3 --top 15; } ||
+      prc=$(our_run "profile-$model-$arm" "$model" "$arm" "$seq" "$step" "$micro" 8 "$extra" \
+        --profile-steps 6:8 --profile-trace "$pdir/trace.json")
+      if [ "$prc" = 0 ]; then
+        echo "  profile of $name, steps 6-8:"
+        $PY scripts/profile-summary.py "$pdir/trace.json" --steps 3 --top 15 || echo "  profile-summary failed"
+      else
         echo "  profile of $name failed: $(tail -1 "$pdir/output.txt")"
+      fi
     fi
   done
-  if [ "$PEER" = 1 ]; then
-    echo "== compiled PyTorch peer $model"
-    for arm in ${MXABLATE_BENCH_PEER_ARMS:-bf16 fp8 fdw fdw+h16}; do
-      timeout 300 $PY scripts/peer_llama.py --model "$model" --arm "$arm" --vocab "$VOCAB" \
-        2>"$OUT/peer-$model-$arm.err" | tee -a "$RESULTS" ||
-        echo "  peer $model $arm failed: $(tail -3 "$OUT/peer-$model-$arm.err")"
+  if [ ${#PEER_RUNS[@]} -gt 0 ]; then
+    echo "== compiled PyTorch peer $model ($peer_warmup untimed + $peer_steps timed steps$([ "$ckpt" = 1 ] && echo ", activation checkpointing per block"))"
+    for arm in "${PEER_RUNS[@]}"; do
+      t0=$SECONDS
+      if timeout --kill-after=30 300 $PY scripts/peer_llama.py --model "$model" --arm "$arm" --vocab "$VOCAB" \
+           2>"$OUT/peer-$model-$arm.err" | tee -a "$RESULTS"; then
+        echo "  peer $model $arm: $((SECONDS - t0)) s"
+      else
+        echo "  peer $model $arm failed after $((SECONDS - t0)) s: $(tail -3 "$OUT/peer-$model-$arm.err")"
+      fi
     done
   fi
-done
+done 3<<<"$MODELS"
 
 echo "== report"
-$PY scripts/speed-report.py "$OUT"
+$PY scripts/speed-report.py "$RESULTS"

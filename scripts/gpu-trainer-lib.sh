@@ -10,27 +10,31 @@ build_trainer() {
   gpu_build "$1" "$2" mxablate-train || exit 1
 }
 
-# config NAME DEVICE MODEL PRECISION SEQ GLOBAL MICRO STEPS EVAL_EVERY_STEPS EVAL_TOKENS THREADS [EXTRA]
+# config NAME DEVICE MODEL ARM SEQ GLOBAL MICRO STEPS EVAL_EVERY_STEPS EVAL_TOKENS THREADS [EXTRA]
 # prints a run config on $DATA; EXTRA is JSON merged over it (e.g. '{"parallel": {"data": 2}}').
+# ARM is a name of scripts/bench_arms.py's table (bf16, fp8, mxfp4, mxfp4+h16, …), which says
+# what precision and quant settings it means: the bench, the peer and the report read the same
+# table, so an arm has one name everywhere. An unknown ARM is one line and exit 2.
 config() {
-  $PY - "$@" "$DATA" <<'PYEOF'
+  PYTHONPATH="$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" $PY - "$@" "$DATA" <<'PYEOF'
 import json, sys
+from bench_arms import UnknownArm, config as arm_config
 args = sys.argv[1:]
 if len(args) == 12: args.insert(11, "{}")
-name, device, model, prec, seq, glob, micro, steps, every, evtok, threads, extra, data = args
+name, device, model, arm, seq, glob, micro, steps, every, evtok, threads, extra, data = args
 seq, glob, micro, steps, every, evtok, threads = map(int, (seq, glob, micro, steps, every, evtok, threads))
-# "mxfp4+h16": all three GEMMs in MXFP4 with the deterministic 16-point Hadamard rotation on
-# Wgrad (the paper's FDW+H16 arm, the arm of the DESIGN step-time target).
-hadamard = prec.endswith("+h16")
-prec = prec.removesuffix("+h16")
-p = {"fprop": prec, "dgrad": prec, "wgrad": prec}
-c = {"run_id": name, "arm": prec, "model": model, "device": device, "threads": threads,
+try:
+    a = arm_config(arm)  # arm, precision and (where the arm sets any) quant
+except UnknownArm as e:
+    print(f"config: {e}", file=sys.stderr)
+    sys.exit(2)
+c = {"run_id": name, "arm": a["arm"], "model": model, "device": device, "threads": threads,
      "data": {"dataset": data, "seq_len": seq},
      "train": {"global_batch_tokens": glob, "micro_batch_tokens": micro, "max_tokens": glob * steps,
                "lr": 1e-3, "warmup_tokens": glob * max(1, steps // 10), "seed": 1},
      "eval": {"every_tokens": glob * every, "tokens": evtok},
-     "precision": p,
-     **({"quant": {"hadamard": {"mode": "deterministic", "size": 16, "gemms": ["wgrad"]}}} if hadamard else {}),
+     "precision": a["precision"],
+     **({"quant": a["quant"]} if "quant" in a else {}),
      "checkpoint": {"every_steps": 0},
      "telemetry": {"train_every_steps": 1 if steps <= 50 else 10, "quant_every_steps": 0}}
 def merge(base, over):

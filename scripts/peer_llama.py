@@ -5,8 +5,16 @@ torch.compile, with FP8 / MXFP4 fake quantization written as ordinary tensor ops
 autograd function. It is the baseline our trainer's tokens/s is divided by, measured in the same
 run by scripts/gpu-speed-bench.sh. Random tokens: throughput does not depend on the data.
 
-Usage: peer_llama.py --model llama-125m|llama-20m --arm bf16|fp8|fdw|fdw+h16 [--steps N]
-Prints one JSON line: {"model", "arm", "tokens_per_s", "ms_per_step", "peak_gib", ...}.
+Arms are named as everywhere in the bench (scripts/bench_arms.py): --arm mxfp4+h16 runs this
+program's "fdw+h16" fake quantization. Where the model's bench shape checkpoints activations
+(llama_shapes.py: llama-1.3b), the peer does too, as torchtitan does it: every block wrapped in
+non-reentrant torch.utils.checkpoint and compiled on its own (one compiled graph that all blocks
+share), the final norm, LM head and loss compiled as one more region; otherwise the whole model
+is compiled as one graph.
+
+Usage: peer_llama.py --model MODEL --arm ARM [--vocab V] [--steps N] [--warmup N]
+Prints one JSON line: {"who": "peer", "model", "arm", "mode", "tokens_per_s", "ms_per_step",
+"peak_gib", "checkpoint", "compile", ...}.
 """
 import argparse
 import json
@@ -17,7 +25,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from llama_shapes import SHAPES  # noqa: E402  (beside this script)
+import torch.utils.checkpoint
+
+from bench_arms import ARMS  # noqa: E402  (beside this script)
+from llama_shapes import SHAPES  # noqa: E402
 
 # ---- fake quantization as tensor ops ----------------------------------------------------------
 
@@ -139,6 +150,18 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in backward (non-reentrant checkpointing, as
+    torchtitan wraps each block before compiling it); only its input is kept."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x, cos, sin):
+        return torch.utils.checkpoint.checkpoint(self.block, x, cos, sin, use_reentrant=False)
+
+
 class Llama(nn.Module):
     def __init__(self, s, vocab, arm):
         super().__init__()
@@ -154,6 +177,9 @@ class Llama(nn.Module):
         x = self.emb(tokens)
         for blk in self.blocks:
             x = blk(x, self.cos, self.sin)
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x, targets):
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
@@ -161,17 +187,28 @@ class Llama(nn.Module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=sorted(SHAPES), required=True)
-    ap.add_argument("--arm", choices=["bf16", "fp8", "fdw", "fdw+h16"], required=True)
+    ap.add_argument("--arm", choices=list(ARMS), required=True, help="an arm of bench_arms.py")
     ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed steps (compilation included)")
+    ap.add_argument("--steps", type=int, help="timed optimizer steps (default: llama_shapes.py's)")
+    ap.add_argument("--warmup", type=int, help="untimed steps, compilation included (default: llama_shapes.py's)")
     args = ap.parse_args()
     s = SHAPES[args.model]
+    steps = args.steps or s["peer_steps"]
+    warmup = args.warmup if args.warmup is not None else s["peer_warmup"]
+    mode = ARMS[args.arm]["peer"]
     torch.manual_seed(0)
-    model = Llama(s, args.vocab, args.arm).cuda()
+    model = Llama(s, args.vocab, mode).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-5,
                             weight_decay=0.1, fused=True)
-    loss_fn = torch.compile(model)
+    if s["checkpoint"]:
+        # Regional compilation: the blocks are one module type, so one compiled graph serves all
+        # of them (a whole 24-block graph would take minutes to compile, with checkpointing).
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(Checkpointed(blk))
+        model.head_loss = torch.compile(model.head_loss)
+        loss_fn, compiled = model, "per block, checkpointed"
+    else:
+        loss_fn, compiled = torch.compile(model), "whole model"
     micro_seqs = s["micro"] // s["seq"]
     micros = s["step"] // s["micro"]
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -189,19 +226,21 @@ def main():
         return loss
 
     t0 = time.perf_counter()
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     warm = time.perf_counter() - t0
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(steps):
         loss = step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps({
-        "who": "peer", "model": args.model, "arm": args.arm, "tokens_per_step": s["step"],
-        "tokens_per_s": s["step"] * args.steps / dt, "ms_per_step": 1e3 * dt / args.steps,
+        "who": "peer", "model": args.model, "arm": args.arm, "mode": mode, "seq": s["seq"],
+        "tokens_per_step": s["step"], "micro_tokens": s["micro"], "checkpoint": s["checkpoint"],
+        "compile": compiled, "vocab": args.vocab, "steps": steps,
+        "tokens_per_s": s["step"] * steps / dt, "ms_per_step": 1e3 * dt / steps,
         "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30, "warmup_s": warm,
         "final_loss": float(loss.detach()), "torch": torch.__version__,
         "device": torch.cuda.get_device_name()}), flush=True)

@@ -1,95 +1,485 @@
 #!/usr/bin/env python3
-"""The speed benchmark's report (scripts/gpu-speed-bench.sh): our trainer's tokens/s per model and
-arm (median of the sampled train events after step 3, from each run's events.jsonl), the compiled
-PyTorch peer's (peer_llama.py), and the targets of docs/design.md §9 with the baseline each one
-divides by — all measured in the same run.
+"""The speed benchmark's report (scripts/gpu-speed-bench.sh): per model, our trainer's tokens/s
+in each arm of bench_arms.py (the median of its train events after step 3), the compiled PyTorch
+peer's (peer_llama.py), the GEMM-level figures of one block (gemm_shapes_bench.py), and every
+target of issue 20 with the figure it divides by and its verdict. A figure that was not measured
+is said to be so; nothing is estimated.
 
-Usage: speed-report.py OUT_DIR   (OUT_DIR holds run directories ours-MODEL-ARM/ and results.jsonl)
+A results file holds one or more calls of the bench, each from its header line ({"who": "call",
+"gpu": …}) to the next. Several files (the parts of one benchmark, run in separate device calls)
+are read together only where every call ran on the same GPU model: figures of different GPUs
+are not compared (exit 2, one line). Where one figure was measured in several calls, the last
+one read is used; the report names the call of every figure.
+
+Usage: speed-report.py RESULTS [RESULTS…]   (a results.jsonl, or a directory holding one)
+       speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE
+           prints the JSON line the bench appends for one of our runs (read from its events.jsonl,
+           config.json and output.txt)
+
+Plain python (no torch): its tests run on machines without it.
 """
 import json
 import os
 import statistics
 import sys
 
-from llama_shapes import SHAPES, all_params, flops_per_token
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_arms import ARMS, PEER_MODES  # noqa: E402
+from llama_shapes import (ARCH, SHAPES, all_params, attention_flops_per_token,  # noqa: E402
+                          flops_per_token, gemm_params)
 
-ARMS = ["bf16", "fp8", "mxfp4", "mxfp4+h16"]
-PEER_ARM = {"bf16": "bf16", "fp8": "fp8", "mxfp4": "fdw", "mxfp4+h16": "fdw+h16"}
-LABEL = {"bf16": "BF16", "fp8": "FP8 (F+D+W)", "mxfp4": "MXFP4 F+D+W", "mxfp4+h16": "MXFP4 F+D+W+H16"}
-
-
-def ours(out, model, arm):
-    path = os.path.join(out, f"ours-{model}-{arm}", "events.jsonl")
-    try:
-        events = [json.loads(l) for l in open(path) if l.endswith("\n")]
-    except (OSError, ValueError):
-        return None
-    tps = [e["tokens_per_s"] for e in events if e.get("kind") == "train" and e.get("step", 0) > 3]
-    ends = [e for e in events if e.get("kind") == "run_end"]
-    starts = [e for e in events if e.get("kind") == "run_start"]
-    if not tps or not ends:
-        return None
-    return {"tokens_per_s": statistics.median(tps), "peak_gib": ends[-1].get("peak_gpu_bytes", 0) / 2 ** 30,
-            "params": starts[-1].get("params") if starts else None}
+# Steps before the rate is taken: the first steps allocate, tune and (graphed runs) capture.
+WARM_STEPS = 3
 
 
-def main():
-    out = sys.argv[1]
-    lines = []
-    try:
-        lines = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
-    except (OSError, ValueError) as e:
-        sys.exit(f"speed-report: {out}/results.jsonl: {e}")
-    base = next((l for l in lines if l.get("who") == "baseline"), None)
-    peer = {(l["model"], l["arm"]): l for l in lines if l.get("who") == "peer"}
-    vocab = next((l["vocab"] for l in lines if l.get("who") == "data"), 4096)
-    if base:
-        print(f"baselines (same run, {base['device']}, torch {base['torch']}): BF16 cuBLAS 8192³ "
-              f"{base['bf16_tflops']:.0f} TFLOP/s, device copy {base['copy_tbs']:.2f} TB/s")
-    targets = []
-    for model, s in SHAPES.items():
-        rows = {arm: ours(out, model, arm) for arm in ARMS}
-        if not any(rows.values()):
-            continue
-        fpt = flops_per_token(s, vocab)
-        print(f"\n{model}: seq {s['seq']}, {s['step']:,} tokens/step, {fpt / 1e6:.0f} MFLOP/token")
-        print("| arm | ours tokens/s | step × our BF16 | peer tokens/s | ours ÷ peer | MFU | peak GiB | peak × BF16 |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        bf = rows.get("bf16")
-        for arm in ARMS:
-            r = rows[arm]
-            if not r:
-                print(f"| {LABEL[arm]} | (no run) | | | | | | |")
+class BadInput(Exception):
+    pass
+
+
+# ---- one of our runs → its results line ---------------------------------------------------------
+
+def read_jsonl(path):
+    """The complete lines of a JSON-lines file (a line cut short by a killed writer is skipped)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n") or not line.strip():
                 continue
-            if r["params"] is not None and r["params"] != all_params(s, vocab):
-                print(f"speed-report: {model}: run_start says {r['params']} parameters, llama_shapes.py "
-                      f"{all_params(s, vocab)}: the shapes drifted", file=sys.stderr)
-            p = peer.get((model, PEER_ARM[arm]))
-            step_x = bf["tokens_per_s"] / r["tokens_per_s"] if bf else None
-            mfu = r["tokens_per_s"] * fpt / (base["bf16_tflops"] * 1e12) if base else None
-            mem_x = r["peak_gib"] / bf["peak_gib"] if bf and bf["peak_gib"] else None
-            fmt = lambda v, f: (f.format(v) if v is not None else "–")
-            print(f"| {LABEL[arm]} | {r['tokens_per_s']:,.0f} | {fmt(step_x, '{:.3f}×')} | "
-                  f"{fmt(p and p['tokens_per_s'], '{:,.0f}')} | "
-                  f"{fmt(p and r['tokens_per_s'] / p['tokens_per_s'], '{:.2f}×')} | "
-                  f"{fmt(mfu and 100 * mfu, '{:.1f} %')} | {r['peak_gib']:.1f} | {fmt(mem_x, '{:.2f}×')} |")
-            if p:
-                targets.append((f"{model} {LABEL[arm]}: ours ÷ peer ≥ 1", r["tokens_per_s"] / p["tokens_per_s"], 1.0, ">="))
-            if arm == "bf16" and mfu is not None:
-                want = 0.50 if model == "llama-125m" else 0.35
-                targets.append((f"{model} BF16 MFU (÷ {base['bf16_tflops']:.0f} TFLOP/s)", mfu, want, ">="))
-            if arm == "mxfp4+h16" and step_x is not None:
-                targets.append((f"{model} MXFP4 F+D+W+H16 step ÷ BF16 step", step_x, 1.05, "<="))
-            if arm == "fp8" and step_x is not None and model == "llama-125m":
-                targets.append((f"{model} FP8 step ÷ BF16 step", step_x, 0.90, "<="))
-            if arm.startswith("mxfp4") and mem_x is not None:
-                targets.append((f"{model} {LABEL[arm]} peak memory ÷ BF16", mem_x, 1.10, "<="))
-    print("\n| target | measured | wanted | met |")
-    print("|---|---:|---:|---|")
-    for name, value, want, op in targets:
-        met = value >= want if op == ">=" else value <= want
-        print(f"| {name} | {value:.3f} | {op} {want:.2f} | {'yes' if met else 'NO'} |")
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def ours_line(run_dir, model, arm, rc):
+    line = {"who": "ours", "model": model, "arm": arm, "exit": rc, "run": os.path.basename(run_dir.rstrip("/"))}
+    try:
+        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        tr = cfg.get("train", {})
+        line.update(tokens_per_step=tr.get("global_batch_tokens"), micro_tokens=tr.get("micro_batch_tokens"),
+                    seq=cfg.get("data", {}).get("seq_len"), checkpoint=bool(tr.get("activation_checkpointing")))
+    except (OSError, ValueError):
+        pass
+    try:
+        events = read_jsonl(os.path.join(run_dir, "events.jsonl"))
+    except OSError:
+        events = []
+    tps = [e["tokens_per_s"] for e in events
+           if e.get("kind") == "train" and e.get("step", 0) > WARM_STEPS and e.get("tokens_per_s")]
+    starts = [e for e in events if e.get("kind") == "run_start"]
+    ends = [e for e in events if e.get("kind") == "run_end"]
+    line["samples"] = len(tps)
+    if tps:
+        line["tokens_per_s"] = statistics.median(tps)
+        if line.get("tokens_per_step"):
+            line["ms_per_step"] = 1e3 * line["tokens_per_step"] / line["tokens_per_s"]
+    if starts:
+        for k in ("params", "non_embedding_params", "gemm_routes", "device", "vocab_size", "cuda_graphs"):
+            if k in starts[-1]:
+                line[k] = starts[-1][k]
+    if ends and ends[-1].get("peak_gpu_bytes"):
+        line["peak_gib"] = ends[-1]["peak_gpu_bytes"] / 2 ** 30
+    if rc != 0 or not tps:
+        try:
+            with open(os.path.join(run_dir, "output.txt"), encoding="utf-8", errors="replace") as f:
+                tail = [l.strip() for l in f if l.strip()]
+            line["error"] = tail[-1][:300] if tail else "no output"
+        except OSError:
+            line["error"] = "no output.txt"
+    return line
+
+
+# ---- reading results files --------------------------------------------------------------------
+
+def load_calls(paths):
+    """Every call in the files, in order: {"n", "file", "gpu", "host", "started", "vocab", "lines"}."""
+    calls = []
+    for path in paths:
+        file = os.path.join(path, "results.jsonl") if os.path.isdir(path) else path
+        try:
+            with open(file, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise BadInput(f"{file}: {e.strerror or e}")
+        current = None
+        for i, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                l = json.loads(raw)
+            except ValueError:
+                raise BadInput(f"{file}:{i}: not a JSON line")
+            if not isinstance(l, dict):
+                raise BadInput(f"{file}:{i}: not a JSON object")
+            if l.get("who") == "call" or current is None:
+                # Lines before any header (a file of the bench before headers existed) are a call
+                # whose GPU is whatever its lines name.
+                current = {"n": len(calls) + 1, "file": file, "line": i, "lines": [],
+                           "gpu": None, "host": None, "started": None, "vocab": None}
+                calls.append(current)
+            if l.get("who") == "call":
+                current.update(gpu=l.get("gpu"), host=l.get("host"), started=l.get("started"), vocab=l.get("vocab"))
+                continue
+            current["lines"].append(l)
+            if l.get("who") == "data" and current["vocab"] is None:
+                current["vocab"] = l.get("vocab")
+            if current["gpu"] is None and isinstance(l.get("device"), str) and l.get("who") != "ours":
+                current["gpu"] = l["device"]
+    calls = [c for c in calls if c["lines"] or c["gpu"]]
+    if not calls:
+        raise BadInput(f"{', '.join(paths)}: no results")
+    return calls
+
+
+def check_same_machine(calls):
+    """Refuses (BadInput) calls on different GPU models or vocabularies; returns notes."""
+    notes = []
+    if len(calls) > 1:
+        unknown = [c for c in calls if not c["gpu"]]
+        if unknown:
+            c = unknown[0]
+            raise BadInput(f"{c['file']} (call {c['n']}) does not record its GPU: figures of several calls are "
+                           f"compared only where they are known to come from the same GPU")
+        first = calls[0]
+        for c in calls[1:]:
+            if c["gpu"] != first["gpu"]:
+                raise BadInput(f"{c['file']} (call {c['n']}) was measured on {c['gpu']}, {first['file']} "
+                               f"(call {first['n']}) on {first['gpu']}: figures of different GPUs are not compared")
+        hosts = {c["host"] for c in calls if c["host"]}
+        if len(hosts) > 1:
+            notes.append(f"the calls ran on {len(hosts)} different hosts with the same GPU model ({first['gpu']}): "
+                         "a ratio whose figures come from different calls compares two machines of one kind")
+    vocabs = {c["vocab"] for c in calls if c["vocab"] is not None}
+    if len(vocabs) > 1:
+        raise BadInput(f"the calls trained at different vocabularies ({', '.join(map(str, sorted(vocabs)))}): "
+                       "their models differ, so their figures are not compared")
+    return notes
+
+
+def collect(calls):
+    """The latest figure of each kind, each tagged with its call number ("call")."""
+    f = {"baseline": None, "ours": {}, "peer": {}, "gemm": {}}
+    for c in calls:
+        for l in c["lines"]:
+            who = l.get("who")
+            tagged = {**l, "call": c["n"]}
+            if who == "baseline":
+                f["baseline"] = tagged
+            elif who == "ours" and l.get("model") and l.get("arm"):
+                f["ours"][(l["model"], l["arm"])] = tagged
+            elif who == "peer" and l.get("model") and l.get("arm"):
+                mode = l.get("mode")
+                if mode is None:  # a line of the peer before bench_arms.py named its arms
+                    mode = l["arm"] if l["arm"] in PEER_MODES else ARMS.get(l["arm"], {}).get("peer")
+                if mode:
+                    f["peer"][(l["model"], mode)] = tagged
+            elif who == "gemm_shapes" and l.get("model"):
+                f["gemm"][l["model"]] = tagged
+    return f
+
+
+# ---- figures ----------------------------------------------------------------------------------
+
+def peak_bf16(gpu):
+    """The dense BF16 tensor-core peak of the GPU in FLOP/s, where we know it: the H100 SXM
+    (989 TFLOP/s; its device name is "NVIDIA H100 80GB HBM3") and the H200 (the same tensor cores
+    and clocks: 989). Other GPUs (H100 PCIe and NVL among them) have other peaks: None."""
+    if not gpu or "PCIe" in gpu or "NVL" in gpu:
+        return None
+    if "H200" in gpu or ("H100" in gpu and ("HBM3" in gpu or "SXM" in gpu)):
+        return 989e12
+    return None
+
+
+def usable(r):
+    return bool(r) and r.get("exit") == 0 and bool(r.get("tokens_per_s"))
+
+
+def route_problem(arm, r):
+    """Why run r's GEMMs did not run where the arm means them to (None if they did or r does not say)."""
+    routes = r.get("gemm_routes")
+    if not isinstance(routes, dict):
+        return None
+    for prec, want in ARMS[arm]["routes"].items():
+        if routes.get(prec) != want:
+            return f"run_start says its {prec} GEMMs ran {routes.get(prec)}, the arm means {want}"
+    return None
+
+
+def calls_text(*figs):
+    ns = sorted({f["call"] for f in figs if f})
+    return f"call {ns[0]}" if len(ns) == 1 else "calls " + ", ".join(map(str, ns)) + " (different calls)"
+
+
+def fmt(v, spec, missing="–"):
+    return missing if v is None else format(v, spec)
+
+
+def shape_of(model, r=None):
+    s = dict(SHAPES.get(model) or ARCH[model])
+    if r and r.get("seq"):
+        s["seq"] = r["seq"]
+    return s
+
+
+class Report:
+    def __init__(self, calls):
+        self.calls = calls
+        self.f = collect(calls)
+        self.gpu = next((c["gpu"] for c in calls if c["gpu"]), None)
+        self.vocab = next((c["vocab"] for c in calls if c["vocab"] is not None), None)
+        self.peak = peak_bf16(self.gpu)
+
+    def ours(self, model, arm):
+        r = self.f["ours"].get((model, arm))
+        return r if usable(r) and not route_problem(arm, r) else None
+
+    def peer(self, model, arm):
+        return self.f["peer"].get((model, ARMS[arm]["peer"]))
+
+    def mfu(self, model, r):
+        if not (self.peak and self.vocab and r):
+            return None
+        return r["tokens_per_s"] * flops_per_token(shape_of(model, r), self.vocab) / self.peak
+
+    # -- the per-model tables
+    def print_tables(self, out):
+        b = self.f["baseline"]
+        if b:
+            print(f"baselines (call {b['call']}, {b.get('device')}, torch {b.get('torch')}): BF16 cuBLAS 8192³ "
+                  f"{b['bf16_tflops']:.0f} TFLOP/s, device copy {b['copy_tbs']:.2f} TB/s", file=out)
+        models = [m for m in SHAPES if any(k[0] == m for k in list(self.f["ours"]) + list(self.f["peer"]))]
+        for model in models:
+            s = SHAPES[model]
+            fpt = flops_per_token(s, self.vocab) if self.vocab else None
+            print(f"\n{model}: seq {s['seq']}, {s['step']:,} tokens/step in micro-batches of {s['micro']:,}"
+                  f"{', activation checkpointing' if s['checkpoint'] else ''}"
+                  + (f", {fpt / 1e9:.2f} GFLOP/token (model FLOPs)" if fpt else ""), file=out)
+            print("| arm | ours tokens/s | ms/step | step ÷ our BF16 | peer tokens/s | ours ÷ peer | MFU | "
+                  "peak GiB | peak ÷ BF16 | GEMM routes | call |", file=out)
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|", file=out)
+            bf = self.ours(model, "bf16")
+            for arm, a in ARMS.items():
+                raw = self.f["ours"].get((model, arm))
+                p = self.peer(model, arm)
+                ptxt = (f"{p['tokens_per_s']:,.0f} ({a['peer']})" if p else "not measured")
+                if not raw:
+                    if p:
+                        print(f"| {a['label']} | not measured | | | {ptxt} | | | | | | call {p['call']} |", file=out)
+                    continue
+                if not usable(raw):
+                    print(f"| {a['label']} | failed (exit {raw.get('exit')}: {raw.get('error', 'no train events')}) "
+                          f"| | | {ptxt} | | | | | | call {raw['call']} |", file=out)
+                    continue
+                problem = route_problem(arm, raw)
+                r = raw
+                step_x = bf["tokens_per_s"] / r["tokens_per_s"] if bf and not problem else None
+                mfu = self.mfu(model, r)
+                mem_x = (r.get("peak_gib") / bf["peak_gib"]) if bf and bf.get("peak_gib") and r.get("peak_gib") else None
+                routes = r.get("gemm_routes")
+                rtxt = (", ".join(f"{k} {routes[k]}" for k in a["routes"]) if isinstance(routes, dict) and a["routes"]
+                        else ("" if a["routes"] == {} else "not recorded"))
+                if problem:
+                    rtxt = f"**{problem}**"
+                print(f"| {a['label']} | {r['tokens_per_s']:,.0f} | {fmt(r.get('ms_per_step'), ',.1f')} | "
+                      f"{fmt(step_x, '.3f')}{'×' if step_x is not None else ''} | {ptxt} | "
+                      f"{fmt(p and r['tokens_per_s'] / p['tokens_per_s'], '.2f')}{'×' if p else ''} | "
+                      f"{fmt(mfu and 100 * mfu, '.1f')}{' %' if mfu else ''} | {fmt(r.get('peak_gib'), '.1f')} | "
+                      f"{fmt(mem_x, '.2f')}{'×' if mem_x is not None else ''} | {rtxt} | "
+                      f"{calls_text(r, p) if p else 'call ' + str(r['call'])} |", file=out)
+                if r.get("params") is not None and self.vocab and r["params"] != all_params(s, self.vocab):
+                    print(f"speed-report: {model}: run_start says {r['params']} parameters, llama_shapes.py "
+                          f"{all_params(s, self.vocab)}: the shapes drifted", file=sys.stderr)
+            peers = [p for (m, _), p in self.f["peer"].items() if m == model]
+            if peers:
+                p = peers[-1]
+                ck = p.get("checkpoint")
+                if s["checkpoint"] and ck is False:
+                    note = "WITHOUT activation checkpointing (ours checkpoints): not the same work"
+                elif s["checkpoint"] and ck is None:
+                    note = "activation checkpointing not recorded"
+                else:
+                    note = "with activation checkpointing per block, as ours" if ck else "no activation checkpointing, as ours"
+                print(f"peer: torch.compile ({p.get('compile', 'whole model')}), {note}; "
+                      f"torch {p.get('torch')}; the peer's MXFP4 arms are fake quantization in tensor ops, and "
+                      f"the gemm_path fp8 arm is compared with the peer's emulation of the same numerics", file=out)
+        if self.f["gemm"]:
+            print("\nGEMM-only: the 21 GEMMs of one block (Fprop, Dgrad, Wgrad of q, k, v, o, gate, up, down), "
+                  "BF16 torch.mm against FP8 tensor-wise torch._scaled_mm (E4M3 × E4M3 forward, E5M2 × E4M3 "
+                  "backward), quantization not included", file=out)
+            print("| model | M | BF16 ms | FP8 ms | FP8 ÷ BF16 | Fprop FP8 ÷ BF16 | Dgrad FP8 ÷ BF16 | Wgrad FP8 ÷ BF16 | call |",
+                  file=out)
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---|", file=out)
+            for model in ARCH:
+                g = self.f["gemm"].get(model)
+                if not g:
+                    continue
+                kinds = []
+                for kind in ("fprop", "dgrad", "wgrad"):
+                    rows = [r for r in g.get("gemms", []) if r.get("gemm") == kind]
+                    bsum, fsum = sum(r["bf16_ms"] for r in rows), sum(r["fp8_ms"] for r in rows)
+                    kinds.append(f"{fsum / bsum:.3f}" if bsum else "–")
+                print(f"| {model} | {g.get('M')} | {g['bf16_ms']:.3f} | {g['fp8_ms']:.3f} | "
+                      f"{g['fp8_ms'] / g['bf16_ms']:.3f} | {' | '.join(kinds)} | call {g['call']} |", file=out)
+
+    # -- the targets
+    def step_target(self, model, arm, want):
+        s = SHAPES[model]
+        name = f"{model} {ARMS[arm]['label']} step ÷ BF16 step"
+        den = f"our BF16 step at {model} (seq {s['seq']}, {s['step']:,} tokens/step)"
+        bf, r, raw = self.ours(model, "bf16"), self.ours(model, arm), self.f["ours"].get((model, arm))
+        if not r:
+            why = (route_problem(arm, raw) if usable(raw) else None) or \
+                  (f"the {arm} run failed (exit {raw.get('exit')})" if raw else f"no {arm} run")
+            return name, den, None, "<=", want, why, None
+        if not bf:
+            return name, den, None, "<=", want, "no BF16 run" if not self.f["ours"].get((model, "bf16")) \
+                else "the BF16 run failed", None
+        return name, den, bf["tokens_per_s"] / r["tokens_per_s"], "<=", want, None, calls_text(bf, r)
+
+    def peer_target(self, model, want):
+        s = SHAPES[model]
+        name = f"{model} BF16 tokens/s ÷ the compiled peer's"
+        p = self.f["peer"].get((model, "bf16"))
+        den = "the compiled PyTorch peer, BF16, same shapes" + (
+            (", per-block activation checkpointing" if p and p.get("checkpoint") else "") if s["checkpoint"] else "")
+        r = self.ours(model, "bf16")
+        if not r:
+            return name, den, None, ">=", want, "no BF16 run of ours", None
+        if not p:
+            return name, den, None, ">=", want, "no BF16 peer run", None
+        if s["checkpoint"] and p.get("checkpoint") is not True:
+            return name, den, None, ">=", want, "the peer ran without activation checkpointing", None
+        return name, den, r["tokens_per_s"] / p["tokens_per_s"], ">=", want, None, calls_text(r, p)
+
+    def mfu_target(self, model, want):
+        name = f"{model} BF16 MFU"
+        den = (f"{self.peak / 1e12:.0f} TFLOP/s, the dense BF16 peak of the {self.gpu}" if self.peak
+               else "the GPU's dense BF16 peak")
+        r = self.ours(model, "bf16")
+        if not self.peak:
+            return name, den, None, ">=", want, f"dense BF16 peak of {self.gpu or 'the GPU'} not known here", None
+        if not r:
+            return name, den, None, ">=", want, "no BF16 run of ours", None
+        if not self.vocab:
+            return name, den, None, ">=", want, "the vocabulary is not recorded", None
+        return name, den, self.mfu(model, r), ">=", want, None, calls_text(r)
+
+    def gemm_target(self, model, want):
+        name = f"{model} FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block"
+        g = self.f["gemm"].get(model)
+        den = f"BF16 torch.mm, the same 21 GEMMs at M = {g.get('M') if g else 16384:,}"
+        if not g or not g.get("bf16_ms"):
+            return name, den, None, "<=", want, "no GEMM-shape run (--gemm-shapes)", None
+        return name, den, g["fp8_ms"] / g["bf16_ms"], "<=", want, None, calls_text(g)
+
+    def targets(self):
+        return [
+            self.step_target("llama-1.3b", "fp8", 0.80),
+            self.gemm_target("llama-8b", 0.75),
+            self.step_target("llama-125m", "fp8", 1.00),
+            self.step_target("llama-1.3b", "mxfp4+h16", 1.05),
+            self.step_target("llama-125m", "mxfp4+h16", 1.15),
+            self.step_target("llama-1.3b", "mxfp4+h16+fp8path", 0.85),
+            self.peer_target("llama-125m", 1.0),
+            self.peer_target("llama-1.3b", 1.0),
+            self.mfu_target("llama-1.3b", 0.55),
+        ]
+
+    def print_targets(self, out):
+        print("\nIssue 20 targets. Step ratio = our arm's time per step ÷ our BF16 time per step at the same shape "
+              "(= BF16 tokens/s ÷ the arm's); the MXFP4 arms run emulated unless named gemm_path fp8.", file=out)
+        print("| target | denominator | measured | wanted | verdict | from |", file=out)
+        print("|---|---|---:|---:|---|---|", file=out)
+        for name, den, value, op, want, why, src in self.targets():
+            pct = "MFU" in name
+            show = (lambda v: f"{100 * v:.1f} %") if pct else (lambda v: f"{v:.3f}×")
+            wanted = f"{'≤' if op == '<=' else '≥'} {show(want)}"
+            if value is None:
+                print(f"| {name} | {den} | not measured | {wanted} | not measured: {why} | |", file=out)
+                continue
+            met = value <= want if op == "<=" else value >= want
+            print(f"| {name} | {den} | {show(value)} | {wanted} | {'met' if met else 'NOT MET'} | {src} |", file=out)
+        s = SHAPES["llama-1.3b"]
+        v = self.vocab
+        print(f"MFU = tokens/s × (6·N + 12·layers·d_model·seq) ÷ peak, with N the GEMM weights (q, k, v, o, gate, "
+              f"up, down of every block and the LM head, i.e. the non-embedding parameters plus the output "
+              f"embedding; the input embedding is a lookup, the norms no GEMM: llama_shapes.py) and 12·L·d·T the "
+              f"attention matmuls forward and backward (PaLM's count, causal mask not halved); a recomputed forward "
+              f"(activation checkpointing) is not counted."
+              + (f" llama-1.3b at vocabulary {v:,}: N = {gemm_params(s, v):,}, attention "
+                 f"{attention_flops_per_token(s) / 1e9:.2f} GFLOP/token, {flops_per_token(s, v) / 1e9:.2f} GFLOP/token "
+                 f"in all." if v else ""), file=out)
+
+    def print_issue14(self, out):
+        rows = []
+        b = self.f["baseline"]
+        for model in SHAPES:
+            bf = self.ours(model, "bf16")
+            for arm, a in ARMS.items():
+                r, p = self.ours(model, arm), self.peer(model, arm)
+                if r and p:
+                    rows.append((f"{model} {a['label']}: ours ÷ peer ({a['peer']})", r["tokens_per_s"] / p["tokens_per_s"],
+                                 ">=", 1.0))
+                if r and bf and arm.startswith("mxfp4") and r.get("peak_gib") and bf.get("peak_gib"):
+                    rows.append((f"{model} {a['label']} peak memory ÷ BF16", r["peak_gib"] / bf["peak_gib"], "<=", 1.10))
+            want = {"llama-125m": 0.50, "llama-20m": 0.35}.get(model)
+            if bf and b and want and self.vocab:
+                mfu = bf["tokens_per_s"] * flops_per_token(SHAPES[model], self.vocab) / (b["bf16_tflops"] * 1e12)
+                rows.append((f"{model} BF16 model FLOP/s ÷ BF16 cuBLAS 8192³ ({b['bf16_tflops']:.0f} TFLOP/s)", mfu,
+                             ">=", want))
+        if not rows:
+            return
+        print("\nEarlier targets (issue 14), where measured:", file=out)
+        print("| target | measured | wanted | verdict |", file=out)
+        print("|---|---:|---:|---|", file=out)
+        for name, value, op, want in rows:
+            met = value <= want if op == "<=" else value >= want
+            print(f"| {name} | {value:.3f} | {'≤' if op == '<=' else '≥'} {want:.2f} | {'met' if met else 'NOT MET'} |",
+                  file=out)
+
+
+def report(paths, out=sys.stdout):
+    calls = load_calls(paths)
+    notes = check_same_machine(calls)
+    r = Report(calls)
+    print("calls:", file=out)
+    for c in calls:
+        print(f"  call {c['n']}: {c['file']} (from line {c['line']}), {c['gpu'] or 'GPU not recorded'}"
+              f"{', host ' + c['host'] if c['host'] else ''}{', started ' + c['started'] if c['started'] else ''}",
+              file=out)
+    for n in notes:
+        print(f"note: {n}", file=out)
+    r.print_tables(out)
+    r.print_targets(out)
+    r.print_issue14(out)
+
+
+def main(argv):
+    if argv[:1] == ["--ours-line"]:
+        if len(argv) != 5:
+            print("usage: speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE", file=sys.stderr)
+            return 2
+        _, run_dir, model, arm, rc = argv
+        if arm not in ARMS or model not in ARCH or not rc.lstrip("-").isdigit():
+            print(f"speed-report: --ours-line: unknown arm '{arm}' or model '{model}', or exit code '{rc}' "
+                  f"not an integer", file=sys.stderr)
+            return 2
+        print(json.dumps(ours_line(run_dir, model, arm, int(rc))))
+        return 0
+    if not argv or any(a.startswith("-") for a in argv):
+        print("usage: speed-report.py RESULTS [RESULTS…]  (results.jsonl files or directories holding one)",
+              file=sys.stderr)
+        return 2
+    try:
+        report(argv)
+    except BadInput as e:
+        print(f"speed-report: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

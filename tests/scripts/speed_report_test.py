@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""scripts/speed-report.py on synthetic results (fixtures/speed-call*.jsonl and variants written
+here): every issue-20 target line with its denominator and verdict, "not measured" where a figure
+is missing or a run failed or ran its GEMMs elsewhere than the arm means, the refusal of results
+from different GPUs, bad input (one line, exit 2), and --ours-line on a synthetic run directory.
+Plain python 3: no torch, no GPU.
+
+    speed_report_test.py REPO_ROOT
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
+REPORT = os.path.join(REPO, "scripts", "speed-report.py")
+FIX = os.path.join(REPO, "tests", "scripts", "fixtures")
+CALL1, CALL2 = os.path.join(FIX, "speed-call1.jsonl"), os.path.join(FIX, "speed-call2.jsonl")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True, timeout=60)
+
+
+def target_rows(stdout):
+    """{target name: [cells]} of the issue-20 table."""
+    part = stdout.split("Issue 20 targets", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in part.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] not in ("target",) and not cells[0].startswith("---"):
+            rows[cells[0]] = cells
+    return rows
+
+
+class SpeedReport(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def write(self, name, lines):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(l) + "\n" for l in lines)
+        return path
+
+    def fixture(self, path):
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def test_two_calls_same_gpu_every_target(self):
+        out = run(CALL1, CALL2)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = target_rows(out.stdout)
+        self.assertEqual(len(rows), 9, rows)
+        want = {
+            # name: (measured, wanted, verdict starts with, denominator contains)
+            "llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step":
+                ("0.781×", "≤ 0.800×", "met", "our BF16 step at llama-1.3b"),
+            "llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block":
+                ("0.700×", "≤ 0.750×", "met", "BF16 torch.mm"),
+            "llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step":
+                ("1.250×", "≤ 1.000×", "NOT MET", "our BF16 step at llama-125m"),
+            "llama-1.3b MXFP4 F+D+W+H16 step ÷ BF16 step":
+                ("1.250×", "≤ 1.050×", "NOT MET", "our BF16 step at llama-1.3b"),
+            "llama-125m MXFP4 F+D+W+H16 step ÷ BF16 step":
+                ("not measured", "≤ 1.150×", "not measured: the mxfp4+h16 run failed (exit 5)", "llama-125m"),
+            "llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8 step ÷ BF16 step":
+                ("0.800×", "≤ 0.850×", "met", "our BF16 step at llama-1.3b"),
+            "llama-125m BF16 tokens/s ÷ the compiled peer's":
+                ("not measured", "≥ 1.000×", "not measured: no BF16 peer run", "compiled PyTorch peer"),
+            "llama-1.3b BF16 tokens/s ÷ the compiled peer's":
+                ("1.250×", "≥ 1.000×", "met", "per-block activation checkpointing"),
+            "llama-1.3b BF16 MFU":
+                ("43.2 %", "≥ 55.0 %", "NOT MET", "989 TFLOP/s, the dense BF16 peak of the NVIDIA H100 80GB HBM3"),
+        }
+        for name, (measured, wanted, verdict, den) in want.items():
+            self.assertIn(name, rows)
+            cells = rows[name]
+            self.assertIn(den, cells[1], name)
+            self.assertEqual(cells[2], measured, name)
+            self.assertEqual(cells[3], wanted, name)
+            self.assertTrue(cells[4].startswith(verdict), f"{name}: {cells[4]}")
+        self.assertEqual(rows["llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block"][5], "call 2")
+        self.assertEqual(rows["llama-1.3b BF16 MFU"][5], "call 1")
+        # The MFU formula is stated, with N for the model at the run's vocabulary.
+        self.assertIn("MFU = tokens/s × (6·N + 12·layers·d_model·seq) ÷ peak", out.stdout)
+        self.assertIn("N = 1,222,639,616", out.stdout)
+        self.assertIn("with activation checkpointing per block, as ours", out.stdout)
+
+    def test_one_call_leaves_the_rest_not_measured(self):
+        out = run(CALL1)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = target_rows(out.stdout)
+        for name in ("llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block",
+                     "llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step",
+                     "llama-125m MXFP4 F+D+W+H16 step ÷ BF16 step",
+                     "llama-125m BF16 tokens/s ÷ the compiled peer's"):
+            self.assertEqual(rows[name][2], "not measured", name)
+            self.assertTrue(rows[name][4].startswith("not measured: "), rows[name])
+        self.assertIn("no GEMM-shape run", rows["llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block"][4])
+        self.assertIn("no fp8 run", rows["llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step"][4])
+        self.assertEqual(rows["llama-1.3b BF16 MFU"][4], "NOT MET")
+
+    def test_a_ratio_across_calls_names_both(self):
+        lines = self.fixture(CALL1)
+        first = [l for l in lines if not (l.get("who") == "ours" and l.get("arm") == "fp8")]
+        second = [lines[0], lines[1]] + [l for l in lines if l.get("who") == "ours" and l.get("arm") == "fp8"]
+        out = run(self.write("a.jsonl", first), self.write("b.jsonl", second))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        row = target_rows(out.stdout)["llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step"]
+        self.assertEqual(row[2], "0.781×")
+        self.assertEqual(row[5], "calls 1, 2 (different calls)")
+
+    def test_different_gpus_are_refused(self):
+        lines = self.fixture(CALL2)
+        lines[0] = {**lines[0], "gpu": "NVIDIA H200"}
+        other = self.write("h200.jsonl", lines)
+        out = run(CALL1, other)
+        self.assertEqual(out.returncode, 2)
+        self.assertEqual(out.stdout, "")
+        self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+        self.assertIn("was measured on NVIDIA H200", out.stderr)
+        self.assertIn("on NVIDIA H100 80GB HBM3: figures of different GPUs are not compared", out.stderr)
+        # The same two calls appended to one file are refused alike.
+        both = self.write("both.jsonl", self.fixture(CALL1) + lines)
+        out = run(both)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("figures of different GPUs are not compared", out.stderr)
+
+    def test_different_hosts_of_one_gpu_are_noted(self):
+        lines = self.fixture(CALL2)
+        lines[0] = {**lines[0], "host": "gpu-b"}
+        out = run(CALL1, self.write("other-host.jsonl", lines))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("note: the calls ran on 2 different hosts with the same GPU model", out.stdout)
+
+    def test_a_call_without_its_gpu_is_not_combined(self):
+        lines = [l for l in self.fixture(CALL2) if l.get("who") not in ("call", "gemm_shapes")]
+        out = run(CALL1, self.write("nogpu.jsonl", lines))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("does not record its GPU", out.stderr)
+        # Alone it is reported; the MFU, needing the GPU's peak, is not measured.
+        out = run(self.write("nogpu-alone.jsonl", lines))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("not measured: dense BF16 peak of the GPU not known here", out.stdout)
+
+    def test_different_vocabularies_are_refused(self):
+        lines = [{**l, "vocab": 32768} if l.get("who") in ("call", "data") else l for l in self.fixture(CALL2)]
+        out = run(CALL1, self.write("v.jsonl", lines))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("different vocabularies (4096, 32768)", out.stderr)
+
+    def test_an_arm_on_the_wrong_gemm_route_is_not_measured(self):
+        lines = self.fixture(CALL1)
+        for l in lines:
+            if l.get("arm") == "mxfp4+h16+fp8path":
+                l["gemm_routes"] = {**l["gemm_routes"], "mxfp4": "emulated"}
+        out = run(self.write("route.jsonl", lines))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        row = target_rows(out.stdout)["llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8 step ÷ BF16 step"]
+        self.assertEqual(row[2], "not measured")
+        self.assertIn("run_start says its mxfp4 GEMMs ran emulated, the arm means hopper-fp8", row[4])
+
+    def test_unknown_gpu_has_no_mfu(self):
+        lines = [{**l, "gpu": "NVIDIA H100 PCIe"} if l.get("who") == "call" else l for l in self.fixture(CALL1)]
+        out = run(self.write("pcie.jsonl", lines))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        row = target_rows(out.stdout)["llama-1.3b BF16 MFU"]
+        self.assertEqual(row[2], "not measured")
+        self.assertIn("dense BF16 peak of NVIDIA H100 PCIe not known here", row[4])
+
+    def test_a_directory_is_read_as_its_results_file(self):
+        d = os.path.join(self.tmp, "out")
+        os.mkdir(d)
+        shutil.copy(CALL1, os.path.join(d, "results.jsonl"))
+        out = run(d)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("llama-1.3b BF16 MFU", out.stdout)
+
+    def test_bad_input_is_one_line_and_exit_2(self):
+        bad = os.path.join(self.tmp, "bad.jsonl")
+        with open(CALL1, encoding="utf-8") as f:
+            header = f.readline()
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write(header + "{not json\n")
+        for args, text in (([bad], "bad.jsonl:2: not a JSON line"),
+                           ([os.path.join(self.tmp, "missing.jsonl")], "missing.jsonl"),
+                           ([], "usage: speed-report.py"),
+                           (["--bogus"], "usage: speed-report.py"),
+                           (["--ours-line", self.tmp, "llama-1.3b", "nosuch", "0"], "unknown arm 'nosuch'")):
+            out = run(*args)
+            self.assertEqual(out.returncode, 2, (args, out.stdout, out.stderr))
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            self.assertIn(text, out.stderr)
+
+    def test_ours_line_from_a_run_directory(self):
+        d = os.path.join(self.tmp, "ours-llama-1.3b-fp8")
+        os.mkdir(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"data": {"seq_len": 2048}, "train": {"global_batch_tokens": 65536, "micro_batch_tokens": 16384,
+                                                           "activation_checkpointing": True}}, f)
+        routes = {"setting": "auto", "fp8": "fp8-tensorwise", "mxfp4": "emulated"}
+        events = [{"kind": "run_start", "step": 0, "params": 1231128576, "gemm_routes": routes,
+                   "device": "cuda:0 NVIDIA H100 80GB HBM3"}]
+        # Steps 1-3 are warm-up (slow); the median of steps 4-8 is 60,000.
+        for step, tps in enumerate([1000, 2000, 3000, 59000, 60000, 61000, 10000, 90000], 1):
+            events.append({"kind": "train", "step": step, "tokens_per_s": tps})
+        events.append({"kind": "run_end", "step": 8, "peak_gpu_bytes": 3 * 2 ** 30})
+        with open(os.path.join(d, "events.jsonl"), "w") as f:
+            f.writelines(json.dumps(e) + "\n" for e in events)
+            f.write('{"kind": "train", "step": 9, "tokens_per')  # a line cut short: ignored
+        with open(os.path.join(d, "output.txt"), "w") as f:
+            f.write("mxablate-train: done\n")
+        out = run("--ours-line", d, "llama-1.3b", "fp8", "0")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        line = json.loads(out.stdout)
+        self.assertEqual((line["who"], line["model"], line["arm"], line["exit"]), ("ours", "llama-1.3b", "fp8", 0))
+        self.assertEqual(line["tokens_per_s"], 60000)
+        self.assertEqual(line["samples"], 5)
+        self.assertAlmostEqual(line["ms_per_step"], 1e3 * 65536 / 60000)
+        self.assertEqual(line["peak_gib"], 3.0)
+        self.assertEqual(line["gemm_routes"], routes)
+        self.assertTrue(line["checkpoint"])
+        self.assertNotIn("error", line)
+        # A failed run: its exit code and the last line of its output, no rate.
+        os.remove(os.path.join(d, "events.jsonl"))
+        with open(os.path.join(d, "output.txt"), "a") as f:
+            f.write("mxablate-train: out of GPU memory: tried to allocate 2 GiB\n")
+        line = json.loads(run("--ours-line", d, "llama-1.3b", "fp8", "5").stdout)
+        self.assertEqual(line["exit"], 5)
+        self.assertNotIn("tokens_per_s", line)
+        self.assertEqual(line["error"], "mxablate-train: out of GPU memory: tried to allocate 2 GiB")
+        # And the report reads such lines: the failed run's target is not measured.
+        lines = [l for l in self.fixture(CALL1) if not (l.get("who") == "ours" and l.get("arm") == "fp8")] + [line]
+        out = run(self.write("failed.jsonl", lines))
+        row = target_rows(out.stdout)["llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step"]
+        self.assertEqual(row[4], "not measured: the fp8 run failed (exit 5)")
+        self.assertIn("failed (exit 5: mxablate-train: out of GPU memory", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
