@@ -46,7 +46,8 @@ LinearState::LinearState(int layer_index, LinearPlan linear_plan, std::shared_pt
     : layer(layer_index), plan(std::move(linear_plan)), session(std::move(quant_session)) {
   // The one place a GEMM's engine is chosen (docs/design.md §3): its precision's route, unless
   // that engine cannot take both operand formats.
-  const contract::GemmRoutes routes = session ? session->routes : contract::GemmRoutes{};
+  static const contract::GemmRoutes kEmulatedEverywhere;
+  const contract::GemmRoutes& routes = session ? session->routes : kEmulatedEverywhere;
   for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {
     const GemmPlan& gp = plan[g];
     const kernels::GemmEngine& routed = kernels::gemm_engine(routes.of(gp.precision));
