@@ -1,15 +1,7 @@
 #include "mxablate/contract/gemm_route.h"
 
-#include "mxablate/kernels/name_table.h"
-
 namespace mxablate::contract {
 namespace {
-
-using kernels::NameTable;
-
-constexpr NameTable<GemmRoute, 3> kRouteNames{{{GemmRoute::kEmulated, "emulated"},
-                                               {GemmRoute::kFP8Tensorwise, "fp8-tensorwise"},
-                                               {GemmRoute::kHopperFP8, "hopper-fp8"}}};
 
 constexpr GemmPrecision kPrecisions[] = {GemmPrecision::kBF16, GemmPrecision::kFP8,
                                          GemmPrecision::kMXFP4, GemmPrecision::kNVFP4};
@@ -20,9 +12,6 @@ constexpr GemmPrecision kPrecisions[] = {GemmPrecision::kBF16, GemmPrecision::kF
 }
 
 }  // namespace
-
-std::string_view to_string(GemmRoute v) { return kernels::name_of(kRouteNames, v); }
-std::optional<GemmRoute> parse_gemm_route(std::string_view s) { return kernels::parse_from(kRouteNames, s); }
 
 GemmRouteChoice resolve_gemm_route(GemmPath setting, GemmPrecision precision,
                                    const GemmRouteSupport& support) {

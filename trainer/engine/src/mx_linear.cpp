@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
-#include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/trainer/dge.h"
 #include "mxablate/trainer/occ.h"
 #include "mxablate/trainer/plan_rules.h"
@@ -41,6 +40,21 @@ std::vector<QuantSession::Record> QuantSession::take_records() {
     return std::tie(a.layer, a.gemm, a.operand) < std::tie(b.layer, b.gemm, b.operand);
   });
   return out;
+}
+
+LinearState::LinearState(int layer_index, LinearPlan linear_plan, std::shared_ptr<QuantSession> quant_session)
+    : layer(layer_index), plan(std::move(linear_plan)), session(std::move(quant_session)) {
+  // The one place a GEMM's engine is chosen (docs/design.md §3): its precision's route, unless
+  // that engine cannot take both operand formats.
+  static const contract::GemmRoutes kEmulatedEverywhere;
+  const contract::GemmRoutes& routes = session ? session->routes : kEmulatedEverywhere;
+  for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {
+    const GemmPlan& gp = plan[g];
+    const kernels::GemmEngine& routed = kernels::gemm_engine(routes.of(gp.precision));
+    engines_[static_cast<size_t>(g)] = routed.operand_problem(gp.operand[0], gp.operand[1]).empty()
+                                           ? &routed
+                                           : &kernels::gemm_engine(kernels::GemmRoute::kEmulated);
+  }
 }
 
 kernels::RngKey LinearState::key(GemmKind gemm, Operand operand) const {
@@ -96,49 +110,48 @@ bool wants_telemetry(const LinearState& s, const QuantSpec& spec) {
   return s.session->collect_telemetry && is_low_precision(spec);
 }
 
-// Q(t) for the given uses of t (at most one along rows, one down columns), in GEMM dtype.
-// Both at once go through fake_quantize_both: one pass over memory on CUDA.
+// One tensor's quantizations for the GEMMs that use it (at most one along rows, one down
+// columns), each by its GEMM's engine, in the form that engine multiplies.
 struct Quantized {
-  at::Tensor rows, cols;
+  kernels::QuantizedOperand rows, cols;
 };
 
-struct QuantizedWithTelemetry {
-  Quantized q;
-  QuantTelemetry rows_tel, cols_tel;
-};
-
-QuantizedWithTelemetry compute_uses(const at::Tensor& t, const LinearState& s,
-                                    std::optional<OperandUse> rows, std::optional<OperandUse> cols) {
-  QuantizedWithTelemetry out;
-  const auto single = [&](OperandUse u, Axis axis, QuantTelemetry& tel) {
-    const QuantSpec& spec = spec_of(s, u);
-    if (is_plain_bf16(spec)) return round_to_bf16(t);
-    return kernels::fake_quantize(t, axis, spec, s.key(u.gemm, u.operand),
-                                  wants_telemetry(s, spec) ? &tel : nullptr, gemm_dtype(t));
+// The uses of t that reach an engine's quantizer (neither plain BF16 nor found in the memo): two
+// on one engine go in one call, i.e. one pass over t where the route allows (fake_quantize_both,
+// fp8_quantize with rows and columns); uses on two engines, one call each.
+void quantize_on_engines(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
+                         std::optional<OperandUse> cols, Quantized& out, QuantTelemetry& rows_tel,
+                         QuantTelemetry& cols_tel) {
+  const auto axis_q = [&s](OperandUse u) {
+    return kernels::AxisQuantization{spec_of(s, u), s.key(u.gemm, u.operand)};
   };
-  if (rows && cols && !is_plain_bf16(spec_of(s, *rows)) && !is_plain_bf16(spec_of(s, *cols))) {
-    const QuantSpec& rs = spec_of(s, *rows);
-    const QuantSpec& cs = spec_of(s, *cols);
-    kernels::BothAxes both = kernels::fake_quantize_both(
-        t, {rs, s.key(rows->gemm, rows->operand)}, {cs, s.key(cols->gemm, cols->operand)},
-        wants_telemetry(s, rs) ? &out.rows_tel : nullptr,
-        wants_telemetry(s, cs) ? &out.cols_tel : nullptr, gemm_dtype(t));
-    out.q.rows = both.rows;
-    out.q.cols = both.cols;
-  } else if (rows && cols && is_plain_bf16(spec_of(s, *rows)) && is_plain_bf16(spec_of(s, *cols))) {
-    out.q.rows = round_to_bf16(t);  // the same values serve both GEMMs
-    out.q.cols = out.q.rows;
-  } else {
-    if (rows) out.q.rows = single(*rows, Axis::kRows, out.rows_tel);
-    if (cols) out.q.cols = single(*cols, Axis::kCols, out.cols_tel);
+  const auto telemetry = [&s](std::optional<OperandUse> u, QuantTelemetry& tel) {
+    return u && wants_telemetry(s, spec_of(s, *u)) ? &tel : nullptr;
+  };
+  std::optional<kernels::AxisQuantization> rq, cq;
+  if (rows) rq = axis_q(*rows);
+  if (cols) cq = axis_q(*cols);
+  const at::ScalarType dtype = gemm_dtype(t);
+  if (rows && cols && &s.engine(rows->gemm) == &s.engine(cols->gemm)) {
+    kernels::QuantizedAxes both = s.engine(rows->gemm).quantize(t, &*rq, &*cq, telemetry(rows, rows_tel),
+                                                                telemetry(cols, cols_tel), dtype);
+    out.rows = std::move(both.rows);
+    out.cols = std::move(both.cols);
+    return;
   }
-  return out;
+  if (rows)
+    out.rows = s.engine(rows->gemm).quantize(t, &*rq, nullptr, telemetry(rows, rows_tel), nullptr, dtype).rows;
+  if (cols)
+    out.cols = s.engine(cols->gemm).quantize(t, nullptr, &*cq, nullptr, telemetry(cols, cols_tel), dtype).cols;
 }
 
+// The operands of t for the given uses, with telemetry recorded for this layer.
+// Plain BF16 operands (only the emulated engine takes them) skip the quantizer: round_to_bf16,
+// one rounding shared by both uses when both are plain.
 // `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
 // `memoize`: t is a layer input that other layers may quantize alike in this step (q, k, v; gate,
-// up): results whose spec does not depend on the random key go through the session's memo
-// (quant_memo.h), and a reused one is still recorded for this layer.
+// up): dequantized results whose spec does not depend on the random key go through the session's
+// memo (quant_memo.h), and a reused one is still recorded for this layer.
 Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
                         std::optional<OperandUse> cols,
                         std::optional<double> rows_occ_fraction = std::nullopt,
@@ -146,112 +159,61 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   QuantMemo* memo = memoize ? &s.session->memo : nullptr;
   const uint32_t step = s.session->step;
   const at::ScalarType dtype = gemm_dtype(t);
+  // The memo holds dequantized values: only uses whose engine multiplies those go through it.
+  const auto memoized = [&](std::optional<OperandUse> u) {
+    return memo && u && s.engine(u->gemm).form() == kernels::QuantizedOperand::Form::kValues;
+  };
   const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
-    if (!memo || !u) return std::nullopt;
+    if (!memoized(u)) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);
     return memo->find(step, t, axis, spec, dtype, wants_telemetry(s, spec));
   };
   const std::optional<QuantMemo::Result> rows_hit = find(rows, Axis::kRows);
   const std::optional<QuantMemo::Result> cols_hit = find(cols, Axis::kCols);
-  const QuantizedWithTelemetry made =
-      compute_uses(t, s, rows_hit ? std::nullopt : rows, cols_hit ? std::nullopt : cols);
+  const auto values = [&s](const at::Tensor& q, OperandUse u, Axis axis) {
+    return kernels::QuantizedOperand::values(q, axis, spec_of(s, u), s.key(u.gemm, u.operand));
+  };
 
   Quantized out;
-  QuantTelemetry rows_tel = made.rows_tel, cols_tel = made.cols_tel;
-  const auto settle = [&](std::optional<OperandUse> u, Axis axis,
-                          const std::optional<QuantMemo::Result>& hit, const at::Tensor& value,
-                          QuantTelemetry& tel) -> at::Tensor {
-    if (!u) return at::Tensor();
+  QuantTelemetry rows_tel, cols_tel;
+  // What is left after the memo: plain BF16 rounded here, the rest on the engines.
+  const std::optional<OperandUse> rows_left = rows_hit ? std::nullopt : rows;
+  const std::optional<OperandUse> cols_left = cols_hit ? std::nullopt : cols;
+  const bool rows_plain = rows_left && is_plain_bf16(spec_of(s, *rows_left));
+  const bool cols_plain = cols_left && is_plain_bf16(spec_of(s, *cols_left));
+  if (rows_plain && cols_plain) {
+    const at::Tensor rounded = round_to_bf16(t);  // the same values serve both GEMMs
+    out.rows = values(rounded, *rows_left, Axis::kRows);
+    out.cols = values(rounded, *cols_left, Axis::kCols);
+  } else {
+    if (rows_plain) out.rows = values(round_to_bf16(t), *rows_left, Axis::kRows);
+    if (cols_plain) out.cols = values(round_to_bf16(t), *cols_left, Axis::kCols);
+    quantize_on_engines(t, s, rows_plain ? std::nullopt : rows_left, cols_plain ? std::nullopt : cols_left, out,
+                        rows_tel, cols_tel);
+  }
+
+  const auto settle = [&](std::optional<OperandUse> u, Axis axis, const std::optional<QuantMemo::Result>& hit,
+                          kernels::QuantizedOperand& op, QuantTelemetry& tel) {
+    if (!u) return;
     if (hit) {
       if (hit->telemetry) tel = *hit->telemetry;
-      return hit->value;
+      op = values(hit->value, *u, axis);
+      return;
     }
-    if (memo) {
+    if (memoized(u)) {
       const QuantSpec& spec = spec_of(s, *u);
       memo->store(step, t, axis, spec, dtype,
-                  {value, wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel)
-                                                   : std::nullopt});
+                  {op.source_layout(), wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel)
+                                                                : std::nullopt});
     }
-    return value;
   };
-  out.rows = settle(rows, Axis::kRows, rows_hit, made.q.rows, rows_tel);
-  out.cols = settle(cols, Axis::kCols, cols_hit, made.q.cols, cols_tel);
+  settle(rows, Axis::kRows, rows_hit, out.rows, rows_tel);
+  settle(cols, Axis::kCols, cols_hit, out.cols, cols_tel);
   if (rows && wants_telemetry(s, spec_of(s, *rows)))
     s.session->record(s.layer, rows->gemm, rows->operand, rows_tel, rows_occ_fraction);
   if (cols && wants_telemetry(s, spec_of(s, *cols)))
     s.session->record(s.layer, cols->gemm, cols->operand, cols_tel);
   return out;
-}
-
-// 1 / (pa · pb) of GEMM g's operands: an SR pre-scale multiplied the quantized values, and the
-// product is divided back (docs/design.md §3), as quantized_gemm does.
-float emulated_fold(const LinearState& s, GemmKind g) {
-  return kernels::sr_prescale_fold(s.plan[g].operand[0], s.plan[g].operand[1]);
-}
-
-// The Hopper FP8 path takes a GEMM when its precision is routed there and both its operands are
-// MXFP4.
-bool uses_hopper(const LinearState& s, GemmKind g) {
-  if (s.session->routes.of(s.plan[g].precision) != contract::GemmRoute::kHopperFP8) return false;
-  const auto& ops = s.plan[g].operand;
-  return ops[0].format == kernels::QuantFormat::kMXFP4 && ops[1].format == kernels::QuantFormat::kMXFP4;
-}
-
-bool is_fp8(kernels::QuantFormat f) {
-  return f == kernels::QuantFormat::kFP8E4M3 || f == kernels::QuantFormat::kFP8E5M2;
-}
-
-// FP8 tensor cores take a GEMM when its precision is routed there and both operands are
-// per-tensor FP8 (E4M3 x E4M3 or one of them E5M2: the FP8 plan never pairs two gradients).
-bool uses_fp8_tensorwise(const LinearState& s, GemmKind g) {
-  if (s.session->routes.of(s.plan[g].precision) != contract::GemmRoute::kFP8Tensorwise) return false;
-  const auto& ops = s.plan[g].operand;
-  return is_fp8(ops[0].format) && is_fp8(ops[1].format) &&
-         !(ops[0].format == kernels::QuantFormat::kFP8E5M2 && ops[1].format == kernels::QuantFormat::kFP8E5M2);
-}
-
-// The FP8 codes of t for the uses routed to FP8 tensor cores (at most one along rows, one down
-// columns), in one pass over t; telemetry recorded as quantize_uses records it.
-kernels::Fp8Codes fp8_codes_for(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
-                                std::optional<OperandUse> cols,
-                                std::optional<double> rows_occ_fraction = std::nullopt) {
-  if (!rows && !cols) return {};
-  std::optional<kernels::AxisQuantization> rq, cq;
-  if (rows) rq = kernels::AxisQuantization{spec_of(s, *rows), s.key(rows->gemm, rows->operand)};
-  if (cols) cq = kernels::AxisQuantization{spec_of(s, *cols), s.key(cols->gemm, cols->operand)};
-  const bool rows_tel = rq && wants_telemetry(s, rq->spec);
-  const bool cols_tel = cq && wants_telemetry(s, cq->spec);
-  QuantTelemetry rt, ct;
-  kernels::Fp8Codes codes = kernels::fp8_quantize(t, rq ? &*rq : nullptr, cq ? &*cq : nullptr,
-                                                  rows_tel ? &rt : nullptr, cols_tel ? &ct : nullptr);
-  if (rows_tel) s.session->record(s.layer, rows->gemm, rows->operand, rt, rows_occ_fraction);
-  if (cols_tel) s.session->record(s.layer, cols->gemm, cols->operand, ct);
-  return codes;
-}
-
-// a (M x K) and b (N x K) FP8 codes on FP8 tensor cores, out in the GEMM dtype (BF16 on CUDA)
-// like the emulated route;
-// the SR pre-scales are divided back out as quantized_gemm does (docs/design.md §3).
-at::Tensor fp8_tensorwise_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& a_scale,
-                               const at::Tensor& b, const at::Tensor& b_scale) {
-  const auto& ops = s.plan[g].operand;
-  return kernels::fp8_tensorwise_mm(a, a_scale, b, b_scale, gemm_dtype(a_scale), kernels::sr_prescale_fold(ops[0], ops[1]));
-}
-
-at::Tensor hopper_gemm(const LinearState& s, GemmKind g, const at::Tensor& a, const at::Tensor& b,
-                       std::optional<double> a_occ_fraction = std::nullopt) {
-  const auto& ops = s.plan[g].operand;
-  const kernels::GemmOperand ga{a, operand_axis(g, Operand::kA), ops[0], s.key(g, Operand::kA)};
-  const kernels::GemmOperand gb{b, operand_axis(g, Operand::kB), ops[1], s.key(g, Operand::kB)};
-  kernels::GemmReport report;
-  const bool collect = s.session->collect_telemetry;
-  at::Tensor c = kernels::quantized_gemm(ga, gb, kernels::GemmPath::kHopperFP8,
-                                         collect ? &report : nullptr);
-  if (collect) {
-    s.session->record(s.layer, g, Operand::kA, report.a, a_occ_fraction);
-    s.session->record(s.layer, g, Operand::kB, report.b);
-  }
-  return c.to(at::kFloat);
 }
 
 // BF16 values as float32, for the OCC residual's products (they run in float32; products of BF16
@@ -264,11 +226,63 @@ void require_usable(const LinearPlan& plan) {
     if (!why.empty()) throw std::invalid_argument(why);
 }
 
-// Carries the LinearState through autograd's saved data (which holds only IValues).
-struct StateCapsule : torch::CustomClassHolder {
-  explicit StateCapsule(std::shared_ptr<const LinearState> s) : state(std::move(s)) {}
-  std::shared_ptr<const LinearState> state;
+// What backward needs, as one object. Autograd keeps its tensors (save_for_backward: freed once
+// backward has run, and checked against in-place changes); a capsule keeps the rest.
+struct Saved {
+  bool want_dx = false, want_dw = false;
+  // Autograd wants each gradient in its input's dtype: dX in x's (BF16 or float32), dW in the
+  // float32 master weight's.
+  at::ScalarType x_dtype = at::kFloat, w_dtype = at::kFloat;
+  // Wgrad's X operand (X down columns, clamped under OCC) and Dgrad's W operand (W down
+  // columns), in their engines' forms: dequantized values, or FP8 codes and scales (one byte per
+  // element).
+  kernels::QuantizedOperand x_for_wgrad, w_for_dgrad;
+  // DGE: W itself (the parameter: nothing is copied), whose scales backward recomputes.
+  at::Tensor w_for_dge;
+  // OCC: the residual's non-zeros (a small share of X).
+  OccResidual residual;
 };
+
+// The LinearState and a Saved without its tensors, in autograd's saved data (IValues only).
+struct SavedCapsule : torch::CustomClassHolder {
+  SavedCapsule(std::shared_ptr<const LinearState> s, Saved v) : state(std::move(s)), saved(std::move(v)) {}
+  std::shared_ptr<const LinearState> state;
+  Saved saved;
+};
+
+void save(torch::autograd::AutogradContext* ctx, std::shared_ptr<const LinearState> state, Saved saved) {
+  ctx->save_for_backward({saved.x_for_wgrad.data, saved.x_for_wgrad.scale, saved.w_for_dgrad.data,
+                          saved.w_for_dgrad.scale, saved.w_for_dge, saved.residual.indices,
+                          saved.residual.values});
+  for (kernels::QuantizedOperand* op : {&saved.x_for_wgrad, &saved.w_for_dgrad}) {
+    op->data = at::Tensor();
+    op->scale = at::Tensor();
+  }
+  saved.w_for_dge = at::Tensor();
+  saved.residual.indices = at::Tensor();
+  saved.residual.values = at::Tensor();
+  ctx->saved_data["saved"] =
+      c10::IValue::make_capsule(c10::make_intrusive<SavedCapsule>(std::move(state), std::move(saved)));
+}
+
+// save's inverse: the state and the Saved with its tensors back in place.
+std::pair<std::shared_ptr<const LinearState>, Saved> restore(torch::autograd::AutogradContext* ctx) {
+  const auto capsule = c10::static_intrusive_pointer_cast<SavedCapsule>(ctx->saved_data["saved"].toCapsule());
+  Saved saved = capsule->saved;
+  const auto tensors = ctx->get_saved_variables();
+  saved.x_for_wgrad.data = tensors[0];
+  saved.x_for_wgrad.scale = tensors[1];
+  saved.w_for_dgrad.data = tensors[2];
+  saved.w_for_dgrad.scale = tensors[3];
+  saved.w_for_dge = tensors[4];
+  saved.residual.indices = tensors[5];
+  saved.residual.values = tensors[6];
+  return {capsule->state, std::move(saved)};
+}
+
+std::optional<OperandUse> use_if(bool wanted, GemmKind g, Operand o) {
+  return wanted ? std::optional<OperandUse>(OperandUse{g, o}) : std::nullopt;
+}
 
 class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
  public:
@@ -278,125 +292,63 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // apply() runs forward with grad mode off, so the caller's mode arrives as an argument:
     // evaluation under NoGradGuard skips the column-wise quantizations backward would need.
     const LinearState& s = *state;
-    const bool want_dx = grad_enabled && x.requires_grad();
-    const bool want_dw = grad_enabled && w.requires_grad();
-    const bool hopper_f = uses_hopper(s, GemmKind::kFprop);
-    const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
-    const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
-    const bool fp8_f = uses_fp8_tensorwise(s, GemmKind::kFprop);
-    const bool fp8_d = uses_fp8_tensorwise(s, GemmKind::kDgrad);
-    const bool fp8_w = uses_fp8_tensorwise(s, GemmKind::kWgrad);
+    Saved saved;
+    saved.want_dx = grad_enabled && x.requires_grad();
+    saved.want_dw = grad_enabled && w.requires_grad();
+    saved.x_dtype = x.scalar_type();
+    saved.w_dtype = w.scalar_type();
 
-    // Quantize X and W for Fprop and, when a gradient will be wanted, for Wgrad (X down
-    // columns) and Dgrad (W down columns) now, in one pass each; backward keeps only those.
-    const auto use = [](bool wanted, GemmKind g, Operand o) {
-      return wanted ? std::optional<OperandUse>(OperandUse{g, o}) : std::nullopt;
-    };
-    const bool x_cols = want_dw && !hopper_w && !fp8_w;
-    const bool w_cols = want_dx && !hopper_d && !fp8_d;
-    const bool emulated_f = !hopper_f && !fp8_f;
     // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §4).
     std::optional<OccSplit> occ;
     if (s.plan.occ) occ = occ_split(x, s.plan.occ->quantile);
     const at::Tensor& xq = occ ? occ->clamped : x;
     const std::optional<double> occ_fraction =
         occ ? std::optional<double>(occ->residual.fraction()) : std::nullopt;
-    const Quantized qx = quantize_uses(xq, s, use(emulated_f, GemmKind::kFprop, Operand::kA),
-                                       use(x_cols, GemmKind::kWgrad, Operand::kB), occ_fraction,
-                                       /*memoize=*/true);
-    const Quantized qw = quantize_uses(w, s, use(emulated_f, GemmKind::kFprop, Operand::kB),
-                                       use(w_cols, GemmKind::kDgrad, Operand::kB));
-    // FP8 tensor cores: X's codes along rows (Fprop) and down columns (Wgrad), W's along rows
-    // (Fprop) and down columns (Dgrad), each tensor's in one pass; backward keeps the codes.
-    const kernels::Fp8Codes cx = fp8_codes_for(xq, s, use(fp8_f, GemmKind::kFprop, Operand::kA),
-                                               use(want_dw && fp8_w, GemmKind::kWgrad, Operand::kB), occ_fraction);
-    const kernels::Fp8Codes cw = fp8_codes_for(w, s, use(fp8_f, GemmKind::kFprop, Operand::kB),
-                                               use(want_dx && fp8_d, GemmKind::kDgrad, Operand::kB));
+    // X along rows for Fprop and, when dW will be wanted, down columns for Wgrad; W along rows
+    // for Fprop and, when dX will be wanted, down columns for Dgrad: each tensor in one pass where
+    // its two GEMMs share an engine. Backward keeps the column-wise ones.
+    Quantized qx = quantize_uses(xq, s, OperandUse{GemmKind::kFprop, Operand::kA},
+                                 use_if(saved.want_dw, GemmKind::kWgrad, Operand::kB), occ_fraction,
+                                 /*memoize=*/true);
+    Quantized qw = quantize_uses(w, s, OperandUse{GemmKind::kFprop, Operand::kB},
+                                 use_if(saved.want_dx, GemmKind::kDgrad, Operand::kB));
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
-    at::Tensor y = hopper_f ? hopper_gemm(s, GemmKind::kFprop, xq, w, occ_fraction)
-                   : fp8_f  ? fp8_tensorwise_gemm(s, GemmKind::kFprop, cx.rows, cx.rows_scale, cw.rows, cw.rows_scale)
-                            : kernels::folded_mm(qx.rows, qw.rows.t(), emulated_fold(s, GemmKind::kFprop));
+    at::Tensor y = s.engine(GemmKind::kFprop).multiply(qx.rows, qw.rows);
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
-    ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateCapsule>(state));
-    ctx->saved_data["want_dx"] = want_dx;
-    ctx->saved_data["want_dw"] = want_dw;
-    // Autograd wants each gradient in its input's dtype: dX in x's (BF16 or float32), dW in the
-    // float32 master weight's.
-    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
-    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
-    // Saved for Wgrad: Q(X) down columns, X's FP8 codes down columns and their scale (FP8 tensor
-    // cores: one byte per element), or X itself for the Hopper path (clamped under OCC); for
-    // Dgrad likewise W. Under OCC the residual's non-zeros (a small share of X); under DGE W
-    // itself (the parameter: nothing is copied), whose scales backward recomputes.
-    const bool keep_residual = want_dw && occ && occ->residual.nnz() > 0;
-    ctx->saved_data["occ_rows"] = keep_residual ? occ->residual.rows : int64_t{0};
-    ctx->saved_data["occ_cols"] = keep_residual ? occ->residual.cols : int64_t{0};
-    const at::Tensor x_saved = !want_dw ? at::Tensor() : fp8_w ? cx.cols : x_cols ? qx.cols : xq;
-    const at::Tensor w_saved = !want_dx ? at::Tensor() : fp8_d ? cw.cols : w_cols ? qw.cols : w;
-    ctx->save_for_backward({x_saved, w_saved,
-                            want_dw && s.plan.dge ? w : at::Tensor(),
-                            keep_residual ? occ->residual.indices : at::Tensor(),
-                            keep_residual ? occ->residual.values : at::Tensor(),
-                            want_dw && fp8_w ? cx.cols_scale : at::Tensor(),
-                            want_dx && fp8_d ? cw.cols_scale : at::Tensor()});
+    saved.x_for_wgrad = std::move(qx.cols);
+    saved.w_for_dgrad = std::move(qw.cols);
+    if (saved.want_dw && s.plan.dge) saved.w_for_dge = w;
+    if (saved.want_dw && occ && occ->residual.nnz() > 0) saved.residual = occ->residual;
+    save(ctx, std::move(state), std::move(saved));
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto capsule = c10::static_intrusive_pointer_cast<StateCapsule>(
-        ctx->saved_data["state"].toCapsule());
-    const LinearState& s = *capsule->state;
-    const bool want_dx = ctx->saved_data["want_dx"].toBool();
-    const bool want_dw = ctx->saved_data["want_dw"].toBool();
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x_for_wgrad = saved[0];
-    const at::Tensor& w_for_dgrad = saved[1];
-    const at::Tensor& w_for_dge = saved[2];
-    OccResidual residual{saved[3], saved[4], ctx->saved_data["occ_rows"].toInt(),
-                         ctx->saved_data["occ_cols"].toInt()};
-    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    const at::Tensor& x_scale = saved[5];  // FP8 tensor cores: the decode scale of x_for_wgrad
-    const at::Tensor& w_scale = saved[6];  // and of w_for_dgrad
+    const auto [state, saved] = restore(ctx);
+    const LinearState& s = *state;
     // dY as it comes (BF16 on CUDA): the quantizers read BF16 directly, and plain-BF16 operands
-    // that are BF16 already need no rounding pass.
+    // that are BF16 already need no rounding pass. Along rows for Dgrad, down columns (dYᵀ) for
+    // Wgrad, in one pass where both GEMMs share an engine.
     const at::Tensor dy = grads[0].contiguous();
-    const bool hopper_d = uses_hopper(s, GemmKind::kDgrad);
-    const bool hopper_w = uses_hopper(s, GemmKind::kWgrad);
-    const bool fp8_d = uses_fp8_tensorwise(s, GemmKind::kDgrad);
-    const bool fp8_w = uses_fp8_tensorwise(s, GemmKind::kWgrad);
-
-    const auto use = [](bool wanted, GemmKind g) {
-      return wanted ? std::optional<OperandUse>(OperandUse{g, Operand::kA}) : std::nullopt;
-    };
-    const Quantized qdy = quantize_uses(dy, s, use(want_dx && !hopper_d && !fp8_d, GemmKind::kDgrad),
-                                        use(want_dw && !hopper_w && !fp8_w, GemmKind::kWgrad));
-    // dY's codes along rows (Dgrad) and down columns (dYᵀ, Wgrad) in one pass.
-    const kernels::Fp8Codes cdy =
-        fp8_codes_for(dy, s, use(want_dx && fp8_d, GemmKind::kDgrad), use(want_dw && fp8_w, GemmKind::kWgrad));
+    const Quantized qdy = quantize_uses(dy, s, use_if(saved.want_dx, GemmKind::kDgrad, Operand::kA),
+                                        use_if(saved.want_dw, GemmKind::kWgrad, Operand::kA));
     at::Tensor dx, dw;
-    if (want_dx) {  // Dgrad: dX = dY W, reducing over N
-      dx = hopper_d ? hopper_gemm(s, GemmKind::kDgrad, dy, w_for_dgrad)
-           : fp8_d  ? fp8_tensorwise_gemm(s, GemmKind::kDgrad, cdy.rows, cdy.rows_scale, w_for_dgrad, w_scale)
-                    : kernels::folded_mm(qdy.rows, w_for_dgrad, emulated_fold(s, GemmKind::kDgrad));
-      dx = dx.to(x_dtype);
-    }
-    if (want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
-      dw = hopper_w ? hopper_gemm(s, GemmKind::kWgrad, dy, x_for_wgrad)
-           : fp8_w  ? fp8_tensorwise_gemm(s, GemmKind::kWgrad, cdy.cols, cdy.cols_scale, x_for_wgrad, x_scale)
-                    : kernels::folded_mm(qdy.cols.t(), x_for_wgrad, emulated_fold(s, GemmKind::kWgrad));
-      dw = dw.to(w_dtype);  // once: the master weight is float32
+    if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
+      dx = s.engine(GemmKind::kDgrad).multiply(qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
+    if (saved.want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
+      // Converted once: the master weight is float32.
+      dw = s.engine(GemmKind::kWgrad).multiply(qdy.cols, saved.x_for_wgrad).to(saved.w_dtype);
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {
         const OperandUse fprop_w{GemmKind::kFprop, Operand::kB};
-        dw = dw * dge_weight_factor(w_for_dge, spec_of(s, fprop_w),
+        dw = dw * dge_weight_factor(saved.w_for_dge, spec_of(s, fprop_w),
                                     s.key(fprop_w.gemm, fprop_w.operand), *s.plan.dge);
       }
-      if (residual.nnz() > 0) dw = dw + residual.transposed_times(bf16_values(dy)).t();
+      if (saved.residual.nnz() > 0) dw = dw + saved.residual.transposed_times(bf16_values(dy)).t();
     }
     return {dx, dw, at::Tensor(), at::Tensor()};
   }

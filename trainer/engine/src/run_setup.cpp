@@ -6,7 +6,7 @@
 
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/data/dataset_location.h"
-#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/plan_rules.h"
 #include "mxablate/trainer/run_fit.h"
 #include "torch_compat.h"
@@ -39,9 +39,9 @@ contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& d
                                          const std::vector<LinearShape>& layers, int64_t n_layers,
                                          int64_t tokens, bool say_fallback) {
   contract::GemmRouteSupport support;
-  support.fp8_tensorwise = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kFP8Tensorwise, device);
+  support.fp8_tensorwise = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kFP8Tensorwise, device);
   if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, n_layers, tokens);
-  support.hopper_fp8 = kernels::gemm_path_unavailable_reason(kernels::GemmPath::kHopperFP8, device);
+  support.hopper_fp8 = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kHopperFP8, device);
   const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
   const std::string& fallback = routes.by_precision[static_cast<size_t>(contract::GemmPrecision::kFP8)].fallback;
   if (say_fallback && !fallback.empty() && contract::has_fp8_gemm(c))

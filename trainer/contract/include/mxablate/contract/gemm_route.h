@@ -18,17 +18,15 @@
 
 #include "mxablate/contract/quant_settings.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/kernels/gemm_route.h"
 
 namespace mxablate::contract {
 
-enum class GemmRoute : uint8_t {
-  kEmulated,       // dequantized operands, BF16 GEMM with FP32 accumulation: the exact reference
-  kFP8Tensorwise,  // per-tensor FP8 codes on FP8 tensor cores (_scaled_mm, tensor-wise scales)
-  kHopperFP8,      // MXFP4 re-expressed as E4M3 with 1x128 scales on FP8 tensor cores
-};
-
-std::string_view to_string(GemmRoute v);  // "emulated", "fp8-tensorwise", "hopper-fp8"
-std::optional<GemmRoute> parse_gemm_route(std::string_view s);
+// The route names are the kernels' (one enum, one name table; docs/design.md §3). The rule below
+// never picks native-mxfp4, which no device here has.
+using GemmRoute = kernels::GemmRoute;  // emulated, fp8-tensorwise, hopper-fp8
+using kernels::parse_gemm_route;
+using kernels::to_string;
 
 // What this process can run: for each tensor-core route, empty when it can run here, else one
 // sentence saying why not (the trainer asks the kernels; on the CPU both say so).

@@ -5,20 +5,25 @@
 // CUDA tensors. Random streams (stochastic rounding, random Hadamard signs) are keyed by
 // (run seed, optimizer step, layer, GEMM, operand), so every run is reproducible.
 //
-// Numerics of the emulated path: the quantized (dequantized) operands are exactly representable
+// Each GEMM runs on one engine (kernels/torch/gemm_engine.h, docs/design.md §3), picked when the
+// layer's state is made from the route of the GEMM's precision (QuantSession::routes): forward
+// and backward only ask it for operands and products.
+//
+// Numerics of the emulated engine: the quantized (dequantized) operands are exactly representable
 // in BF16; on CUDA they are multiplied as BF16 with FP32 accumulation (cuBLAS), on the CPU as
 // float32 — the same exact products, FP32 accumulation. Y is the GEMM's result: BF16 on CUDA,
-// float32 on the CPU (float32 also where an OCC residual is added, or the FP8 path returns it);
-// dY is taken in whatever dtype it arrives; dX has x's dtype and dW the weight's (float32).
-// See docs/design.md §4 for the trainer's dtype convention.
-// GEMMs routed to FP8 tensor cores (QuantSession::routes) multiply the same values: per-tensor
-// FP8 codes (fp8-tensorwise, BF16 result) or MXFP4 re-expressed as E4M3 (hopper-fp8, float32
-// result), FP32 accumulation.
+// float32 on the CPU (float32 also where an OCC residual is added, or the hopper-fp8 engine
+// returns it); dY is taken in whatever dtype it arrives; dX has x's dtype and dW the weight's
+// (float32). See docs/design.md §4 for the trainer's dtype convention.
+// GEMMs routed to FP8 tensor cores multiply the same values: per-tensor FP8 codes
+// (fp8-tensorwise, BF16 result) or MXFP4 re-expressed as E4M3 (hopper-fp8, float32 result),
+// FP32 accumulation.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -27,7 +32,7 @@
 
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quantize.h"
-#include "mxablate/kernels/torch/quantized_gemm.h"
+#include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/quant_memo.h"
 
@@ -50,9 +55,10 @@ class QuantSession {
   // While a step is captured into a CUDA graph: the device word the graph's launches read the
   // step from at replay (RngKey::step_source; step_graph.h). Null otherwise.
   const uint32_t* device_step = nullptr;
-  // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer:
-  // FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on the Hopper FP8 path, the rest
-  // (and everything by default) the exact emulation.
+  // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer
+  // before the model is built: FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on
+  // the Hopper FP8 path, the rest (and everything by default) the exact emulation. Read when a
+  // LinearState is made (it picks its engines then), not per GEMM.
   contract::GemmRoutes routes;
   // While true, every low-precision operand quantization appends a Record.
   bool collect_telemetry = false;
@@ -71,13 +77,25 @@ class QuantSession {
   std::vector<Record> records_;
 };
 
-// One layer's identity and plan, shared with the autograd nodes that outlive a forward call.
+// One layer's identity and plan, shared with the autograd nodes that outlive a forward call, and
+// the engine of each of its GEMMs, picked here once (docs/design.md §3): the engine of the route
+// session->routes gives the GEMM's precision when that engine takes both operand formats (FP8
+// tensor cores: both FP8, not both E5M2; hopper-fp8: both MXFP4), else the emulated one. A
+// state never changes: a new plan or new routes take a new state (MXLinearImpl::set_plan).
 struct LinearState {
+  LinearState(int layer, LinearPlan plan, std::shared_ptr<QuantSession> session);
+
   int layer = 0;
   LinearPlan plan;
   std::shared_ptr<QuantSession> session;
 
   kernels::RngKey key(kernels::GemmKind gemm, kernels::Operand operand) const;
+  const kernels::GemmEngine& engine(kernels::GemmKind gemm) const {
+    return *engines_[static_cast<size_t>(gemm)];
+  }
+
+ private:
+  std::array<const kernels::GemmEngine*, 3> engines_{};  // indexed by kernels::GemmKind
 };
 
 // Y = X Wᵀ for 2-D x (M x K) and w (N x K) under `state`'s plan, differentiable in x and w.

@@ -1,0 +1,37 @@
+// The GEMM routes: which engine multiplies a GEMM's quantized operands (docs/design.md §3). One
+// enum and one name table for the kernels (GemmEngine, quantized_gemm) and the run contract
+// (contract::GemmRoute is this type; quant.gemm_path, the setting, is contract::GemmPath).
+// Here, in the LibTorch-free kernels library, so that the contract can name routes without
+// depending on LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "mxablate/kernels/name_table.h"
+
+namespace mxablate::kernels {
+
+enum class GemmRoute : uint8_t {
+  // Dequantized operands, FP32 accumulation, any device: the exact reference.
+  kEmulated = 0,
+  // MXFP4 operands re-expressed as E4M3 with 1x128 FP32 chunk scales on FP8 tensor cores.
+  kHopperFP8 = 1,
+  // Native MXFP4 tensor cores (gfx950, sm_100): a seam that reports itself unavailable.
+  kNativeMXFP4 = 2,
+  // Per-tensor FP8 codes with tensor-wise decode scales on FP8 tensor cores.
+  kFP8Tensorwise = 3,
+};
+
+inline constexpr NameTable<GemmRoute, 4> kGemmRouteNames{{{GemmRoute::kEmulated, "emulated"},
+                                                          {GemmRoute::kFP8Tensorwise, "fp8-tensorwise"},
+                                                          {GemmRoute::kHopperFP8, "hopper-fp8"},
+                                                          {GemmRoute::kNativeMXFP4, "native-mxfp4"}}};
+
+constexpr std::string_view to_string(GemmRoute route) { return name_of(kGemmRouteNames, route); }
+constexpr std::optional<GemmRoute> parse_gemm_route(std::string_view s) {
+  return parse_from(kGemmRouteNames, s);
+}
+
+}  // namespace mxablate::kernels
