@@ -151,3 +151,61 @@ TEST_CASE("MXLinear on the hopper-fp8 engine computes quantized_gemm's hopper-fp
   CHECK(rel_err(r.dx, e.dx) < 1e-2);
   CHECK(rel_err(r.dw, e.dw) < 1e-2);
 }
+
+TEST_CASE("Layers sharing an input reuse its FP8 codes on the fp8-tensorwise engine, changing no bit",
+          "[trainer][mx_linear][cuda][engine][quant_memo]") {
+  if (!torch::cuda::is_available()) MXABLATE_SKIP("no CUDA device");
+  const at::Device cuda(at::kCUDA, 0);
+  const std::string why = kernels::gemm_route_unavailable_reason(GemmRoute::kFP8Tensorwise, cuda);
+  if (!why.empty()) MXABLATE_SKIP("fp8-tensorwise not run: " << why);
+  LinearPlan plan;
+  for (auto& gemm : plan.gemm) {
+    gemm.precision = GemmPrecision::kFP8;
+    gemm.operand = {QuantSpec{QuantFormat::kFP8E4M3}, QuantSpec{QuantFormat::kFP8E4M3}};
+  }
+  plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand[0] = QuantSpec{QuantFormat::kFP8E5M2};
+  plan.gemm[static_cast<size_t>(GemmKind::kWgrad)].operand[0] = QuantSpec{QuantFormat::kFP8E5M2};
+  at::Generator gen = at::detail::createCPUGenerator(17);
+  const at::Tensor x0 = at::randn({256, 128}, gen).to(cuda).to(at::kBFloat16);
+  std::vector<at::Tensor> w0, g;
+  for (int layer = 0; layer < 3; ++layer) {  // q, k and v of one block: one input
+    w0.push_back(at::randn({64, 128}, gen).to(cuda));
+    g.push_back(at::randn({256, 64}, gen).to(cuda).to(at::kBFloat16));
+  }
+  struct Outcome {
+    std::vector<at::Tensor> y, dw;
+    at::Tensor dx;
+    int64_t hits = 0;
+  };
+  const auto run_layers = [&](bool memo) {
+    auto session = session_with(GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise);
+    session->memo.enabled = memo;
+    Outcome o;
+    at::Tensor x = x0.clone().requires_grad_(true);
+    std::vector<at::Tensor> w;
+    at::Tensor total = at::zeros({}, at::TensorOptions(cuda).dtype(at::kFloat));
+    for (int layer = 0; layer < 3; ++layer) {
+      w.push_back(w0[layer].clone().requires_grad_(true));
+      const auto state = std::make_shared<const LinearState>(layer, plan, session);
+      REQUIRE(state->engine(GemmKind::kFprop).route() == GemmRoute::kFP8Tensorwise);
+      const at::Tensor y = mx_linear(x, w.back(), state);
+      o.y.push_back(y.detach());
+      total = total + (y.to(at::kFloat) * g[layer].to(at::kFloat)).sum();
+    }
+    total.backward();
+    o.dx = x.grad();
+    for (const at::Tensor& wi : w) o.dw.push_back(wi.grad());
+    o.hits = session->memo.hits();
+    return o;
+  };
+  const Outcome with = run_layers(true), without = run_layers(false);
+  for (int layer = 0; layer < 3; ++layer) {
+    INFO("layer " << layer);
+    CHECK(at::equal(with.y[layer], without.y[layer]));
+    CHECK(at::equal(with.dw[layer], without.dw[layer]));
+  }
+  CHECK(at::equal(with.dx, without.dx));
+  // k and v reuse q's codes of X along rows (Fprop) and down columns (Wgrad).
+  CHECK(with.hits == 4);
+  CHECK(without.hits == 0);
+}

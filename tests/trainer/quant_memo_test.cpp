@@ -172,12 +172,16 @@ TEST_CASE("An input changed in place, or a new step, is quantized afresh", "[tra
   CHECK(session->memo.hits() == 1);
   // A view of the same storage with other strides is another operand.
   const QuantSpec spec{QuantFormat::kMXFP4};
-  session->memo.store(3, x, Axis::kRows, spec, at::kFloat, {x, std::nullopt});
-  CHECK(session->memo.find(3, x, Axis::kRows, spec, at::kFloat, false).has_value());
-  CHECK_FALSE(session->memo.find(3, x.t(), Axis::kRows, spec, at::kFloat, false).has_value());
-  CHECK_FALSE(session->memo.find(3, x, Axis::kCols, spec, at::kFloat, false).has_value());
-  CHECK_FALSE(session->memo.find(3, x, Axis::kRows, spec, at::kFloat, /*need_telemetry=*/true).has_value());
-  CHECK_FALSE(session->memo.find(4, x, Axis::kRows, spec, at::kFloat, false).has_value());
+  using Form = mxablate::kernels::QuantizedOperand::Form;
+  session->memo.store(3, x, Axis::kRows, spec, at::kFloat,
+                      {mxablate::kernels::QuantizedOperand::values(x, Axis::kRows, spec, {}), std::nullopt});
+  CHECK(session->memo.find(3, x, Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
+  CHECK_FALSE(session->memo.find(3, x.t(), Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
+  CHECK_FALSE(session->memo.find(3, x, Axis::kCols, spec, Form::kValues, at::kFloat, false).has_value());
+  // Another engine's form (FP8 codes) is another result.
+  CHECK_FALSE(session->memo.find(3, x, Axis::kRows, spec, Form::kFP8Tensorwise, at::kFloat, false).has_value());
+  CHECK_FALSE(session->memo.find(3, x, Axis::kRows, spec, Form::kValues, at::kFloat, /*need_telemetry=*/true).has_value());
+  CHECK_FALSE(session->memo.find(4, x, Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
 }
 
 TEST_CASE("A whole model's loss and gradients are the same bits with and without the memo",

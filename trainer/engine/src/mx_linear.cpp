@@ -159,14 +159,13 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   QuantMemo* memo = memoize ? &s.session->memo : nullptr;
   const uint32_t step = s.session->step;
   const at::ScalarType dtype = gemm_dtype(t);
-  // The memo holds dequantized values: only uses whose engine multiplies those go through it.
-  const auto memoized = [&](std::optional<OperandUse> u) {
-    return memo && u && s.engine(u->gemm).form() == kernels::QuantizedOperand::Form::kValues;
-  };
+  // Every engine's form goes through the memo: dequantized values (plain BF16 roundings
+  // included), FP8 codes with their decode scale, E4M3 codes with chunk scales.
+  const auto memoized = [&](std::optional<OperandUse> u) { return memo && u; };
   const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
     if (!memoized(u)) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);
-    return memo->find(step, t, axis, spec, dtype, wants_telemetry(s, spec));
+    return memo->find(step, t, axis, spec, s.engine(u->gemm).form(), dtype, wants_telemetry(s, spec));
   };
   const std::optional<QuantMemo::Result> rows_hit = find(rows, Axis::kRows);
   const std::optional<QuantMemo::Result> cols_hit = find(cols, Axis::kCols);
@@ -197,14 +196,15 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     if (!u) return;
     if (hit) {
       if (hit->telemetry) tel = *hit->telemetry;
-      op = values(hit->value, *u, axis);
+      op = hit->operand;  // the same values or codes, as this layer's operand
+      op.spec = spec_of(s, *u);
+      op.key = s.key(u->gemm, u->operand);
       return;
     }
     if (memoized(u)) {
       const QuantSpec& spec = spec_of(s, *u);
       memo->store(step, t, axis, spec, dtype,
-                  {op.source_layout(), wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel)
-                                                                : std::nullopt});
+                  {op, wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel) : std::nullopt});
     }
   };
   settle(rows, Axis::kRows, rows_hit, out.rows, rows_tel);

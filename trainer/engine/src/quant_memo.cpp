@@ -21,12 +21,13 @@ bool QuantMemo::holds(uint32_t step, const at::Tensor& x) const {
 
 std::optional<QuantMemo::Result> QuantMemo::find(uint32_t step, const at::Tensor& x,
                                                  kernels::Axis axis, const kernels::QuantSpec& spec,
-                                                 at::ScalarType dtype, bool need_telemetry) {
+                                                 kernels::QuantizedOperand::Form form, at::ScalarType dtype,
+                                                 bool need_telemetry) {
   if (!enabled || !memoizable(spec)) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!holds(step, x)) return std::nullopt;
   for (const Entry& e : entries_) {
-    if (e.axis != axis || e.dtype != dtype || !same_quantization(e.spec, spec)) continue;
+    if (e.axis != axis || e.form != form || e.dtype != dtype || !same_quantization(e.spec, spec)) continue;
     if (need_telemetry && !e.result.telemetry) return std::nullopt;
     ++hits_;
     return e.result;
@@ -44,13 +45,14 @@ void QuantMemo::store(uint32_t step, const at::Tensor& x, kernels::Axis axis,
     input_ = x;
     version_ = x._version();
   }
+  const kernels::QuantizedOperand::Form form = result.operand.form;
   for (Entry& e : entries_) {
-    if (e.axis == axis && e.dtype == dtype && same_quantization(e.spec, spec)) {
+    if (e.axis == axis && e.form == form && e.dtype == dtype && same_quantization(e.spec, spec)) {
       e.result = std::move(result);  // now with telemetry
       return;
     }
   }
-  entries_.push_back({axis, spec, dtype, std::move(result)});
+  entries_.push_back({axis, spec, form, dtype, std::move(result)});
 }
 
 void QuantMemo::clear() {

@@ -4,7 +4,9 @@
 // operand are equal and the result does not depend on the random key (round to nearest, no
 // random Hadamard signs: those are keyed by layer and step), Q(x) along an axis is the same
 // tensor for every consumer, so the first consumer computes it and the others reuse it: Fprop's
-// Q(X) along rows and Wgrad's Q(X) down columns. The memo holds the results for one input tensor
+// Q(X) along rows and Wgrad's Q(X) down columns, in whatever form the consumers' GEMM engine
+// multiplies (dequantized values, or FP8 codes and their decode scale: the FP8 baseline's cast
+// of X is shared alike). The memo holds the results for one input tensor
 // at a time (the consumers run one after another) and forgets them when another input, another
 // version of the input, or another step arrives.
 #pragma once
@@ -17,13 +19,16 @@
 #include <vector>
 
 #include "mxablate/kernels/quantize.h"
+#include "mxablate/kernels/torch/gemm_engine.h"
 
 namespace mxablate::trainer {
 
 class QuantMemo {
  public:
   struct Result {
-    at::Tensor value;  // Q(x), in the GEMM's dtype
+    // Q(x) as a GEMM operand in its engine's form (its spec and key those of the consumer
+    // that made it; a reuser puts its own in).
+    kernels::QuantizedOperand operand;
     // The quantization's statistics when they were collected; a consumer that wants them and
     // finds none computes its own.
     std::optional<kernels::QuantTelemetry> telemetry;
@@ -34,13 +39,13 @@ class QuantMemo {
   static bool memoizable(const kernels::QuantSpec& spec);
 
   // The result stored in step `step` for this very tensor (the same storage, offset, sizes,
-  // strides, dtype and version counter), `axis`, `spec` and `dtype`, carrying telemetry when
-  // `need_telemetry`; nullopt otherwise (also for a spec that is not memoizable).
+  // strides, dtype and version counter), `axis`, `spec`, operand form and `dtype`, carrying
+  // telemetry when `need_telemetry`; nullopt otherwise (also for a spec that is not memoizable).
   std::optional<Result> find(uint32_t step, const at::Tensor& x, kernels::Axis axis,
-                             const kernels::QuantSpec& spec, at::ScalarType dtype,
-                             bool need_telemetry);
-  // Remembers `result` (a spec that is not memoizable is ignored). A new input, version or step
-  // first forgets everything stored before.
+                             const kernels::QuantSpec& spec, kernels::QuantizedOperand::Form form,
+                             at::ScalarType dtype, bool need_telemetry);
+  // Remembers `result` under its operand's form (a spec that is not memoizable is ignored). A
+  // new input, version or step first forgets everything stored before.
   void store(uint32_t step, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
              at::ScalarType dtype, Result result);
   void clear();
@@ -53,6 +58,7 @@ class QuantMemo {
   struct Entry {
     kernels::Axis axis;
     kernels::QuantSpec spec;
+    kernels::QuantizedOperand::Form form;
     at::ScalarType dtype;
     Result result;
   };
