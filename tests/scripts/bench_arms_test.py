@@ -30,7 +30,7 @@ def source(*parts):
 
 
 def cpp_names(path, enum):
-    """The names of a C++ NameTable<enum, N> ({Enum::kX, "x"} pairs) in a contract source."""
+    """The names of a C++ NameTable<enum, N> ({Enum::kX, "x"} pairs) in a source of the repository."""
     return set(re.findall(rf'\{{{enum}::k\w+, "([\w-]+)"\}}', source(path)))
 
 
@@ -56,10 +56,11 @@ class BenchArms(unittest.TestCase):
     def test_every_arm_means_settings_the_contract_knows(self):
         precisions = cpp_names("trainer/contract/src/quant_settings.cpp", "GemmPrecision")
         paths = cpp_names("trainer/contract/src/quant_settings.cpp", "GemmPath")
-        routes = cpp_names("trainer/contract/src/gemm_route.cpp", "GemmRoute")
+        # The one route table (the kernels' header; contract::GemmRoute is the same type).
+        routes = cpp_names("kernels/include/mxablate/kernels/gemm_route.h", "GemmRoute")
         self.assertTrue(precisions >= {"bf16", "fp8", "mxfp4"}, precisions)
         self.assertEqual(paths, {"auto", "emulated", "fp8"})
-        self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8"})
+        self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8", "native-mxfp4"})
         for name, a in ARMS.items():
             self.assertIn(a["precision"], precisions, name)
             self.assertLessEqual(set(a["quant"]), {"hadamard", "gemm_path"}, name)

@@ -223,3 +223,120 @@ TEST_CASE("A whole model's loss and gradients are the same bits with and without
     CHECK(hits[1] >= 6 * shape.n_layers);
   }
 }
+
+namespace {
+
+struct MicroBatches {
+  std::vector<at::Tensor> y, dx;
+  at::Tensor dw;
+  std::vector<QuantSession::Record> records;
+  int64_t weight_hits = 0;
+};
+
+// One layer over three micro-batches of one step (gradients accumulated into W), then, when
+// `update`, W changed in place and one more micro-batch of the same step.
+MicroBatches run_micro_batches(const LinearPlan& plan, bool cache, bool update) {
+  auto session = std::make_shared<QuantSession>();
+  session->seed = 5;
+  session->step = 2;
+  session->cache_weight_operands = cache;
+  at::Generator gen = at::detail::createCPUGenerator(31);
+  at::Tensor w = at::randn({kN, kK}, gen).requires_grad_(true);
+  const auto state = std::make_shared<const LinearState>(LinearState{0, plan, session});
+  MicroBatches out;
+  const int batches = update ? 4 : 3;
+  for (int b = 0; b < batches; ++b) {
+    if (update && b == 3) {
+      const torch::NoGradGuard no_grad;
+      w.mul_(1.5);  // an optimizer's in-place update: a new version of W
+    }
+    session->collect_telemetry = b == 0;
+    at::Tensor x = at::randn({kM, kK}, gen).requires_grad_(true);
+    const at::Tensor y = mx_linear(x, w, state);
+    (y * at::randn({kM, kN}, gen)).sum().backward();
+    out.y.push_back(y.detach());
+    out.dx.push_back(x.grad());
+  }
+  out.dw = w.grad();
+  out.records = session->take_records();
+  out.weight_hits = state->weight_memo->hits();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A layer quantizes its weight once per step for all its micro-batches, changing no bit",
+          "[trainer][quant_memo][weight_cache]") {
+  QuantSpec sr{QuantFormat::kMXFP4};
+  sr.rounding = Rounding::kStochastic;  // keyed by the step: the same bits for every micro-batch
+  QuantSpec random_rotation{QuantFormat::kMXFP4};
+  random_rotation.hadamard = HadamardMode::kPerStepRandom;
+  for (const LinearPlan& plan : {uniform_plan(QuantSpec{QuantFormat::kMXFP4}), plain_bf16_plan(), uniform_plan(sr),
+                                 uniform_plan(random_rotation), uniform_plan(QuantSpec{QuantFormat::kFP8E4M3})}) {
+    for (const bool update : {false, true}) {
+      INFO("W updated in place before the last micro-batch: " << update);
+      const MicroBatches with = run_micro_batches(plan, true, update);
+      const MicroBatches without = run_micro_batches(plan, false, update);
+      for (size_t b = 0; b < with.y.size(); ++b) {
+        INFO("micro-batch " << b);
+        CHECK(at::equal(with.y[b], without.y[b]));
+        CHECK(at::equal(with.dx[b], without.dx[b]));
+      }
+      CHECK(at::equal(with.dw, without.dw));
+      REQUIRE(with.records.size() == without.records.size());
+      for (size_t i = 0; i < with.records.size(); ++i)
+        CHECK(with.records[i].telemetry.sum_sq_error == without.records[i].telemetry.sum_sq_error);
+      // Micro-batches 1 and 2 reuse W along rows (Fprop) and down columns (Dgrad); the new
+      // version of W is quantized again.
+      CHECK(with.weight_hits == 4);
+      CHECK(without.weight_hits == 0);
+    }
+  }
+}
+
+TEST_CASE("A layer's cached weight operands are made again in the next step", "[trainer][quant_memo][weight_cache]") {
+  auto session = std::make_shared<QuantSession>();
+  session->cache_weight_operands = true;
+  QuantSpec sr{QuantFormat::kMXFP4};
+  sr.rounding = Rounding::kStochastic;
+  const auto state = std::make_shared<const LinearState>(LinearState{0, uniform_plan(sr), session});
+  at::Generator gen = at::detail::createCPUGenerator(8);
+  const at::Tensor w = at::randn({kN, kK}, gen);
+  const at::Tensor x = at::randn({kM, kK}, gen);
+  session->step = 1;
+  const at::Tensor y1 = mx_linear(x, w, state);
+  session->step = 2;
+  const at::Tensor y2 = mx_linear(x, w, state);
+  // Step 2's stochastic rounding of W differs from step 1's: a stale cache would repeat y1.
+  CHECK_FALSE(at::equal(y1, y2));
+  auto fresh = std::make_shared<QuantSession>();
+  fresh->step = 2;
+  CHECK(at::equal(y2, mx_linear(x, w, std::make_shared<const LinearState>(LinearState{0, uniform_plan(sr), fresh}))));
+  CHECK(state->weight_memo->hits() == 0);
+}
+
+TEST_CASE("A new weight generation makes the weight operands again though W's version did not change",
+          "[trainer][quant_memo][weight_cache]") {
+  // The optimizer's fused kernel and a checkpoint restore write W in place without bumping its
+  // version counter, as a write through W.data() does here: only the generation says so.
+  auto session = std::make_shared<QuantSession>();
+  session->cache_weight_operands = true;
+  session->step = 3;
+  const LinearPlan plan = uniform_plan(QuantSpec{QuantFormat::kMXFP4});
+  const auto state = std::make_shared<const LinearState>(LinearState{0, plan, session});
+  at::Generator gen = at::detail::createCPUGenerator(12);
+  at::Tensor w = at::randn({kN, kK}, gen);
+  const at::Tensor x = at::randn({kM, kK}, gen);
+  const at::Tensor before = mx_linear(x, w, state);
+  const int64_t version = w._version();
+  w.data().mul_(2.0);
+  REQUIRE(w._version() == version);
+  // Same generation: the memo cannot tell (what the trainer's bumps are for).
+  CHECK(at::equal(mx_linear(x, w, state), before));
+  ++session->weights_generation;
+  auto fresh = std::make_shared<QuantSession>();
+  fresh->step = 3;
+  const at::Tensor want = mx_linear(x, w, std::make_shared<const LinearState>(LinearState{0, plan, fresh}));
+  CHECK_FALSE(at::equal(want, before));
+  CHECK(at::equal(mx_linear(x, w, state), want));
+}

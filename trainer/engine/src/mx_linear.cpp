@@ -149,15 +149,20 @@ void quantize_on_engines(const at::Tensor& t, const LinearState& s, std::optiona
 // Plain BF16 operands (only the emulated engine takes them) skip the quantizer: round_to_bf16,
 // one rounding shared by both uses when both are plain.
 // `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
-// `memoize`: t is a layer input that other layers may quantize alike in this step (q, k, v; gate,
-// up): dequantized results whose spec does not depend on the random key go through the session's
-// memo (quant_memo.h), and a reused one is still recorded for this layer.
+// Where results of a tensor may be found and kept (quant_memo.h), and for which epoch: the
+// session's memo and the step for a layer input that other layers quantize alike (q, k, v; gate,
+// up); the layer's weight memo and the session's weight epoch for its weight.
+struct MemoUse {
+  QuantMemo* memo = nullptr;
+  uint64_t epoch = 0;
+};
+
+// `memo`: a reused result is still recorded for this layer.
 Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional<OperandUse> rows,
                         std::optional<OperandUse> cols,
-                        std::optional<double> rows_occ_fraction = std::nullopt,
-                        bool memoize = false) {
-  QuantMemo* memo = memoize ? &s.session->memo : nullptr;
-  const uint32_t step = s.session->step;
+                        std::optional<double> rows_occ_fraction = std::nullopt, MemoUse memo_use = {}) {
+  QuantMemo* memo = memo_use.memo;
+  const uint64_t epoch = memo_use.epoch;
   const at::ScalarType dtype = gemm_dtype(t);
   // Every engine's form goes through the memo: dequantized values (plain BF16 roundings
   // included), FP8 codes with their decode scale, E4M3 codes with chunk scales.
@@ -165,7 +170,7 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
     if (!memoized(u)) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);
-    return memo->find(step, t, axis, spec, s.engine(u->gemm).form(), dtype, wants_telemetry(s, spec));
+    return memo->find(epoch, t, axis, spec, s.engine(u->gemm).form(), dtype, wants_telemetry(s, spec));
   };
   const std::optional<QuantMemo::Result> rows_hit = find(rows, Axis::kRows);
   const std::optional<QuantMemo::Result> cols_hit = find(cols, Axis::kCols);
@@ -203,7 +208,7 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     }
     if (memoized(u)) {
       const QuantSpec& spec = spec_of(s, *u);
-      memo->store(step, t, axis, spec, dtype,
+      memo->store(epoch, t, axis, spec, dtype,
                   {op, wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel) : std::nullopt});
     }
   };
@@ -309,9 +314,13 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // its two GEMMs share an engine. Backward keeps the column-wise ones.
     Quantized qx = quantize_uses(xq, s, OperandUse{GemmKind::kFprop, Operand::kA},
                                  use_if(saved.want_dw, GemmKind::kWgrad, Operand::kB), occ_fraction,
-                                 /*memoize=*/true);
+                                 {&s.session->memo, s.session->step});
+    // W's operands are the same bits for every micro-batch and recompute of a step.
     Quantized qw = quantize_uses(w, s, OperandUse{GemmKind::kFprop, Operand::kB},
-                                 use_if(saved.want_dx, GemmKind::kDgrad, Operand::kB));
+                                 use_if(saved.want_dx, GemmKind::kDgrad, Operand::kB), std::nullopt,
+                                 s.session->cache_weight_operands
+                                     ? MemoUse{s.weight_memo.get(), s.session->weight_epoch()}
+                                     : MemoUse{});
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = s.engine(GemmKind::kFprop).multiply(qx.rows, qw.rows);

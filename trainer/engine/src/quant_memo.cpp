@@ -9,9 +9,9 @@ namespace mxablate::trainer {
 
 bool QuantMemo::memoizable(const kernels::QuantSpec& spec) { return is_memoizable(spec); }
 
-bool QuantMemo::holds(uint32_t step, const at::Tensor& x) const {
+bool QuantMemo::holds(uint64_t epoch, const at::Tensor& x) const {
   // Inference tensors keep no version counter: they are never memoized.
-  if (!input_.defined() || step != step_ || !x.defined() || !x.has_storage() || x.is_inference())
+  if (!input_.defined() || epoch != epoch_ || !x.defined() || !x.has_storage() || x.is_inference())
     return false;
   return x.storage().unsafeGetStorageImpl() == input_.storage().unsafeGetStorageImpl() &&
          x.storage_offset() == input_.storage_offset() && x.sizes() == input_.sizes() &&
@@ -19,13 +19,13 @@ bool QuantMemo::holds(uint32_t step, const at::Tensor& x) const {
          x._version() == version_;
 }
 
-std::optional<QuantMemo::Result> QuantMemo::find(uint32_t step, const at::Tensor& x,
+std::optional<QuantMemo::Result> QuantMemo::find(uint64_t epoch, const at::Tensor& x,
                                                  kernels::Axis axis, const kernels::QuantSpec& spec,
                                                  kernels::QuantizedOperand::Form form, at::ScalarType dtype,
                                                  bool need_telemetry) {
-  if (!enabled || !memoizable(spec)) return std::nullopt;
+  if (!enabled || !reuses(spec)) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!holds(step, x)) return std::nullopt;
+  if (!holds(epoch, x)) return std::nullopt;
   for (const Entry& e : entries_) {
     if (e.axis != axis || e.form != form || e.dtype != dtype || !same_quantization(e.spec, spec)) continue;
     if (need_telemetry && !e.result.telemetry) return std::nullopt;
@@ -35,13 +35,13 @@ std::optional<QuantMemo::Result> QuantMemo::find(uint32_t step, const at::Tensor
   return std::nullopt;
 }
 
-void QuantMemo::store(uint32_t step, const at::Tensor& x, kernels::Axis axis,
+void QuantMemo::store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis,
                       const kernels::QuantSpec& spec, at::ScalarType dtype, Result result) {
-  if (!enabled || !memoizable(spec) || !x.defined() || !x.has_storage() || x.is_inference()) return;
+  if (!enabled || !reuses(spec) || !x.defined() || !x.has_storage() || x.is_inference()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!holds(step, x)) {
+  if (!holds(epoch, x)) {
     clear_locked();
-    step_ = step;
+    epoch_ = epoch;
     input_ = x;
     version_ = x._version();
   }

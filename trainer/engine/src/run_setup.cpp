@@ -119,6 +119,10 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.parameters = s.model->parameter_count();
   facts.micro_batch_tokens = s.plan.micro_batch_tokens;
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
+  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(config, s.shape, vocab).total(),
+                                       weight_cache_bytes(config, s.shape, vocab),
+                                       compat::device_memory_bytes(s.device));
+  session->cache_weight_operands = s.weight_cache.on;
   if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());
 
   const uint64_t data_seed = config.train.data_seed != 0 ? config.train.data_seed : config.train.seed;

@@ -23,6 +23,7 @@
 #include "mxablate/trainer/step_engine.h"
 #include "mxablate/trainer/trainer.h"
 #include "mxablate/trainer/training_plan.h"
+#include "mxablate/trainer/weight_cache.h"
 #include "step_graph.h"
 
 namespace mxablate::trainer {
@@ -44,6 +45,7 @@ struct RunSetup {
   std::unique_ptr<StepEngine> engine;   // the optimizer step, replicated or sharded
   StepCapture capture;                  // whether steps are graphed, and why (step_capture.h)
   std::unique_ptr<StepGraph> graph;     // the graphed passes when capture.graphed
+  WeightCache weight_cache;             // whether layers keep their weight operands per step
   std::unique_ptr<TrainBatches> batches;
   std::vector<TokenBatch> validation;
 };

@@ -49,6 +49,17 @@ inline void set_blas_threads(int n) {
 inline const char* torch_version() { return TORCH_VERSION; }
 inline constexpr bool kHasCuda = MXABLATE_TRAINER_CUDA != 0;
 
+// Total memory of a CUDA device in bytes; 0 where this build has no CUDA.
+inline int64_t device_memory_bytes(const at::Device& device) {
+#if MXABLATE_TRAINER_CUDA
+  if (device.is_cuda())
+    return static_cast<int64_t>(
+        at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index())->totalGlobalMem);
+#endif
+  (void)device;
+  return 0;
+}
+
 // Causal attention of q (B, H, T, D) with k, v (B, Hkv, T, D), Hkv dividing H: grouped-query
 // attention, query head h using K/V head h / (H / Hkv) (repeat_interleave's order). Every matmul
 // runs on BF16 operands with FP32 accumulation and an FP32 softmax.

@@ -251,6 +251,8 @@ class TrainingRun::Loop {
         {"gemm_routes", contract::gemm_routes_json(s_.config.quant.gemm_path, s_.routes)},
         // Whether each step's passes were replayed as a CUDA graph, and why (step_capture.h).
         {"cuda_graphs", {{"graphed", s_.capture.graphed}, {"reason", s_.capture.reason}}},
+        // Whether each layer quantized its weight once per step (weight_cache.h), and why.
+        {"weight_cache", {{"on", s_.weight_cache.on}, {"reason", s_.weight_cache.reason}}},
     };
     if (prestarted_) details["prestarted"] = true;
     events_->run_start(progress(), std::move(details));
@@ -274,6 +276,7 @@ class TrainingRun::Loop {
   double evaluate() {
     torch::NoGradGuard no_grad;
     s_.model->session().collect_telemetry = false;
+    ++s_.model->session().weights_generation;  // the weights may have changed since the last pass
     // Summed on the device in double, in the order and with the roundings the host sum had
     // (each loss widened, times its batch's sequences, then added): the same bits, but one
     // read-back per evaluation instead of one per batch, so the batches queue back to back.
@@ -377,6 +380,7 @@ class TrainingRun::Loop {
     }
     const double lr = s_.plan.lr_at(state_.step);
     session.step = static_cast<uint32_t>(state_.step);
+    ++session.weights_generation;  // the last step (or a restore) wrote the weights
     const int64_t quant_every = s_.config.telemetry.quant_every_steps;
     session.collect_telemetry = quant_every > 0 && state_.step % quant_every == 0;
 

@@ -65,6 +65,15 @@ class QuantSession {
   // Deterministic quantizations of a layer input shared by the layers that consume it (q, k, v;
   // gate, up) within a step; `memo.enabled = false` turns reuse off (quant_memo.h).
   QuantMemo memo;
+  // Each layer keeps its weight's operands for the step (LinearState::weight_memo): the trainer
+  // sets this by the rule of weight_cache.h.
+  bool cache_weight_operands = false;
+  // Advanced by the trainer wherever the weights may have changed since the last pass: at the
+  // start of each step and of each evaluation (the optimizer and a checkpoint restore write the
+  // weights in place, which their version counters do not reliably show). A weight memo's
+  // entries belong to one (step, generation): weight_epoch().
+  uint64_t weights_generation = 0;
+  uint64_t weight_epoch() const { return (weights_generation << 32) | step; }
 
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
               const kernels::QuantTelemetry& telemetry,
@@ -88,6 +97,12 @@ struct LinearState {
   int layer = 0;
   LinearPlan plan;
   std::shared_ptr<QuantSession> session;
+
+  // The layer's weight operands of the current step (Q(W) along rows for Fprop, down columns for
+  // Dgrad), reused by every micro-batch and recomputed forward while session->cache_weight_operands
+  // is set, for one session->weight_epoch(): one random key per operand within a step, so any
+  // spec is reused. Shared by the copies of this state; a new plan makes a new state and memo.
+  std::shared_ptr<QuantMemo> weight_memo = std::make_shared<QuantMemo>(/*one_key=*/true);
 
   kernels::RngKey key(kernels::GemmKind gemm, kernels::Operand operand) const;
   const kernels::GemmEngine& engine(kernels::GemmKind gemm) const {

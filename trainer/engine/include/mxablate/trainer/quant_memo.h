@@ -25,6 +25,12 @@ namespace mxablate::trainer {
 
 class QuantMemo {
  public:
+  QuantMemo() = default;
+  // `one_key`: every result stored is for one (layer, GEMM, operand) within a step, as a layer's
+  // own weight is (MXLinear's weight memo): its random key is then the same for every lookup, so
+  // results of any spec may be reused, stochastic rounding and random rotations included.
+  explicit QuantMemo(bool one_key) : one_key_(one_key) {}
+
   struct Result {
     // Q(x) as a GEMM operand in its engine's form (its spec and key those of the consumer
     // that made it; a reuser puts its own in).
@@ -37,16 +43,20 @@ class QuantMemo {
   // True when Q(x) under `spec` is a function of x alone (no stochastic rounding, no random
   // Hadamard signs): only then may two layers share it.
   static bool memoizable(const kernels::QuantSpec& spec);
+  // Whether this memo reuses results of `spec`: memoizable ones, or any under `one_key`.
+  bool reuses(const kernels::QuantSpec& spec) const { return one_key_ || memoizable(spec); }
 
-  // The result stored in step `step` for this very tensor (the same storage, offset, sizes,
+  // `epoch` is what the results are valid for: the step for the shared-input memo; the step and
+  // the session's weight generation for a weight memo (QuantSession::weight_epoch).
+  // The result stored in `epoch` for this very tensor (the same storage, offset, sizes,
   // strides, dtype and version counter), `axis`, `spec`, operand form and `dtype`, carrying
   // telemetry when `need_telemetry`; nullopt otherwise (also for a spec that is not memoizable).
-  std::optional<Result> find(uint32_t step, const at::Tensor& x, kernels::Axis axis,
+  std::optional<Result> find(uint64_t epoch, const at::Tensor& x, kernels::Axis axis,
                              const kernels::QuantSpec& spec, kernels::QuantizedOperand::Form form,
                              at::ScalarType dtype, bool need_telemetry);
   // Remembers `result` under its operand's form (a spec that is not memoizable is ignored). A
-  // new input, version or step first forgets everything stored before.
-  void store(uint32_t step, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
+  // new input, version or epoch first forgets everything stored before.
+  void store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
              at::ScalarType dtype, Result result);
   void clear();
   // Results reused so far (tests and diagnostics).
@@ -62,11 +72,12 @@ class QuantMemo {
     at::ScalarType dtype;
     Result result;
   };
-  bool holds(uint32_t step, const at::Tensor& x) const;  // with mutex_ held
+  bool holds(uint64_t epoch, const at::Tensor& x) const;  // with mutex_ held
   void clear_locked();
 
+  bool one_key_ = false;
   mutable std::mutex mutex_;  // backward (activation checkpointing's recompute) may run elsewhere
-  uint32_t step_ = 0;
+  uint64_t epoch_ = 0;
   // The input the entries belong to, held so that its storage cannot be freed and its address
   // reused by another tensor while the entries exist; and its version when they were made.
   at::Tensor input_;

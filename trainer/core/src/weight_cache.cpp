@@ -1,0 +1,46 @@
+#include "mxablate/trainer/weight_cache.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "mxablate/trainer/linear_plan.h"
+
+namespace mxablate::trainer {
+
+namespace {
+constexpr int64_t kBF16Bytes = 2;
+constexpr double kGiBf = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
+int64_t weight_cache_bytes(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size) {
+  const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
+  int64_t most = 0;
+  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase) {
+    const std::vector<LinearPlan> plans = layer_plans(config, layers, shape.n_layers, phase);
+    int64_t bytes = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const int64_t elements = layers[i].in_features * layers[i].out_features;
+      const bool plain = is_plain_bf16(plans[i][kernels::GemmKind::kFprop].operand[1]) &&
+                         is_plain_bf16(plans[i][kernels::GemmKind::kDgrad].operand[1]);
+      bytes += elements * kBF16Bytes * (plain ? 1 : 2);
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+WeightCache decide_weight_cache(bool cuda, int64_t plan_total, int64_t cache_bytes, int64_t device_memory_bytes) {
+  if (!cuda) return {true, "the CPU's memory is not planned"};
+  const int64_t limit = device_memory_bytes * kWeightCacheMemoryPercent / 100;
+  const std::string sizes = fmt::format("the memory plan ({:.1f} GiB) plus the cache ({:.1f} GiB)", plan_total / kGiBf,
+                                        cache_bytes / kGiBf);
+  if (plan_total + cache_bytes > limit)
+    return {false, fmt::format("{} is above {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,
+                               device_memory_bytes / kGiBf)};
+  return {true, fmt::format("{} is within {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,
+                            device_memory_bytes / kGiBf)};
+}
+
+}  // namespace mxablate::trainer
