@@ -28,8 +28,8 @@ constexpr int kMaxWarps = kThreads / 32;
 constexpr int kVec = 16;       // elements a thread owns; codes a thread stores at once
 constexpr int kTile = 64;      // the cast's tile edge, rows and columns
 // Row pitch of the transposed code tile in shared memory: 4-byte aligned for the word reads,
-// and not a multiple of 16 so that the byte writes of a warp's 4 column groups fall in 2 banks
-// groups instead of 1.
+// and not a multiple of 16, so that the byte writes of a warp's four column groups spread over
+// two groups of banks instead of one.
 constexpr int kPitch = kTile + 4;
 // The amax pass's grid: enough blocks to fill a large GPU (4 per SM on a 132-SM H100), few
 // enough that each thread streams several chunks.
