@@ -40,30 +40,39 @@ constexpr int kNoCodes = 0, kE4M3Codes = 1, kE5M2Codes = 2;
 
 MX_HD constexpr MinifloatFormat minifloat_of(int k) { return k == kE4M3Codes ? kE4M3 : kE5M2; }
 
-// 16 elements as float32 values (bf16 widens exactly: its bits are a float's top half).
-__device__ __forceinline__ void load16(const float* p, float (&v)[kVec]) {
-  const float4* q = reinterpret_cast<const float4*>(p);
+// The 16 elements at p as raw 32-bit words, four 16-byte loads' worth for float32, two for bf16
+// (little endian: a word holds bf16 elements 2j in its low half and 2j + 1 in its high half).
+template <typename InT>
+constexpr int kWords = kVec * static_cast<int>(sizeof(InT)) / 4;
+
+template <typename InT>
+__device__ __forceinline__ void load_words(const InT* p, uint32_t (&w)[kWords<InT>]) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-  for (int i = 0; i < kVec / 4; ++i) {
-    const float4 f = q[i];
-    v[4 * i] = f.x;
-    v[4 * i + 1] = f.y;
-    v[4 * i + 2] = f.z;
-    v[4 * i + 3] = f.w;
+  for (int i = 0; i < kWords<InT> / 4; ++i) {
+    const uint4 u = q[i];
+    w[4 * i] = u.x;
+    w[4 * i + 1] = u.y;
+    w[4 * i + 2] = u.z;
+    w[4 * i + 3] = u.w;
   }
 }
 
+// The 16 elements as float32 values (bf16 widens exactly: its bits are a float's top half).
+__device__ __forceinline__ void load16(const float* p, float (&v)[kVec]) {
+  uint32_t w[kWords<float>];
+  load_words(p, w);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) v[i] = bits_float(w[i]);
+}
+
 __device__ __forceinline__ void load16(const uint16_t* p, float (&v)[kVec]) {
-  const uint4* q = reinterpret_cast<const uint4*>(p);
+  uint32_t w[kWords<uint16_t>];
+  load_words(p, w);
 #pragma unroll
-  for (int i = 0; i < kVec / 8; ++i) {
-    const uint4 u = q[i];
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // little endian: element 2j in the low half
-      v[8 * i + 2 * j] = bits_float(w[j] << 16);
-      v[8 * i + 2 * j + 1] = bits_float(w[j] & 0xFFFF0000u);
-    }
+  for (int j = 0; j < kWords<uint16_t>; ++j) {
+    v[2 * j] = bits_float(w[j] << 16);
+    v[2 * j + 1] = bits_float(w[j] & 0xFFFF0000u);
   }
 }
 
@@ -101,24 +110,18 @@ __device__ __forceinline__ void encode16(const float (&v)[kVec], float d, bool n
 // |x| as float bits for the 16 elements at p, folded into m with an unsigned maximum. BF16 bits
 // are a float's top half, so their magnitudes compare as the floats do, shifted up.
 __device__ __forceinline__ unsigned int fold_abs_bits(const float* p, unsigned int m) {
-  const uint4* q = reinterpret_cast<const uint4*>(p);
+  uint32_t w[kWords<float>];
+  load_words(p, w);
 #pragma unroll
-  for (int i = 0; i < kVec / 4; ++i) {
-    const uint4 u = q[i];
-    m = max(m, max(max(u.x & 0x7FFFFFFFu, u.y & 0x7FFFFFFFu), max(u.z & 0x7FFFFFFFu, u.w & 0x7FFFFFFFu)));
-  }
+  for (int i = 0; i < kWords<float>; ++i) m = max(m, w[i] & 0x7FFFFFFFu);
   return m;
 }
 
 __device__ __forceinline__ unsigned int fold_abs_bits(const uint16_t* p, unsigned int m) {
-  const uint4* q = reinterpret_cast<const uint4*>(p);
+  uint32_t w[kWords<uint16_t>];
+  load_words(p, w);
 #pragma unroll
-  for (int i = 0; i < kVec / 8; ++i) {
-    const uint4 u = q[i];
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) m = max(m, max((w[j] << 16) & 0x7FFF0000u, w[j] & 0x7FFF0000u));
-  }
+  for (int j = 0; j < kWords<uint16_t>; ++j) m = max(m, max((w[j] << 16) & 0x7FFF0000u, w[j] & 0x7FFF0000u));
   return m;
 }
 
