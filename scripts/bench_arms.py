@@ -15,7 +15,8 @@ Each arm:
              that sends MXFP4 there is compared with the peer's emulation of the same numerics.
   routes     what run_start's gemm_routes must say for the figure to be this arm's (a GEMM
              precision → route): the FP8 arm is meant on FP8 tensor cores, the MXFP4 arms
-             emulated unless they ask for the Hopper FP8 path.
+             emulated unless they ask for the Hopper FP8 path (fp8) or the per-tensor one where
+             exact (fp8-where-exact).
 
 Usage (for bash):
   bench_arms.py names                    the arms in table order, one per line
@@ -41,6 +42,9 @@ ARMS = {
     "mxfp4+h16+fp8path": dict(label="MXFP4 F+D+W+H16, gemm_path fp8", precision="mxfp4",
                               quant={**H16, "gemm_path": "fp8"}, peer="fdw+h16",
                               routes={"mxfp4": "hopper-fp8"}),
+    "mxfp4+h16+exact": dict(label="MXFP4 F+D+W+H16, gemm_path fp8-where-exact", precision="mxfp4",
+                            quant={**H16, "gemm_path": "fp8-where-exact"}, peer="fdw+h16",
+                            routes={"mxfp4": "mxfp4-as-fp8"}),
 }
 
 # The peer's implementations (peer_llama.py's QuantLinearFn modes).

@@ -17,9 +17,10 @@ using mxablate::test::valid;
 constexpr auto kBF16 = GemmPrecision::kBF16, kFP8 = GemmPrecision::kFP8,
                kMX = GemmPrecision::kMXFP4, kNV = GemmPrecision::kNVFP4;
 
-const GemmRouteSupport kHopper{};  // both tensor-core routes available
+const GemmRouteSupport kHopper{};  // every tensor-core route available
 const GemmRouteSupport kCpu{"FP8 tensor cores need a CUDA device, this run is on cpu",
-                            "the hopper-fp8 path needs a CUDA device and the GPU kernels"};
+                            "the hopper-fp8 path needs a CUDA device and the GPU kernels",
+                            "the mxfp4-as-fp8 path needs a CUDA device and the GPU kernels"};
 
 std::string refusal(GemmPath setting, GemmPrecision p, const GemmRouteSupport& s) {
   try {
@@ -38,15 +39,17 @@ RunConfig with(GemmPrecision f, GemmPrecision d, GemmPrecision w) {
 
 }  // namespace
 
-TEST_CASE("gemm_path defaults to auto and parses auto, emulated and fp8 only") {
+TEST_CASE("gemm_path defaults to auto and parses auto, emulated, fp8 and fp8-where-exact only") {
   CHECK(RunConfig{}.quant.gemm_path == GemmPath::kAuto);
   CHECK(parse_gemm_path("auto") == GemmPath::kAuto);
   CHECK(parse_gemm_path("emulated") == GemmPath::kEmulated);
   CHECK(parse_gemm_path("fp8") == GemmPath::kFP8);
+  CHECK(parse_gemm_path("fp8-where-exact") == GemmPath::kFP8WhereExact);
   CHECK_FALSE(parse_gemm_path("Auto").has_value());
+  CHECK_FALSE(parse_gemm_path("fp8-where").has_value());
   json j = valid();
   j["quant"]["gemm_path"] = "fast";
-  CHECK(error_of(j) == "quant.gemm_path: expected one of auto, emulated, fp8, got \"fast\"");
+  CHECK(error_of(j) == "quant.gemm_path: expected one of auto, emulated, fp8, fp8-where-exact, got \"fast\"");
   j["quant"]["gemm_path"] = "auto";
   CHECK(run_config_from_json(j).quant.gemm_path == GemmPath::kAuto);
 }
@@ -113,9 +116,46 @@ TEST_CASE("fp8 demands tensor cores for FP8 and MXFP4 GEMMs and refuses a device
   CHECK(resolve_gemm_routes(GemmPath::kAuto, ada).of(kFP8) == GemmRoute::kFP8Tensorwise);
 }
 
+TEST_CASE("fp8-where-exact runs MXFP4 GEMMs on the mxfp4-as-fp8 route and FP8 ones on FP8 tensor cores, or refuses") {
+  const GemmRoutes routes = resolve_gemm_routes(GemmPath::kFP8WhereExact, kHopper);
+  CHECK(routes.of(kFP8) == GemmRoute::kFP8Tensorwise);
+  CHECK(routes.of(kMX) == GemmRoute::kMXFP4AsFP8);
+  CHECK(routes.of(kBF16) == GemmRoute::kEmulated);
+  CHECK(routes.of(kNV) == GemmRoute::kEmulated);  // NVFP4's E4M3 block scales are no powers of two
+  CHECK(gemm_routes_json(GemmPath::kFP8WhereExact, routes) == json{{"setting", "fp8-where-exact"},
+                                                                   {"bf16", "emulated"},
+                                                                   {"fp8", "fp8-tensorwise"},
+                                                                   {"mxfp4", "mxfp4-as-fp8"},
+                                                                   {"nvfp4", "emulated"}});
+  CHECK(refusal(GemmPath::kFP8WhereExact, kMX, kCpu) ==
+        "quant.gemm_path: \"fp8-where-exact\" cannot run the mxfp4 GEMMs here: " + kCpu.mxfp4_as_fp8 +
+            " (gemm_path: auto or emulated runs them emulated)");
+  CHECK(refusal(GemmPath::kFP8WhereExact, kFP8, kCpu) ==
+        "quant.gemm_path: \"fp8-where-exact\" cannot run the fp8 GEMMs here: " + kCpu.fp8_tensorwise +
+            " (gemm_path: auto or emulated runs them emulated)");
+  // An sm_89 device: tensor-wise FP8 (and so this route) without the Hopper blockwise path.
+  const GemmRouteSupport ada{"", "the hopper-fp8 path needs compute capability 9.0", ""};
+  CHECK(resolve_gemm_routes(GemmPath::kFP8WhereExact, ada).of(kMX) == GemmRoute::kMXFP4AsFP8);
+  // Its MXFP4 arms run other engines than under fp8 or auto: a difference in the arm's identity.
+  CHECK_FALSE(same_gemm_engines(with(kMX, kMX, kMX), [] {
+    RunConfig c = with(kMX, kMX, kMX);
+    c.quant.gemm_path = GemmPath::kFP8WhereExact;
+    return c;
+  }()));
+  RunConfig bf16_where_exact;
+  bf16_where_exact.quant.gemm_path = GemmPath::kFP8WhereExact;
+  CHECK(same_gemm_engines(bf16_where_exact, RunConfig{}));  // no MXFP4 or FP8 GEMM: the same engines
+  json j = valid();
+  j["quant"]["gemm_path"] = "fp8-where-exact";
+  j["device"] = "cpu";
+  CHECK(error_of(j) == "quant.gemm_path: \"fp8-where-exact\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) needs "
+                       "device: cuda, this run's device is \"cpu\"");
+}
+
 TEST_CASE("route names round-trip") {
-  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8})
+  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8, GemmRoute::kMXFP4AsFP8})
     CHECK(parse_gemm_route(to_string(r)) == r);
+  CHECK(to_string(GemmRoute::kMXFP4AsFP8) == "mxfp4-as-fp8");
   CHECK(to_string(GemmRoute::kFP8Tensorwise) == "fp8-tensorwise");
   CHECK_FALSE(parse_gemm_route("fp8").has_value());
 }

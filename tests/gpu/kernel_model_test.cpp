@@ -1,6 +1,9 @@
 // The fused kernel's per-thread pipeline, run on the host (kernel_model.h), against the CPU
 // reference: every output bit for bit, over every mode, both axes, tile-multiple and ragged
 // shapes, finite and non-finite inputs. Runs in CI without a GPU.
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -101,4 +104,93 @@ TEST_CASE("the E4M3 re-expression of MXFP4 is exact within 14 binades and counts
   mx_to_fp8_reference(packed.data(), scales.data(), 1, length, codes.data(), chunk_scales.data());
   CHECK(std::isnan(chunk_scales[0]));
   CHECK(codes[5] == kE4M3NaN);
+}
+
+// MXFP4 bytes with every E2M1 code in each block (both signs), for `blocks` blocks of one line.
+static std::vector<uint8_t> every_code_packed(int64_t length) {
+  std::vector<uint8_t> packed(length / 2, 0);
+  for (int64_t j = 0; j < length; ++j) {
+    const uint8_t code = static_cast<uint8_t>((j * 5 + 1) % 16);
+    packed[j / 2] |= static_cast<uint8_t>(j % 2 == 0 ? code : code << 4);
+  }
+  return packed;
+}
+
+TEST_CASE("MXFP4 as E4M3 at one scale per line: a 128-element line is the 1x128 re-expression's chunk", "[gpu-model]") {
+  // The same codes, the same scale, the same verdict, on both sides of the 14-binade window.
+  const std::vector<uint8_t> packed = every_code_packed(128);
+  for (const std::array<uint8_t, 4>& e : {std::array<uint8_t, 4>{127, 113, 124, 127},    // exact
+                                          std::array<uint8_t, 4>{130, 115, 120, 125}}) {  // 15 binades
+    std::vector<uint8_t> chunk_codes(128), line_codes(128);
+    float chunk_scale = 0, line_scale = 0;
+    const int64_t inexact_chunks =
+        mx_to_fp8_reference(packed.data(), e.data(), 1, 128, chunk_codes.data(), &chunk_scale);
+    const Fp8LineStatus st =
+        mx_to_fp8_rowwise_reference(packed.data(), e.data(), 1, 128, line_codes.data(), &line_scale);
+    CHECK(line_codes == chunk_codes);
+    CHECK(line_scale == chunk_scale);
+    CHECK(st.max_scale_code == *std::max_element(e.begin(), e.end()));
+    CHECK(st.min_line_code == st.max_scale_code);
+    CHECK(st.exact() == (inexact_chunks == 0));
+    CHECK(st.inexact_blocks == (inexact_chunks == 0 ? 0u : 1u));
+  }
+}
+
+TEST_CASE("MXFP4 as E4M3 at one scale per line: each line has its own window, above a floor", "[gpu-model]") {
+  // Five lines of two blocks, every E2M1 code in each block.
+  const int64_t lines = 5, length = 64;
+  const std::vector<uint8_t> line = every_code_packed(length);
+  std::vector<uint8_t> packed;
+  for (int64_t l = 0; l < lines; ++l) packed.insert(packed.end(), line.begin(), line.end());
+  std::vector<uint8_t> codes(lines * length);
+  std::vector<float> scales_out(lines);
+  const auto values_match = [&](const std::vector<uint8_t>& scales) {
+    for (int64_t i = 0; i < lines * length; ++i) {
+      const uint32_t e2m1 = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
+      if (decode_code(codes[i], kE4M3) * scales_out[i / length] != mx_dequant(e2m1, scales[i / 32])) return false;
+    }
+    return true;
+  };
+  SECTION("lines 20 and 28 binades below the largest keep their own scale: every value exact") {
+    // line 0: the tensor's largest (127); line 1: 107/100; line 2: 99/99; line 3: all zero (code
+    // 0: raised to the floor 127 - 28 = 99); line 4: 113/113.
+    const std::vector<uint8_t> scales = {127, 120, 107, 100, 99, 99, 0, 0, 113, 113};
+    std::vector<uint8_t> zero_line = packed;
+    for (int64_t i = 3 * length / 2; i < 4 * length / 2; ++i) packed[i] = 0;
+    const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
+                                                         scales_out.data());
+    CHECK(st.exact());
+    CHECK(st.max_scale_code == 127);
+    CHECK(st.min_line_code == 99);
+    CHECK(scales_out[0] == std::ldexp(1.0f, 127 - 133));
+    CHECK(scales_out[1] == std::ldexp(1.0f, 107 - 133));
+    CHECK(scales_out[3] == std::ldexp(1.0f, 99 - 133));  // the floor, for a line of zeros
+    CHECK(values_match(scales));
+    packed = zero_line;
+  }
+  SECTION("a block 15 binades below its own line's largest is counted, once") {
+    const std::vector<uint8_t> scales = {127, 112, 120, 120, 110, 110, 100, 100, 113, 113};
+    const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
+                                                         scales_out.data());
+    CHECK_FALSE(st.exact());
+    CHECK(st.inexact_blocks == 1);
+  }
+  SECTION("a line below the floor is held 14 binades under it, and no further") {
+    // Line 2 at 85 (42 binades under 127): the floor 99 puts it at shift -8, still exact; line 3
+    // at 84 (shift -9): its 0.5 and 1.5 are not E4M3 values.
+    const std::vector<uint8_t> scales = {127, 127, 120, 120, 85, 85, 84, 84, 113, 113};
+    const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
+                                                         scales_out.data());
+    CHECK_FALSE(st.exact());
+    CHECK(st.inexact_blocks == 2);
+    CHECK(scales_out[2] == std::ldexp(1.0f, 99 - 133));
+  }
+  SECTION("a NaN block makes the tensor NaN: codes, scales and status") {
+    const std::vector<uint8_t> scales = {127, kE8M0NaN, 120, 120, 110, 110, 100, 100, 113, 113};
+    const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
+                                                         scales_out.data());
+    CHECK_FALSE(st.exact());
+    CHECK(std::all_of(scales_out.begin(), scales_out.end(), [](float v) { return std::isnan(v); }));
+    CHECK(std::all_of(codes.begin(), codes.end(), [](uint8_t c) { return c == kE4M3NaN; }));
+  }
 }

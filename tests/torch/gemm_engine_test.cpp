@@ -201,17 +201,60 @@ TEST_CASE("a route that cannot run here is one clear line", "[torch][gemm][engin
   const GemmOperand e4m3{spread(32, 128, 7), Axis::kRows, {QuantFormat::kFP8E4M3}, {}};
   const std::string fp8 = error_of([&] { gemm_engine(GemmRoute::kFP8Tensorwise).quantize_operand(e4m3, nullptr, at::kFloat); });
   CHECK(fp8.rfind("fp8_quantize: FP8 codes for tensor cores need a CUDA tensor", 0) == 0);
-  for (const std::string& why : {native, hopper, fp8}) {
+  const std::string as_fp8 = error_of([&] { gemm_engine(GemmRoute::kMXFP4AsFP8).quantize_operand(mx, nullptr, at::kFloat); });
+  CHECK(as_fp8 == gemm_route_unavailable_reason(GemmRoute::kMXFP4AsFP8, at::kCPU));
+  CHECK(as_fp8 == "the mxfp4-as-fp8 path needs a CUDA device and the GPU kernels");
+  for (const std::string& why : {native, hopper, fp8, as_fp8}) {
     CHECK(why.find('\n') == std::string::npos);
     CHECK(why != "no error");
   }
 }
 
 TEST_CASE("routes have one name table", "[torch][gemm][engine]") {
-  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8, GemmRoute::kNativeMXFP4}) {
+  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8, GemmRoute::kNativeMXFP4,
+                      GemmRoute::kMXFP4AsFP8}) {
     CHECK(parse_gemm_route(to_string(r)) == r);
     CHECK(parse_gemm_path(to_string(r)) == r);  // quantized_gemm's spelling reads the same table
   }
   CHECK(to_string(GemmRoute::kNativeMXFP4) == "native-mxfp4");
   CHECK_FALSE(parse_gemm_route("fp8").has_value());
+}
+
+TEST_CASE("mxfp4-as-fp8 takes FP8 tensor cores only for two exact operands whose scales multiply to normal floats", "[torch][gemm][engine]") {
+  // The rule reads forms, scale exponents, specs and shapes only: CPU stand-ins are enough.
+  const QuantSpec rtn{QuantFormat::kMXFP4};
+  QuantSpec sr{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
+  sr.sr_prescale = 0.75f;
+  // An operand whose line scales span 2^lo .. 2^hi.
+  const auto fp8 = [](int lo, int hi, const QuantSpec& spec, int64_t outer = 64, int64_t k = 128) {
+    QuantizedOperand op;
+    op.form = QuantizedOperand::Form::kFP8Rowwise;
+    op.data = at::zeros({outer, k});
+    op.scale = at::full({outer}, std::ldexp(1.0f, hi));
+    op.line_scale_log2 = QuantizedOperand::ScaleRange{lo, hi};
+    op.spec = spec;
+    return op;
+  };
+  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-12, -10, rtn), fp8(-25, -20, rtn)));
+  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-60, -50, rtn), fp8(-66, -60, rtn)));        // 2^-126: the smallest normal
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-60, -50, rtn), fp8(-67, -60, rtn)));  // a subnormal product
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-130, 0, rtn), fp8(0, 60, rtn)));      // a subnormal line scale
+  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(40, 60, rtn), fp8(50, 67, rtn)));            // 2^127: the largest power
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(40, 60, rtn), fp8(50, 68, rtn)));      // 2^128 is no float
+  // The SR fold (16/9 here, 2^0.83) counts.
+  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-60, 0, sr), fp8(-66, 0, sr)));
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-61, 0, sr), fp8(-66, 0, sr)));
+  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(0, 60, sr), fp8(0, 67, sr)));
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 61, sr), fp8(0, 67, sr)));
+  // Shapes the row-wise FP8 GEMM does not take, and any operand that is values.
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn), fp8(0, 0, rtn, 40)));  // N = 40
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn, 40), fp8(0, 0, rtn)));  // M = 40
+  QuantizedOperand values = fp8(0, 0, rtn);
+  values.form = QuantizedOperand::Form::kValues;
+  values.line_scale_log2.reset();
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(values, fp8(0, 0, rtn)));
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn), values));
+  QuantizedOperand tensorwise = fp8(0, 0, rtn);  // the FP8 baseline's form: not this route's
+  tensorwise.form = QuantizedOperand::Form::kFP8Tensorwise;
+  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(tensorwise, fp8(0, 0, rtn)));
 }

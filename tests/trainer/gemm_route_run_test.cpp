@@ -108,3 +108,68 @@ TEST_CASE("On CUDA the FP8 arm runs on FP8 tensor cores and trains like its exac
   REQUIRE(tc_curve.size() == emu_curve.size());
   CHECK(std::abs(tc_curve.back().second - emu_curve.back().second) < 0.01 * emu_curve.back().second);
 }
+
+TEST_CASE("quant.gemm_path fp8-where-exact on the CPU is refused in one line, exit 2", "[train]") {
+  contract::RunConfig c = fp8_arm(contract::Device::kCPU);
+  c.precision = {contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4, contract::GemmPrecision::kMXFP4};
+  c.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
+  const std::string dir = fresh_run_dir("mxfp4_where_exact_cpu");
+  const TrainResult r = run_train(dir, &c);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, has_text("quant.gemm_path: \"fp8-where-exact\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) "
+                                "needs device: cuda, this run's device is \"cpu\""));
+}
+
+TEST_CASE("On CUDA an MXFP4 arm under fp8-where-exact counts its GEMMs by engine and trains like the emulation", "[train][gpu]") {
+  contract::RunConfig where_exact = fp8_arm(contract::Device::kCUDA);
+  use_every_random_stream(where_exact);  // MXFP4 everywhere, SR gradients, a random rotation of Wgrad
+  where_exact.train.max_tokens = 1024 * 20;
+  where_exact.eval.every_tokens = 1024 * 20;
+  where_exact.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
+  contract::RunConfig emulated = where_exact;
+  emulated.quant.gemm_path = contract::GemmPath::kEmulated;
+  const std::string dir = fresh_run_dir("mxfp4_where_exact_cuda");
+  const TrainResult r = run_train(dir, &where_exact);
+  INFO(r.output);
+  if (r.output.find("device: \"cuda\" requested") != std::string::npos)
+    MXABLATE_SKIP("no CUDA device for mxablate-train here");
+  if (r.exit_code == 2 && r.output.find("fp8-where-exact\" cannot run") != std::string::npos)
+    MXABLATE_SKIP("this GPU or build has no FP8 tensor cores");
+  REQUIRE(r.exit_code == 0);
+  const auto events = effective_events(dir);
+  const auto starts = events_of_kind(events, "run_start");
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0]["gemm_routes"]["mxfp4"] == "mxfp4-as-fp8");
+  const auto ends = events_of_kind(events, "run_end");
+  REQUIRE(ends.size() == 1);
+  CHECK_FALSE(ends[0].contains("graphed_steps"));  // the route reads back every call: never graphed
+  REQUIRE(ends[0].contains("mxfp4_as_fp8_calls"));
+  const json calls = ends[0]["mxfp4_as_fp8_calls"];
+  int64_t on_tensor_cores = 0, total = 0;
+  for (const char* g : {"fprop", "dgrad", "wgrad"}) {
+    const int64_t tc = calls[g]["tensor_cores"].get<int64_t>(), emu = calls[g]["emulated"].get<int64_t>();
+    on_tensor_cores += tc;
+    total += tc + emu;
+    CHECK(tc + emu > 0);
+  }
+  CHECK(on_tensor_cores > 0);
+  INFO("GEMM calls on FP8 tensor cores: " << on_tensor_cores << " of " << total);
+
+  const std::string emu_dir = fresh_run_dir("mxfp4_where_exact_cuda_emulated");
+  const TrainResult emu = run_train(emu_dir, &emulated);
+  INFO(emu.output);
+  REQUIRE(emu.exit_code == 0);
+  // The same exact products summed in FP32 in another order: the losses agree to well within an
+  // MXFP4 arm's run-to-run noise.
+  const auto a_train = events_of_kind(events, "train");
+  const auto b_train = events_of_kind(effective_events(emu_dir), "train");
+  REQUIRE(a_train.size() == b_train.size());
+  REQUIRE(a_train.size() >= 20);
+  for (size_t i = 0; i < a_train.size(); ++i) {
+    const double a = a_train[i]["loss"].get<double>(), b = b_train[i]["loss"].get<double>();
+    INFO("step " << a_train[i]["step"] << ": fp8-where-exact " << a << ", emulated " << b);
+    CHECK(std::isfinite(a));
+    CHECK(std::abs(a - b) < 0.01 * b);
+  }
+}

@@ -69,6 +69,8 @@ TEST_CASE("Graphed steps: what cannot be graphed is auto's reason and on's one-l
        "the run has 4 data-parallel ranks (graphs capture one rank's step)"},
       {"occ", [](StepCaptureFacts& f) { f.reads_back_each_step = true; },
        "a layer clamps outliers (quant.occ), whose threshold is read back every step"},
+      {"fp8-where-exact", [](StepCaptureFacts& f) { f.chooses_gemms_on_host = true; },
+       "quant.gemm_path: fp8-where-exact chooses each MXFP4 GEMM's engine from its operands, read back every call"},
   };
   for (const Case& c : cases) {
     INFO(c.what);

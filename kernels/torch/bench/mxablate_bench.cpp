@@ -35,6 +35,7 @@
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "mxablate/kernels/torch/composite_emulation.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
+#include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 
 namespace mk = mxablate::kernels;
@@ -356,8 +357,9 @@ int main(int argc, char** argv) try {
 
   r.line("## GEMM C = A Bᵀ, MXFP4 operands (TFLOP/s; ratio to BF16 cuBLAS in the same run)");
   r.line("");
-  r.line("| shape (M x N x K) | BF16 | exact emulation | FP8 path | FP8 GEMM alone | inexact chunks |");
-  r.line("|---|---:|---:|---:|---:|---:|");
+  r.line("| shape (M x N x K) | BF16 | exact emulation | FP8 path | FP8 GEMM alone | inexact chunks | "
+         "per tensor where exact | on tensor cores |");
+  r.line("|---|---:|---:|---:|---:|---:|---:|---|");
   const int64_t tokens = 16384;
   std::vector<GemmShape> shapes;
   if (gemms) shapes = {{"4096³", 4096, 4096, 4096},
@@ -392,9 +394,24 @@ int main(int argc, char** argv) try {
     } else {
       std::cerr << "mxablate-bench: FP8 path skipped: " << unavailable << "\n";
     }
+    // mxfp4-as-fp8: both operands quantized, re-expressed at one scale per tensor and read back
+    // (the host decides the GEMM), then the tensor-wise FP8 GEMM where both are exact.
+    std::string exact_cell = "n/a", exact_where = "n/a";
+    const std::string as_fp8 = mk::gemm_path_unavailable_reason(mk::GemmPath::kMXFP4AsFP8, a.device());
+    if (as_fp8.empty()) {
+      const double exact_ms = median_ms([&] { (void)mk::quantized_gemm(ga, gb, mk::GemmPath::kMXFP4AsFP8); }, reps);
+      const mk::GemmEngine& engine = mk::gemm_engine(mk::GemmRoute::kMXFP4AsFP8);
+      const bool tc = mk::mxfp4_as_fp8_on_tensor_cores(engine.quantize_operand(ga, nullptr, at::kBFloat16),
+                                                        engine.quantize_operand(gb, nullptr, at::kBFloat16));
+      exact_cell = fixed(tflops(s, exact_ms), 0) + " (" + fixed(bf16_ms / exact_ms, 2) + "x)";
+      exact_where = tc ? "yes" : "no (emulated)";
+    } else {
+      std::cerr << "mxablate-bench: mxfp4-as-fp8 skipped: " << as_fp8 << "\n";
+    }
     r.line("| " + s.name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
            " | " + fixed(tflops(s, bf16_ms), 0) + " | " + fixed(tflops(s, emu_ms), 0) + " (" +
-           fixed(bf16_ms / emu_ms, 2) + "x) | " + fp8_cell + " | " + fp8_alone_cell + " | " + inexact_cell + " |");
+           fixed(bf16_ms / emu_ms, 2) + "x) | " + fp8_cell + " | " + fp8_alone_cell + " | " + inexact_cell + " | " +
+           exact_cell + " | " + exact_where + " |");
   }
   r.line("");
   fp8_arm_gemms(r, shapes, reps);

@@ -1,8 +1,10 @@
-// The GEMM engines (gemm_engine.h): emulated on any device, fp8-tensorwise and hopper-fp8 on CUDA.
+// The GEMM engines (gemm_engine.h): emulated on any device; fp8-tensorwise, hopper-fp8 and
+// mxfp4-as-fp8 on CUDA.
 #include "mxablate/kernels/torch/gemm_engine.h"
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "mxablate/kernels/torch/fp8_gemm.h"
@@ -190,7 +192,112 @@ class HopperFp8Engine final : public GemmEngine {
   }
 };
 
+// MXFP4 re-expressed as E4M3 with one scale per line where exact (docs/design.md §3,
+// "mxfp4-as-fp8"). quantize reads each operand's status back and keeps the E4M3 codes of an
+// exact one; an operand E4M3 cannot hold at its line scales becomes its MXFP4 values (the
+// emulated engine's values, dequantized from the same codes). multiply runs the row-wise scaled
+// FP8 GEMM where mxfp4_as_fp8_on_tensor_cores says so, else multiplies the values as the emulated
+// engine does.
+class MxfpAsFp8Engine final : public GemmEngine {
+ public:
+  GemmRoute route() const override { return GemmRoute::kMXFP4AsFP8; }
+  Form form() const override { return Form::kFP8Rowwise; }
+
+  std::string operand_problem(const QuantSpec& a, const QuantSpec& b) const override {
+    for (const QuantSpec* s : {&a, &b})
+      if (s->format != QuantFormat::kMXFP4)
+        return "the mxfp4-as-fp8 GEMM path needs MXFP4 operands, got " + std::string(to_string(s->format));
+    return {};
+  }
+
+  std::string shape_problem(int64_t, int64_t, int64_t) const override {
+    return {};  // any shape: a GEMM the FP8 kernel does not take multiplies the values
+  }
+
+  QuantizedAxes quantize(const at::Tensor& t, const AxisQuantization* rows, const AxisQuantization* cols,
+                         QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
+                         at::ScalarType values_dtype) const override {
+    const std::string unavailable = gemm_route_unavailable_reason(route(), t.device());
+    if (!unavailable.empty()) throw std::invalid_argument(unavailable);
+    QuantizedAxes out;
+    if (!rows && !cols) return out;
+#if MXABLATE_KERNELS_TORCH_CUDA
+    for (const AxisQuantization* q : {rows, cols}) {
+      if (!q) continue;
+      const std::string problem = operand_problem(q->spec, q->spec);
+      if (!problem.empty()) throw std::invalid_argument(problem);
+    }
+    const detail::MxAsFp8Operands ops =
+        detail::mx_as_fp8_gpu(t, rows, cols, rows_telemetry, cols_telemetry, values_dtype);
+    const auto one = [](Axis axis, const AxisQuantization& q, const detail::MxAsFp8Axis& r) {
+      // r.values is the GEMM's (M or N) x K view; values() takes the tensor's layout.
+      if (!r.status.exact()) return QuantizedOperand::values(axis == Axis::kRows ? r.values : r.values.t(), axis,
+                                                             q.spec, q.key);
+      QuantizedOperand op = make_operand(Form::kFP8Rowwise, r.codes, r.line_scales, axis, q);
+      const auto log2_of = [](uint32_t code) { return static_cast<int>(code) - kE8M0Bias - kFp8ChunkHeadroom; };
+      op.line_scale_log2 = QuantizedOperand::ScaleRange{log2_of(r.status.min_line_code),
+                                                        log2_of(r.status.max_scale_code)};
+      return op;
+    };
+    if (rows) out.rows = one(Axis::kRows, *rows, ops.rows);
+    if (cols) out.cols = one(Axis::kCols, *cols, ops.cols);
+    return out;
+#else
+    (void)rows_telemetry, (void)cols_telemetry, (void)values_dtype;
+    throw std::invalid_argument("the mxfp4-as-fp8 GEMM path needs CUDA LibTorch with the GPU kernels");
+#endif
+  }
+
+  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
+                      std::optional<at::ScalarType> out_dtype) const override {
+    for (const QuantizedOperand* op : {&a, &b})
+      if ((op->form != Form::kFP8Rowwise || !op->line_scale_log2) && op->form != Form::kValues)
+        throw std::invalid_argument("the mxfp4-as-fp8 GEMM engine was given operands quantized by another engine");
+    const float fold = sr_prescale_fold(a.spec, b.spec);
+    if (mxfp4_as_fp8_on_tensor_cores(a, b)) {
+#if MXABLATE_KERNELS_TORCH_CUDA && MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM
+      // Row-wise scaling: a's scales as an M x 1 column, b's as a 1 x N row; the fold goes into
+      // a copy of a's (the operand may be saved for backward and must stay as quantized). The
+      // scales multiply the FP32 sums before the one rounding to BF16 (the only output row-wise
+      // scaling has).
+      const at::Tensor sa = (fold == 1.0f ? a.scale : a.scale * fold).view({a.outer(), 1});
+      const at::Tensor c = at::_scaled_mm(a.data, b.data.t(), sa, b.scale.view({1, b.outer()}), std::nullopt,
+                                          std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
+      return out_dtype ? c.to(*out_dtype) : c;
+#endif
+    }
+    // The MXFP4 values: an E4M3 code times a power of two is the MXFP4 value itself, exact in
+    // BF16 (and in whatever dtype a values operand already has).
+    const at::ScalarType dtype = a.form == Form::kValues ? a.data.scalar_type()
+                                 : b.form == Form::kValues ? b.data.scalar_type()
+                                                           : at::kBFloat16;
+    const auto values = [dtype](const QuantizedOperand& op) {
+      // E4M3 widens exactly to BF16, and a power of two within BF16's range scales it exactly.
+      return op.form == Form::kValues ? op.data : (op.data.to(dtype) * op.scale.view({-1, 1}).to(dtype));
+    };
+    const at::Tensor c = folded_mm(values(a), values(b).t(), fold);
+    return out_dtype ? c.to(*out_dtype) : c;
+  }
+};
+
 }  // namespace
+
+bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOperand& b) {
+  if (a.form != QuantizedOperand::Form::kFP8Rowwise || b.form != QuantizedOperand::Form::kFP8Rowwise ||
+      !a.line_scale_log2 || !b.line_scale_log2)
+    return false;
+  // The row-wise scaled kernel (CUTLASS's, through at::_scaled_mm) takes M, N and K multiples of 16.
+  if (a.outer() % 16 != 0 || b.outer() % 16 != 0 || a.reduction() % 16 != 0) return false;
+  // The GEMM multiplies a's scales (times the fold, in a copy) by b's: every factor and product
+  // must be a normal float32 for the scaling to be the emulation's (the fold, in [1, 2^48], may be
+  // no power of two: it rounds once, as the emulation's alpha does). The extremes decide.
+  const double f = std::log2(static_cast<double>(sr_prescale_fold(a.spec, b.spec)));
+  const auto normal = [](double e) { return e >= -126.0 && e < 128.0; };
+  const QuantizedOperand::ScaleRange ra = *a.line_scale_log2, rb = *b.line_scale_log2;
+  return normal(ra.min_log2) && normal(rb.min_log2) && normal(ra.max_log2) && normal(rb.max_log2) &&
+         normal(ra.min_log2 + f) && normal(ra.max_log2 + f) && normal(ra.min_log2 + rb.min_log2 + f) &&
+         normal(ra.max_log2 + rb.max_log2 + f);
+}
 
 QuantizedOperand QuantizedOperand::values(const at::Tensor& q, Axis axis, const QuantSpec& spec,
                                           const RngKey& key) {
@@ -210,7 +317,9 @@ const GemmEngine& gemm_engine(GemmRoute route) {
   static const EmulatedEngine emulated;
   static const Fp8TensorwiseEngine fp8_tensorwise;
   static const HopperFp8Engine hopper_fp8;
+  static const MxfpAsFp8Engine mxfp4_as_fp8;
   switch (route) {
+    case GemmRoute::kMXFP4AsFP8: return mxfp4_as_fp8;
     case GemmRoute::kEmulated: return emulated;
     case GemmRoute::kFP8Tensorwise: return fp8_tensorwise;
     case GemmRoute::kHopperFP8: return hopper_fp8;
@@ -238,6 +347,9 @@ std::string gemm_route_unavailable_reason(GemmRoute route, const at::Device& dev
     case GemmRoute::kNativeMXFP4:
       return "native MXFP4 GEMMs need gfx950 or sm_100 tensor cores; no kernel is built for them "
              "(see kernels/torch/README.md, 'native MXFP4 seam')";
+    case GemmRoute::kMXFP4AsFP8:
+      if (!gpu_kernels_here) return "the mxfp4-as-fp8 path needs a CUDA device and the GPU kernels";
+      [[fallthrough]];  // and FP8 tensor cores with tensor-wise scaling, as fp8-tensorwise
     case GemmRoute::kFP8Tensorwise:
       if (!gpu_kernels_here)
         return "FP8 tensor cores need a CUDA device and the GPU kernels, this is " + device.str() +

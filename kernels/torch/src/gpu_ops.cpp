@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "mxablate/kernels/gpu/fp8_cast_gpu.h"
+#include "mxablate/kernels/gpu/mx_as_fp8_gpu.h"
 #include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/gpu/quantize_gpu.h"
 #include "torch_compat.h"
@@ -236,6 +237,92 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
   (void)cols;
   (void)rows_telemetry;
   (void)cols_telemetry;
+  throw std::invalid_argument("FP8 tensors need LibTorch >= 2.1, this is " + std::string(compat::torch_version()));
+#endif
+}
+
+MxAsFp8Operands mx_as_fp8_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
+                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
+                              at::ScalarType values_dtype) {
+#if MXABLATE_TORCH_HAS_FP8
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
+  // Both axes' statuses in one allocation, read back with one copy.
+  static_assert(sizeof(Fp8LineStatus) == 16);
+  const at::Tensor status_words = at::empty({8}, in.options().dtype(at::kInt));
+  auto* status = reinterpret_cast<Fp8LineStatus*>(status_words.data_ptr());
+  struct Packed {
+    at::Tensor codes, block_scales;
+    int64_t lines = 0, length = 0;
+  };
+  const auto packed_for = [&in](Axis axis, gpu::AxisJob& job, const AxisQuantization& q) {
+    Packed p;
+    p.lines = axis == Axis::kRows ? in.size(0) : in.size(1);
+    p.length = axis == Axis::kRows ? in.size(1) : in.size(0);
+    p.codes = at::empty({p.lines, p.length / 2}, in.options().dtype(at::kByte));
+    p.block_scales = at::empty({p.lines, p.length / kMXBlockSize}, in.options().dtype(at::kByte));
+    job = {q.spec, q.key, {}};
+    job.out.packed = p.codes.data_ptr<uint8_t>();
+    job.out.scales = p.block_scales.data_ptr<uint8_t>();
+    return p;
+  };
+  gpu::AxisJob rows_job, cols_job;
+  Packed rows_packed, cols_packed;
+  gpu::QuantizeJob job = job_for(in, scratch);
+  if (rows) {
+    rows_packed = packed_for(Axis::kRows, rows_job, *rows);
+    if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
+    job.along_rows = &rows_job;
+  }
+  if (cols) {
+    cols_packed = packed_for(Axis::kCols, cols_job, *cols);
+    if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
+    job.down_cols = &cols_job;
+  }
+  const auto stream = compat::current_stream(in);
+  gpu::quantize(job, stream);
+  MxAsFp8Operands result;
+  const auto express = [&](const Packed& p, int slot, MxAsFp8Axis& out) {
+    out.codes = at::empty({p.lines, p.length}, in.options().dtype(compat::kFloat8E4M3));
+    out.line_scales = at::empty({p.lines}, in.options().dtype(at::kFloat));
+    const at::Tensor line_max = at::empty({p.lines}, in.options().dtype(at::kInt));
+    gpu::mx_as_fp8({p.codes.data_ptr<uint8_t>(), p.block_scales.data_ptr<uint8_t>(), p.lines, p.length,
+                    static_cast<uint8_t*>(out.codes.data_ptr()), out.line_scales.data_ptr<float>(),
+                    reinterpret_cast<uint32_t*>(line_max.data_ptr<int32_t>()), status + slot},
+                   stream);
+  };
+  if (rows) express(rows_packed, 0, result.rows);
+  if (cols) express(cols_packed, 1, result.cols);
+  // The host decides each operand's GEMM from its status: one copy (it synchronizes) for both.
+  const at::Tensor host = status_words.cpu();
+  Fp8LineStatus host_status[2];
+  std::memcpy(host_status, host.data_ptr(), sizeof host_status);
+  // Where E4M3 cannot hold an axis at its line scales, its MXFP4 values from the same codes.
+  const auto values_of = [&](const Packed& p, MxAsFp8Axis& out) {
+    out.values = at::empty({p.lines, p.length}, in.options().dtype(values_dtype));
+    gpu::MxDequantizeJob d{p.codes.data_ptr<uint8_t>(), p.block_scales.data_ptr<uint8_t>(),
+                           p.lines * (p.length / kMXBlockSize)};
+    if (values_dtype == at::kFloat) {
+      d.f32 = out.values.data_ptr<float>();
+    } else {
+      d.bf16 = reinterpret_cast<uint16_t*>(out.values.data_ptr<at::BFloat16>());
+    }
+    gpu::mx_dequantize(d, stream);
+    out.codes = out.line_scales = at::Tensor();
+  };
+  if (rows) {
+    result.rows.status = host_status[0];
+    if (!host_status[0].exact()) values_of(rows_packed, result.rows);
+  }
+  if (cols) {
+    result.cols.status = host_status[1];
+    if (!host_status[1].exact()) values_of(cols_packed, result.cols);
+  }
+  read_telemetry(scratch, rows_telemetry, cols_telemetry);
+  return result;
+#else
+  (void)x, (void)rows, (void)cols, (void)rows_telemetry, (void)cols_telemetry, (void)values_dtype;
   throw std::invalid_argument("FP8 tensors need LibTorch >= 2.1, this is " + std::string(compat::torch_version()));
 #endif
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mxablate/kernels/gpu/mx_to_fp8.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
@@ -37,6 +38,24 @@ std::string hopper_fp8_unavailable_reason(const at::Device& device);
 
 Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry,
                                     bool want_counts);
+
+// MXFP4 operands of x along rows and/or down columns (one quantizer pass) re-expressed as E4M3
+// codes with one decode scale per line (mx_as_fp8_gpu.h), with the status of each read back
+// (one synchronization for both): the mxfp4-as-fp8 engine's quantize. An axis whose status is
+// not exact comes as its MXFP4 values instead (`values`, in `values_dtype`, (lines x length):
+// the GEMM's view of the operand), dequantized from the same packed codes.
+struct MxAsFp8Axis {
+  at::Tensor codes;        // lines x length Float8_e4m3fn (lines = rows along rows, cols down columns)
+  at::Tensor line_scales;  // lines float32 on the device: 2^(E_l - 133)
+  at::Tensor values;       // instead of codes and line_scales where the status is not exact
+  Fp8LineStatus status;
+};
+struct MxAsFp8Operands {
+  MxAsFp8Axis rows, cols;  // empty where the axis was not asked for
+};
+MxAsFp8Operands mx_as_fp8_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
+                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
+                              at::ScalarType values_dtype);
 
 // Empty when `device` has FP8 tensor cores for per-tensor FP8 GEMMs (compute capability 8.9 and
 // later), else why not.

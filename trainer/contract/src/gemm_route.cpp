@@ -6,9 +6,10 @@ namespace {
 constexpr GemmPrecision kPrecisions[] = {GemmPrecision::kBF16, GemmPrecision::kFP8,
                                          GemmPrecision::kMXFP4, GemmPrecision::kNVFP4};
 
-[[noreturn]] void refuse(GemmPrecision precision, const std::string& why) {
-  throw ConfigError("quant.gemm_path: \"fp8\" cannot run the " + std::string(to_string(precision)) +
-                    " GEMMs here: " + why + " (gemm_path: auto or emulated runs them emulated)");
+[[noreturn]] void refuse(GemmPath setting, GemmPrecision precision, const std::string& why) {
+  throw ConfigError("quant.gemm_path: \"" + std::string(to_string(setting)) + "\" cannot run the " +
+                    std::string(to_string(precision)) + " GEMMs here: " + why +
+                    " (gemm_path: auto or emulated runs them emulated)");
 }
 
 }  // namespace
@@ -19,12 +20,18 @@ GemmRouteChoice resolve_gemm_route(GemmPath setting, GemmPrecision precision,
   switch (precision) {
     case GemmPrecision::kFP8:
       if (support.fp8_tensorwise.empty()) return {GemmRoute::kFP8Tensorwise, {}};
-      if (setting == GemmPath::kFP8) refuse(precision, support.fp8_tensorwise);
+      if (demands_fp8_tensor_cores(setting)) refuse(setting, precision, support.fp8_tensorwise);
       return {GemmRoute::kEmulated, support.fp8_tensorwise};
     case GemmPrecision::kMXFP4:
-      if (setting != GemmPath::kFP8) return {};
-      if (!support.hopper_fp8.empty()) refuse(precision, support.hopper_fp8);
-      return {GemmRoute::kHopperFP8, {}};
+      if (setting == GemmPath::kFP8) {
+        if (!support.hopper_fp8.empty()) refuse(setting, precision, support.hopper_fp8);
+        return {GemmRoute::kHopperFP8, {}};
+      }
+      if (setting == GemmPath::kFP8WhereExact) {
+        if (!support.mxfp4_as_fp8.empty()) refuse(setting, precision, support.mxfp4_as_fp8);
+        return {GemmRoute::kMXFP4AsFP8, {}};
+      }
+      return {};
     case GemmPrecision::kBF16:
     case GemmPrecision::kNVFP4:
       return {};

@@ -17,8 +17,10 @@ constexpr NameTable<GemmPrecision, 4> kPrecisionNames{{{GemmPrecision::kBF16, "b
 constexpr NameTable<OperandClass, 3> kOperandClassNames{{{OperandClass::kActivation, "activation"},
                                                          {OperandClass::kWeight, "weight"},
                                                          {OperandClass::kGrad, "grad"}}};
-constexpr NameTable<GemmPath, 3> kGemmPathNames{
-    {{GemmPath::kAuto, "auto"}, {GemmPath::kEmulated, "emulated"}, {GemmPath::kFP8, "fp8"}}};
+constexpr NameTable<GemmPath, 4> kGemmPathNames{{{GemmPath::kAuto, "auto"},
+                                                 {GemmPath::kEmulated, "emulated"},
+                                                 {GemmPath::kFP8, "fp8"},
+                                                 {GemmPath::kFP8WhereExact, "fp8-where-exact"}}};
 constexpr NameTable<Device, 2> kDeviceNames{{{Device::kCPU, "cpu"}, {Device::kCUDA, "cuda"}}};
 constexpr NameTable<ShardLevel, 3> kShardLevelNames{{{ShardLevel::kNone, "none"},
                                                      {ShardLevel::kOptimizer, "optimizer"},
@@ -73,6 +75,8 @@ std::string shard_level_names() { return names_of(kShardLevelNames); }
 std::string cuda_graphs_names() { return names_of(kCudaGraphsNames); }
 
 bool is_fp4(GemmPrecision p) { return p == GemmPrecision::kMXFP4 || p == GemmPrecision::kNVFP4; }
+
+bool demands_fp8_tensor_cores(GemmPath p) { return p == GemmPath::kFP8 || p == GemmPath::kFP8WhereExact; }
 
 GemmPrecision PrecisionConfig::of(GemmKind g) const {
   switch (g) {

@@ -56,9 +56,9 @@ void validate_runnable(const RunConfig& c) {
                                     std::pair{"eval.tokens", c.eval.tokens}})
     require(value <= kLargestFloatInteger, name, "must be at most 9e15", value);
   // The trainer resolves the GEMM path before the first step, whatever the precisions.
-  if (c.quant.gemm_path == GemmPath::kFP8 && c.device != Device::kCUDA)
-    throw ConfigError("quant.gemm_path: \"fp8\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) "
-                      "needs device: cuda, this run's device is \"" +
+  if (demands_fp8_tensor_cores(c.quant.gemm_path) && c.device != Device::kCUDA)
+    throw ConfigError("quant.gemm_path: \"" + std::string(to_string(c.quant.gemm_path)) +
+                      "\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) needs device: cuda, this run's device is \"" +
                       std::string(to_string(c.device)) + "\"");
   // The rest of what `on` needs (one rank, no per-step read-back) is the trainer's rule
   // (trainer/core step_capture.h); the device is known here.

@@ -119,6 +119,14 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
                                     std::pair{"checkpoint_write_s", &e.checkpoint_write_s}})
     if (*value) f[name] = std::max(0.0, **value);
   if (e.graphed_steps) f["graphed_steps"] = *e.graphed_steps;
+  if (e.mxfp4_as_fp8_calls) {
+    json calls = json::object();
+    for (kernels::GemmKind g : contract::kAllGemms) {
+      const RouteCalls& c = (*e.mxfp4_as_fp8_calls)[static_cast<size_t>(g)];
+      calls[std::string(kernels::to_string(g))] = {{"tensor_cores", c.tensor_cores}, {"emulated", c.emulated}};
+    }
+    f["mxfp4_as_fp8_calls"] = std::move(calls);
+  }
   return append(kind::kRunEnd, std::move(f), true);
 }
 

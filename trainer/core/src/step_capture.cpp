@@ -17,6 +17,9 @@ std::string cannot_graph(const StepCaptureFacts& f) {
   // OCC's clamp threshold is read back to the host every forward pass: a graph would keep the
   // threshold of the step it was captured in.
   if (f.reads_back_each_step) return "a layer clamps outliers (quant.occ), whose threshold is read back every step";
+  // A graph replays the kernels its capture chose; fp8-where-exact chooses per call.
+  if (f.chooses_gemms_on_host)
+    return "quant.gemm_path: fp8-where-exact chooses each MXFP4 GEMM's engine from its operands, read back every call";
   return "";
 }
 

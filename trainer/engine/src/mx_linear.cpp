@@ -28,6 +28,18 @@ void QuantSession::record(int layer, GemmKind gemm, Operand operand, const Quant
   records_.push_back({layer, gemm, operand, t, occ_fraction});
 }
 
+void QuantSession::count_mxfp4_as_fp8(GemmKind gemm, bool on_tensor_cores) {
+  mxfp4_as_fp8_calls_[static_cast<size_t>(gemm)][on_tensor_cores ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::array<QuantSession::RouteCalls, 3> QuantSession::mxfp4_as_fp8_calls() const {
+  std::array<RouteCalls, 3> out;
+  for (size_t g = 0; g < out.size(); ++g)
+    out[g] = {mxfp4_as_fp8_calls_[g][0].load(std::memory_order_relaxed),
+              mxfp4_as_fp8_calls_[g][1].load(std::memory_order_relaxed)};
+  return out;
+}
+
 std::vector<QuantSession::Record> QuantSession::take_records() {
   std::vector<Record> out;
   {
@@ -146,6 +158,16 @@ void quantize_on_engines(const at::Tensor& t, const LinearState& s, std::optiona
 }
 
 // The operands of t for the given uses, with telemetry recorded for this layer.
+// The GEMM's product on its engine; the mxfp4-as-fp8 engine's choice between FP8 tensor cores
+// and the emulation is counted (its one rule, kernels::mxfp4_as_fp8_on_tensor_cores).
+at::Tensor multiply(const LinearState& s, GemmKind gemm, const kernels::QuantizedOperand& a,
+                    const kernels::QuantizedOperand& b) {
+  const kernels::GemmEngine& engine = s.engine(gemm);
+  if (engine.route() == kernels::GemmRoute::kMXFP4AsFP8 && s.session)
+    s.session->count_mxfp4_as_fp8(gemm, kernels::mxfp4_as_fp8_on_tensor_cores(a, b));
+  return engine.multiply(a, b);
+}
+
 // Plain BF16 operands (only the emulated engine takes them) skip the quantizer: round_to_bf16,
 // one rounding shared by both uses when both are plain.
 // `rows_occ_fraction` goes with the rows use's telemetry record (Fprop's X under OCC).
@@ -323,7 +345,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
                                      : MemoUse{});
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
-    at::Tensor y = s.engine(GemmKind::kFprop).multiply(qx.rows, qw.rows);
+    at::Tensor y = multiply(s, GemmKind::kFprop, qx.rows, qw.rows);
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
     saved.x_for_wgrad = std::move(qx.cols);
@@ -346,10 +368,10 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
                                         use_if(saved.want_dw, GemmKind::kWgrad, Operand::kA));
     at::Tensor dx, dw;
     if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
-      dx = s.engine(GemmKind::kDgrad).multiply(qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
+      dx = multiply(s, GemmKind::kDgrad, qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
     if (saved.want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       // Converted once: the master weight is float32.
-      dw = s.engine(GemmKind::kWgrad).multiply(qdy.cols, saved.x_for_wgrad).to(saved.w_dtype);
+      dw = multiply(s, GemmKind::kWgrad, qdy.cols, saved.x_for_wgrad).to(saved.w_dtype);
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {

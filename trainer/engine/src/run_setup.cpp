@@ -42,6 +42,7 @@ contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& d
   support.fp8_tensorwise = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kFP8Tensorwise, device);
   if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, n_layers, tokens);
   support.hopper_fp8 = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kHopperFP8, device);
+  support.mxfp4_as_fp8 = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kMXFP4AsFP8, device);
   const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
   const std::string& fallback = routes.by_precision[static_cast<size_t>(contract::GemmPrecision::kFP8)].fallback;
   if (say_fallback && !fallback.empty() && contract::has_fp8_gemm(c))
@@ -114,8 +115,11 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.graphs_available = compat::kHasCudaGraphs;
   facts.ranks = rank.world;
   for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase)
-    for (const LinearPlan& p : layer_plans(config, s.layers, s.shape.n_layers, phase))
+    for (const LinearPlan& p : layer_plans(config, s.layers, s.shape.n_layers, phase)) {
       facts.reads_back_each_step = facts.reads_back_each_step || p.occ.has_value();
+      for (const GemmPlan& g : p.gemm)
+        facts.chooses_gemms_on_host = facts.chooses_gemms_on_host || s.routes.of(g.precision) == contract::GemmRoute::kMXFP4AsFP8;
+    }
   facts.parameters = s.model->parameter_count();
   facts.micro_batch_tokens = s.plan.micro_batch_tokens;
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);

@@ -567,6 +567,8 @@ class TrainingRun::Loop {
     if (prestarted_) end.standby_s = standby_s_;
     end.eval_s = eval_s_;
     if (s_.graph) end.graphed_steps = s_.graph->replays();
+    if (s_.routes.of(contract::GemmPrecision::kMXFP4) == contract::GemmRoute::kMXFP4AsFP8)
+      end.mxfp4_as_fp8_calls = s_.model->session().mxfp4_as_fp8_calls();
     end.checkpoint_s = checkpoint_s_;
     end.checkpoint_write_s = writer_.write_seconds();
     end.train_s = std::max(0.0, wall - eval_s_ - checkpoint_s_);

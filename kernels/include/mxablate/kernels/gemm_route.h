@@ -22,12 +22,16 @@ enum class GemmRoute : uint8_t {
   kNativeMXFP4 = 2,
   // Per-tensor FP8 codes with tensor-wise decode scales on FP8 tensor cores.
   kFP8Tensorwise = 3,
+  // MXFP4 operands re-expressed as E4M3 with one scale per tensor where that is exact, on the
+  // tensor-wise FP8 GEMM; a GEMM with an operand it cannot hold multiplies the MXFP4 values.
+  kMXFP4AsFP8 = 4,
 };
 
-inline constexpr NameTable<GemmRoute, 4> kGemmRouteNames{{{GemmRoute::kEmulated, "emulated"},
+inline constexpr NameTable<GemmRoute, 5> kGemmRouteNames{{{GemmRoute::kEmulated, "emulated"},
                                                           {GemmRoute::kFP8Tensorwise, "fp8-tensorwise"},
                                                           {GemmRoute::kHopperFP8, "hopper-fp8"},
-                                                          {GemmRoute::kNativeMXFP4, "native-mxfp4"}}};
+                                                          {GemmRoute::kNativeMXFP4, "native-mxfp4"},
+                                                          {GemmRoute::kMXFP4AsFP8, "mxfp4-as-fp8"}}};
 
 constexpr std::string_view to_string(GemmRoute route) { return name_of(kGemmRouteNames, route); }
 constexpr std::optional<GemmRoute> parse_gemm_route(std::string_view s) {

@@ -86,4 +86,71 @@ inline int64_t mx_to_fp8_reference(const uint8_t* packed, const uint8_t* scales,
   return inexact;
 }
 
+// ---- One scale per line (the mxfp4-as-fp8 route, docs/design.md §3) ------------------------
+//
+// The same re-expression with a whole line (a GEMM operand's row: (M or N) x K) as one chunk,
+// for the row-wise scaled FP8 GEMM: line l's scale is 2^(E_l - 133) and element v * 2^e_b becomes
+// v * 2^(e_b - E_l + 6), where E_l is the line's largest E8M0 code, raised to at least
+// E - kFp8LineFloor (E the tensor's largest). The floor keeps every line's scale within
+// kFp8LineFloor binades of the tensor's, so that the GEMM's scale products stay normal floats
+// (an all-zero line's code 0 would not); a line whose blocks all lie below it holds values 14
+// binades under the floor exactly, as any line under a per-tensor scale would. Exact where every
+// block lies within 14 binades of its line's E_l (element by element: e2m1_as_e4m3's test);
+// where it is not, the caller multiplies the MXFP4 values instead.
+
+inline constexpr int kFp8LineFloor = 28;
+
+struct Fp8LineStatus {
+  uint32_t max_scale_code = 0;  // E, the tensor's largest block code (kE8M0NaN: a block is NaN)
+  uint32_t inexact_blocks = 0;  // 32-blocks with an element E4M3 cannot hold at its line's scale
+  uint32_t min_line_code = 0;   // the smallest E_l (E_l's largest is E)
+  uint32_t unused = 0;
+  // Whether the codes times their line's scale are the MXFP4 values, every element.
+  MX_HD bool exact() const { return max_scale_code != kE8M0NaN && inexact_blocks == 0; }
+};
+
+// E_l from the line's largest code and the tensor's (neither NaN).
+MX_HD uint8_t fp8_line_code(uint32_t line_max, uint32_t tensor_max) {
+  const uint32_t floor = tensor_max > kFp8LineFloor ? tensor_max - kFp8LineFloor : 0u;
+  return static_cast<uint8_t>(line_max > floor ? line_max : floor);
+}
+
+// Host reference over packed MXFP4 (quantize.h layout: `lines` lines of `length` elements,
+// length % 32 == 0): writes E4M3 codes (lines x length; kE4M3NaN everywhere for a tensor with a
+// NaN block) and line_scales[l] = fp8_chunk_scale(E_l) (NaN for such a tensor); returns the status.
+inline Fp8LineStatus mx_to_fp8_rowwise_reference(const uint8_t* packed, const uint8_t* scales, int64_t lines,
+                                                  int64_t length, uint8_t* codes, float* line_scales) {
+  const int64_t per_line = length / kMXBlockSize;
+  Fp8LineStatus status;
+  for (int64_t b = 0; b < lines * per_line; ++b)
+    if (scales[b] > status.max_scale_code) status.max_scale_code = scales[b];
+  status.min_line_code = status.max_scale_code;
+  const bool nan = status.max_scale_code == kE8M0NaN;
+  for (int64_t l = 0; l < lines; ++l) {
+    uint32_t line_max = 0;
+    for (int64_t j = 0; j < per_line; ++j) line_max = scales[l * per_line + j] > line_max ? scales[l * per_line + j] : line_max;
+    const uint8_t line_code = nan ? kE8M0NaN : fp8_line_code(line_max, status.max_scale_code);
+    if (line_code < status.min_line_code) status.min_line_code = line_code;
+    line_scales[l] = fp8_chunk_scale(line_code);
+    for (int64_t j = 0; j < per_line; ++j) {
+      const int64_t b = l * per_line + j;
+      bool exact = true;
+      for (int k = 0; k < kMXBlockSize; ++k) {
+        const int64_t i = b * kMXBlockSize + k;  // element index: blocks are contiguous along lines
+        const uint8_t byte = packed[i / 2];
+        const uint32_t e2m1 = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+        if (nan) {
+          codes[i] = kE4M3NaN;
+          continue;
+        }
+        const Fp8Element e = e2m1_as_e4m3(e2m1, scales[b], line_code);
+        codes[i] = e.code;
+        exact = exact && e.exact;
+      }
+      status.inexact_blocks += exact ? 0u : 1u;
+    }
+  }
+  return status;
+}
+
 }  // namespace mxablate::kernels

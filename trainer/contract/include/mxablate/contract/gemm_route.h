@@ -3,11 +3,14 @@
 // every precision once before the first step, records the result in run_start and looks the
 // route up per GEMM; nothing else decides it.
 //
-//   precision   auto                                  emulated   fp8
-//   fp8         fp8-tensorwise if the device has it,  emulated   fp8-tensorwise (required)
+//   precision   auto                                  emulated   fp8                          fp8-where-exact
+//   fp8         fp8-tensorwise if the device has it,  emulated   fp8-tensorwise (required)    fp8-tensorwise (required)
 //               else emulated (the fallback is said)
-//   mxfp4       emulated                              emulated   hopper-fp8 (required)
-//   bf16/nvfp4  emulated                              emulated   emulated
+//   mxfp4       emulated                              emulated   hopper-fp8 (required)        mxfp4-as-fp8 (required)
+//   bf16/nvfp4  emulated                              emulated   emulated                     emulated
+//
+// mxfp4-as-fp8 decides per GEMM call between FP8 tensor cores and the emulation (the one rule:
+// kernels::mxfp4_as_fp8_on_tensor_cores); the route is the engine that decides.
 #pragma once
 
 #include <array>
@@ -24,15 +27,16 @@ namespace mxablate::contract {
 
 // The route names are the kernels' (one enum, one name table; docs/design.md §3). The rule below
 // never picks native-mxfp4, which no device here has.
-using GemmRoute = kernels::GemmRoute;  // emulated, fp8-tensorwise, hopper-fp8
+using GemmRoute = kernels::GemmRoute;  // emulated, fp8-tensorwise, hopper-fp8, mxfp4-as-fp8
 using kernels::parse_gemm_route;
 using kernels::to_string;
 
 // What this process can run: for each tensor-core route, empty when it can run here, else one
-// sentence saying why not (the trainer asks the kernels; on the CPU both say so).
+// sentence saying why not (the trainer asks the kernels; on the CPU each says so).
 struct GemmRouteSupport {
   std::string fp8_tensorwise;
   std::string hopper_fp8;
+  std::string mxfp4_as_fp8;
 };
 
 struct GemmRouteChoice {

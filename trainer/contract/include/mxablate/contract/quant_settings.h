@@ -33,8 +33,10 @@ enum class OperandClass : uint8_t { kActivation, kWeight, kGrad };
 // kAuto (the default) runs GEMMs whose two operands are per-tensor FP8 on FP8 tensor cores
 // where the device has them (the FP8 baseline is real FP8) and everything else emulated;
 // kEmulated forces the exact emulation everywhere; kFP8 demands FP8 tensor cores for FP8 GEMMs
-// and the Hopper FP8 path for MXFP4 GEMMs.
-enum class GemmPath : uint8_t { kEmulated, kFP8, kAuto };
+// and the Hopper FP8 path for MXFP4 GEMMs; kFP8WhereExact demands FP8 tensor cores for FP8
+// GEMMs and runs MXFP4 GEMMs on them with one E4M3 scale per tensor wherever that is exact
+// (the mxfp4-as-fp8 route), the exact emulation elsewhere, decided per GEMM call.
+enum class GemmPath : uint8_t { kEmulated, kFP8, kAuto, kFP8WhereExact };
 enum class Device : uint8_t { kCPU, kCUDA };
 // parallel.shard, what a data-parallel run splits over its ranks besides the batch (docs/design.md
 // §4, "Sharded data parallelism"): kNone replicates weights, gradients and AdamW state (DDP);
@@ -67,6 +69,10 @@ std::string gemm_path_names();
 std::string device_names();
 std::string shard_level_names();
 std::string cuda_graphs_names();
+
+// True for the settings that demand FP8 tensor cores (fp8, fp8-where-exact): a run asking for
+// one needs a CUDA device that has them.
+bool demands_fp8_tensor_cores(GemmPath p);
 
 // True for the 4-bit formats (E2M1 elements with block scales).
 bool is_fp4(GemmPrecision p);

@@ -4,6 +4,7 @@
 // and quant_stats events are not (a crash may lose those since the last durable one).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,14 @@ namespace mxablate::trainer {
 struct Progress {
   int64_t step = 0;
   int64_t tokens = 0;
+};
+
+// GEMM calls of one kind on a route that chooses per call where each runs (mxfp4-as-fp8,
+// docs/design.md §3): on FP8 tensor cores, or on the emulation.
+struct RouteCalls {
+  int64_t tensor_cores = 0;
+  int64_t emulated = 0;
+  bool operator==(const RouteCalls&) const = default;
 };
 
 class RunEvents {
@@ -61,6 +70,9 @@ class RunEvents {
     // Seconds the checkpoint writer spent writing (mostly beside training, so not a part of
     // wall_s's split); unset: omitted.
     std::optional<double> checkpoint_write_s;
+    // The attempt's MXFP4 GEMM calls on the mxfp4-as-fp8 route, by GEMM (indexed by
+    // kernels::GemmKind); unset: omitted (no GEMM on that route).
+    std::optional<std::array<RouteCalls, 3>> mxfp4_as_fp8_calls;
   };
   int64_t run_end(Progress p, const End& end);
 

@@ -24,6 +24,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/quant_memo.h"
+#include "mxablate/trainer/run_events.h"
 
 namespace mxablate::trainer {
 
@@ -75,6 +77,12 @@ class QuantSession {
   uint64_t weights_generation = 0;
   uint64_t weight_epoch() const { return (weights_generation << 32) | step; }
 
+  // GEMM calls of one kind on the mxfp4-as-fp8 route, by the engine that ran them
+  // (kernels::mxfp4_as_fp8_on_tensor_cores): counted by MXLinear, reported at run_end.
+  using RouteCalls = trainer::RouteCalls;
+  void count_mxfp4_as_fp8(kernels::GemmKind gemm, bool on_tensor_cores);
+  std::array<RouteCalls, 3> mxfp4_as_fp8_calls() const;  // indexed by kernels::GemmKind
+
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
               const kernels::QuantTelemetry& telemetry,
               std::optional<double> occ_fraction = std::nullopt);
@@ -84,6 +92,7 @@ class QuantSession {
  private:
   std::mutex mutex_;  // backward may run on an autograd worker thread
   std::vector<Record> records_;
+  std::array<std::array<std::atomic<int64_t>, 2>, 3> mxfp4_as_fp8_calls_{};
 };
 
 // One layer's identity and plan, shared with the autograd nodes that outlive a forward call, and

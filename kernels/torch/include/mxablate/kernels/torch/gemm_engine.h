@@ -49,6 +49,10 @@ struct QuantizedOperand {
     // The hopper-fp8 route: MXFP4 values re-expressed as E4M3 codes (K-contiguous) with `scale`
     // the FP32 scale of each 1x128 chunk of K, (M or N) x K/128 stored column-major.
     kFP8Chunks,
+    // The mxfp4-as-fp8 route's MXFP4 operands that E4M3 holds exactly at one scale per line:
+    // E4M3 codes (K-contiguous) and `scale`, the (M or N) float32 decode scales, powers of two
+    // within `line_scale_log2`. Its other operands are kValues.
+    kFP8Rowwise,
   };
 
   Form form = Form::kNone;
@@ -61,6 +65,13 @@ struct QuantizedOperand {
   // re-expression was not exact (a block more than 14 binades below the chunk's largest).
   int64_t chunks = 0;
   int64_t inexact_chunks = 0;
+  // kFP8Rowwise: the smallest and largest exponent of its line scales, read back when the operand
+  // was made.
+  struct ScaleRange {
+    int min_log2 = 0;
+    int max_log2 = 0;
+  };
+  std::optional<ScaleRange> line_scale_log2;
 
   bool defined() const { return form != Form::kNone; }
   int64_t outer() const { return data.size(0); }      // M or N
@@ -115,6 +126,13 @@ class GemmEngine {
   QuantizedOperand quantize_operand(const GemmOperand& op, QuantTelemetry* telemetry,
                                     at::ScalarType values_dtype) const;
 };
+
+// The mxfp4-as-fp8 engine's one rule for a GEMM (docs/design.md §3, "mxfp4-as-fp8"): true when
+// both operands kept their E4M3 codes, the row-wise scaled FP8 GEMM takes the shape, and every
+// product of their line scales with the SR fold is a normal float32, so that the GEMM scales its
+// FP32 sums as the emulation would; otherwise the engine multiplies the MXFP4 values (the codes
+// times their scales, exact in BF16). MXLinear counts the GEMMs each way with it.
+bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOperand& b);
 
 // The engine of `route`, one per process. Throws std::invalid_argument with one sentence for a
 // route that has no engine in this build (native-mxfp4).
