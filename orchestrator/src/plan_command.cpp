@@ -1,8 +1,9 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
 // precisions, ranks where any run has several, predicted peak GPU memory per rank of CUDA runs,
-// token budget) and the totals — without running anything. Every recipe error is
-// reported here exactly as `run` would report it, and so is every launch check against the
-// datasets the runs name (launch_checks.h).
+// token budget) and the totals — without running anything. `--memory` and `--json` add the
+// weight cache the trainer will decide on (weight_cache.h). Every recipe error is reported here
+// exactly as `run` would report it, and so is every launch check against the datasets the runs
+// name (launch_checks.h).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/weight_cache.h"
 #include "mxablate/contract/settings_difference.h"
 #include "recipe_input.h"
 
@@ -77,6 +79,34 @@ std::optional<trainer::MemoryPlan> memory_plan(const RunSpec& run,
   const auto it = vocabularies.find(run.config.data.dataset);
   if (it == vocabularies.end()) return std::nullopt;
   return trainer::plan_memory(run.config, it->second);
+}
+
+// Whether the trainer will keep each layer's weight operands for a whole step (docs/design.md §4,
+// "Weight operands per step"), by the trainer's own rule (weight_cache.h) on the run's memory
+// plan: the bytes the cache holds; for a CUDA run the least GPU memory that keeps it; the decision
+// where the GPU is known (--gpu-memory) and for a CPU run (always on). None when the dataset's
+// vocabulary is unknown.
+struct PlannedWeightCache {
+  int64_t bytes = 0;
+  std::optional<int64_t> least_gpu_memory;
+  std::optional<trainer::WeightCache> decision;
+};
+
+std::optional<PlannedWeightCache> planned_weight_cache(const RunSpec& run, const DatasetVocabularies& vocabularies,
+                                                       const std::optional<GpuMemory>& gpu) {
+  const auto it = vocabularies.find(run.config.data.dataset);
+  if (it == vocabularies.end()) return std::nullopt;
+  PlannedWeightCache c;
+  // The planner resolved and checked every run's model: this cannot throw.
+  c.bytes = trainer::weight_cache_bytes(run.config, trainer::model_shape(run.config.model), it->second);
+  if (run.config.device != contract::Device::kCUDA) {
+    c.decision = trainer::decide_weight_cache(false, 0, c.bytes, 0);
+    return c;
+  }
+  const int64_t plan_total = trainer::plan_memory(run.config, it->second).total();
+  c.least_gpu_memory = trainer::weight_cache_least_device_memory(plan_total, c.bytes);
+  if (gpu) c.decision = trainer::decide_weight_cache(true, plan_total, c.bytes, gpu->bytes);
+  return c;
 }
 
 void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies) {
@@ -148,7 +178,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
                  "known\n";
   if (on_gpu)
     std::cout << "gpu mem/rank: the predicted peak GPU memory of each rank (CUDA runs; `plan "
-                 "--memory` shows its parts)\n";
+                 "--memory` shows its parts and the weight cache)\n";
   std::cout << fmt::format("interventions: the settings that differ from arm {}'s run at the same "
                            "grid point\n",
                            escape::terminal(plan.baseline_arm));
@@ -197,10 +227,12 @@ void print_layers(const Plan& plan) {
   }
 }
 
-// `plan --memory`: each CUDA run's predicted peak GPU memory per rank, part by part.
-void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies) {
-  TextTable table({"#", "run_id", "arm", "weights", "grads", "optimizer", "activations",
-                   "w operands", "working", "logits", "comm", "workspace", "fragment", "total"});
+// `plan --memory`: each CUDA run's predicted peak GPU memory per rank, part by part, and the weight
+// cache the trainer will decide on beside it: on or off for `gpu` (--gpu-memory), else the least
+// GPU memory that keeps it.
+void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, const std::optional<GpuMemory>& gpu) {
+  TextTable table({"#", "run_id", "arm", "weights", "grads", "optimizer", "activations", "w operands",
+                   "working", "logits", "comm", "workspace", "fragment", "total", "w cache", "kept"});
   bool any = false;
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     const RunSpec& r = plan.runs[i];
@@ -212,6 +244,11 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies) {
                                 m->weight_operands, m->working, m->logits, m->communication,
                                 m->workspace, m->fragmentation, m->total()})
       row.push_back(trainer::format_bytes(bytes));
+    // A CUDA run's vocabulary is known (it has a memory plan): so is its cache.
+    const PlannedWeightCache cache = *planned_weight_cache(r, vocabularies, gpu);
+    row.push_back(trainer::format_bytes(cache.bytes));
+    row.push_back(cache.decision ? (cache.decision->on ? "on" : "off")
+                                 : "if ≥ " + trainer::format_bytes(*cache.least_gpu_memory));
     table.add_row(row);
   }
   if (!any) {
@@ -229,6 +266,12 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies) {
       trainer::format_bytes(trainer::kShardedInFlightBytes),
       trainer::format_bytes(trainer::kNcclBufferBytes),
       trainer::format_bytes(trainer::kCudaWorkspaceBytes), trainer::kFragmentationPercent);
+  std::cout << fmt::format(
+      "w cache: the weight operands the trainer keeps for a whole step (docs/trainer.md, \"GPU "
+      "memory\"), not in total; kept where total + w cache is within {}% of the GPU's memory: {}\n",
+      trainer::kWeightCacheMemoryPercent,
+      gpu ? "here the " + trainer::format_bytes(gpu->bytes) + " of " + gpu->source
+          : std::string("not known here (give --gpu-memory SIZE), so kept says how much keeps it"));
 }
 
 nlohmann::json memory_json(const trainer::MemoryPlan& m) {
@@ -247,7 +290,17 @@ nlohmann::json memory_json(const trainer::MemoryPlan& m) {
           {"logits_chunk_tokens", m.logits_tokens}};
 }
 
-void print_json(const Plan& plan, const DatasetVocabularies& vocabularies) {
+// null where the dataset's vocabulary is unknown; "on" and "reason" null for a CUDA run without
+// --gpu-memory.
+nlohmann::json weight_cache_json(const std::optional<PlannedWeightCache>& c) {
+  if (!c) return nullptr;
+  return {{"bytes", c->bytes},
+          {"least_gpu_memory", c->least_gpu_memory ? nlohmann::json(*c->least_gpu_memory) : nlohmann::json()},
+          {"on", c->decision ? nlohmann::json(c->decision->on) : nlohmann::json()},
+          {"reason", c->decision ? nlohmann::json(c->decision->reason) : nlohmann::json()}};
+}
+
+void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const std::optional<GpuMemory>& gpu) {
   nlohmann::json out = nlohmann::json::array();
   for (const RunSpec& r : plan.runs) {
     nlohmann::json axes = nlohmann::json::object();
@@ -264,6 +317,7 @@ void print_json(const Plan& plan, const DatasetVocabularies& vocabularies) {
                    {"axes", axes},
                    {"model", model},
                    {"gpu_memory_per_rank", memory ? memory_json(*memory) : nlohmann::json()},
+                   {"weight_cache", weight_cache_json(planned_weight_cache(r, vocabularies, gpu))},
                    {"config", r.config_json}});
   }
   std::cout << out.dump(2) << "\n";
@@ -282,7 +336,8 @@ void register_plan_command(CLI::App& app) {
                 "print each arm's layers with their resolved precision per GEMM and settings "
                 "(overrides, BF16 blocks and the precision schedule applied)");
   cmd->add_flag("--memory", opts->memory,
-                "print each CUDA run's predicted peak GPU memory per rank, part by part");
+                "print each CUDA run's predicted peak GPU memory per rank, part by part, and whether "
+                "the trainer will cache its weight operands per step (for --gpu-memory SIZE)");
   CLI::Option* gpu_memory_option = cmd->add_option("--gpu-memory", opts->gpu_memory,
                   "refuse CUDA runs predicted to need more GPU memory per rank than SIZE "
                   "(80GB, 80GiB, 141e9)");
@@ -304,9 +359,9 @@ void register_plan_command(CLI::App& app) {
         throw InputError(e.what());
       }
     }
-    if (opts->json) print_json(input.plan, input.vocabularies);
+    if (opts->json) print_json(input.plan, input.vocabularies, gpu);
     else if (opts->layers) print_layers(input.plan);
-    else if (opts->memory) print_memory(input.plan, input.vocabularies);
+    else if (opts->memory) print_memory(input.plan, input.vocabularies, gpu);
     else print_plan(input.recipe, input.plan, input.vocabularies);
   });
 }

@@ -100,14 +100,15 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
   CHECK(contains(r.out, "gpu mem/rank"));
   CHECK(contains(r.out, "180.2 GiB"));
   CHECK(contains(r.out, "gpu mem/rank: the predicted peak GPU memory of each rank (CUDA runs; "
-                        "`plan --memory` shows its parts)"));
+                        "`plan --memory` shows its parts and the weight cache)"));
   const ProcessResult m = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", true, "gradients"));
   INFO(m.err);
   REQUIRE(m.code() == 0);
   // weights, grads, optimizer, activations, w operands, working, logits, comm, workspace,
-  // fragment, total (memory_plan_test: sharded gradients with checkpointing).
+  // fragment, total (memory_plan_test: sharded gradients with checkpointing), then the weight
+  // cache (the next test case).
   CHECK(contains(m.out, "  A    29.9 GiB  8.0 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
-                        "376 MiB  512 MiB  1.0 GiB    832 MiB   63.3 GiB\n"));
+                        "376 MiB  512 MiB  1.0 GiB    832 MiB   63.3 GiB  14.0 GiB  if ≥ 85.9 GiB\n"));
   // --json: the parts in bytes (memory_plan_test's 67959160012 in all).
   const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", true, "gradients"));
   REQUIRE(j.code() == 0);
@@ -120,6 +121,50 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
   INFO(cpu.err);
   CHECK(cpu.code() == 0);
   CHECK_FALSE(contains(cpu.out, "gpu mem/rank"));
+}
+
+TEST_CASE("plan --memory and --json show the weight cache by the trainer's rule, for --gpu-memory if given") {
+  // The cache (weight_cache.h): every linear's BF16 weight once, this arm being plain BF16:
+  // (32 blocks · (2·4096² + 2·4096·1024 + 3·4096·14336) + 128256·4096) · 2 B = 15009316864 B
+  // (14.0 GiB). Kept where the plan's 67959160012 B plus it are within 90% of the GPU: from
+  // ⌈82968476876 · 100 / 90⌉ = 92187196529 B (85.9 GiB) up, so off at 80 GB, on at 141e9.
+  Fixture f;
+  const std::string text = recipe(f.data.string(), "cuda", true, "gradients");
+  const ProcessResult unknown = f.mx({"plan", "--memory"}, text);
+  INFO(unknown.err);
+  REQUIRE(unknown.code() == 0);
+  CHECK(contains(unknown.out, "  total     w cache   kept\n"));
+  CHECK(contains(unknown.out, "  63.3 GiB  14.0 GiB  if ≥ 85.9 GiB\n"));
+  CHECK(contains(unknown.out, "w cache: the weight operands the trainer keeps for a whole step (docs/trainer.md, "
+                              "\"GPU memory\"), not in total; kept where total + w cache is within 90% of the "
+                              "GPU's memory: not known here (give --gpu-memory SIZE), so kept says how much "
+                              "keeps it\n"));
+  const ProcessResult h100 = f.mx({"plan", "--memory", "--gpu-memory", "80GB"}, text);
+  INFO(h100.err);
+  REQUIRE(h100.code() == 0);
+  CHECK(contains(h100.out, "  63.3 GiB  14.0 GiB  off\n"));
+  CHECK(contains(h100.out, "within 90% of the GPU's memory: here the 74.5 GiB of --gpu-memory 80GB\n"));
+  const ProcessResult h200 = f.mx({"plan", "--memory", "--gpu-memory", "141e9"}, text);
+  REQUIRE(h200.code() == 0);
+  CHECK(contains(h200.out, "  63.3 GiB  14.0 GiB  on\n"));
+  CHECK(contains(h200.out, "within 90% of the GPU's memory: here the 131.3 GiB of --gpu-memory 141e9\n"));
+
+  // --json: the bytes, the boundary, and the trainer's decision with its reason where the GPU is known.
+  nlohmann::json cache = nlohmann::json::parse(f.mx({"plan", "--json"}, text).out)[0]["weight_cache"];
+  CHECK(cache == nlohmann::json{{"bytes", 15009316864}, {"least_gpu_memory", 92187196529}, {"on", nullptr},
+                                {"reason", nullptr}});
+  cache = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "80GB"}, text).out)[0]["weight_cache"];
+  CHECK(cache["on"] == false);
+  CHECK(cache["reason"] == "the memory plan (63.3 GiB) plus the cache (14.0 GiB) is above 90% of the GPU's 74.5 GiB");
+  cache = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "141e9"}, text).out)[0]["weight_cache"];
+  CHECK(cache["on"] == true);
+  CHECK(cache["reason"] ==
+        "the memory plan (63.3 GiB) plus the cache (14.0 GiB) is within 90% of the GPU's 131.3 GiB");
+  // A CPU run: always kept, with no boundary.
+  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cpu", true, "gradients")).out)[0]
+                                    ["weight_cache"];
+  CHECK(cache == nlohmann::json{{"bytes", 15009316864}, {"least_gpu_memory", nullptr}, {"on", true},
+                                {"reason", "the CPU's memory is not planned"}});
 }
 
 TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to change") {

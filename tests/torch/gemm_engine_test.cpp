@@ -5,7 +5,6 @@
 // one line.
 #include <ATen/ATen.h>
 
-#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -13,24 +12,13 @@
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
+#include "tensor_test_util.h"
 
 using namespace mxablate::kernels;
+using mxablate::test::error_of;
+using mxablate::test::spread;
 
 namespace {
-
-at::Tensor spread(int64_t rows, int64_t cols, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn({rows, cols}, gen) * at::exp(at::randn({rows, cols}, gen));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 QuantSpec sr_spec(float prescale) {
   QuantSpec s{QuantFormat::kMXFP4};

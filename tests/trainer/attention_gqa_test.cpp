@@ -9,8 +9,10 @@
 
 #include "catch.h"
 #include "mxablate/trainer/model.h"
+#include "tensor_test_util.h"
 
 using namespace mxablate::trainer;
+using mxablate::test::rel_err;
 
 namespace {
 
@@ -52,10 +54,6 @@ std::pair<at::Tensor, at::Tensor> grouped_and_repeated(at::Device device) {
   const at::Tensor x = at::randn({kBatch, kTokens, kDModel}, gen).to(device);
   torch::NoGradGuard no_grad;
   return {grouped->forward(x).to(at::kFloat).cpu(), repeated->forward(x).to(at::kFloat).cpu()};
-}
-
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / b.norm().item<double>();
 }
 
 }  // namespace

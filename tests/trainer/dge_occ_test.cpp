@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "linear_test_util.h"
 #include "mxablate/kernels/torch/block_scales.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/trainer/dge.h"
@@ -23,6 +24,7 @@
 
 using namespace mxablate;
 using namespace mxablate::trainer;
+using namespace mxablate::test;
 using kernels::Axis;
 using kernels::GemmKind;
 using kernels::Operand;
@@ -31,46 +33,12 @@ using kernels::QuantSpec;
 
 namespace {
 
-constexpr int64_t kM = 96, kK = 64, kN = 160;
-
-at::Tensor spread(int64_t rows, int64_t cols, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn({rows, cols}, gen) * at::exp(at::randn({rows, cols}, gen));
-}
-
-struct Result {
-  at::Tensor y, dx, dw;
-  std::vector<QuantSession::Record> records;
-};
-
-Result run(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& g, const LinearPlan& plan,
-           bool telemetry = false) {
-  auto session = std::make_shared<QuantSession>();
-  session->seed = 77;
-  session->step = 5;
-  session->collect_telemetry = telemetry;
-  auto state = std::make_shared<const LinearState>(LinearState{3, plan, session});
-  at::Tensor x = x0.clone().requires_grad_(true);
-  at::Tensor w = w0.clone().requires_grad_(true);
-  at::Tensor y = mx_linear(x, w, state);
-  y.backward(g);
-  return {y.detach(), x.grad(), w.grad(), session->take_records()};
-}
-
-kernels::RngKey key(GemmKind g, Operand o) { return {77, 5, 3, g, o}; }
-
 LinearPlan fp4_plan(QuantFormat f) {
   LinearPlan plan = plain_bf16_plan();
   for (GemmKind g : {GemmKind::kFprop, GemmKind::kWgrad})
     plan.gemm[static_cast<size_t>(g)].operand = {QuantSpec{f}, QuantSpec{f}};
   plan.gemm[0].precision = f == QuantFormat::kMXFP4 ? GemmPrecision::kMXFP4 : GemmPrecision::kNVFP4;
   return plan;
-}
-
-at::Tensor bf16(const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); }
-
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / b.norm().item<double>();
 }
 
 #define CHECK_CONTAINS(text, part)                \
@@ -278,7 +246,7 @@ TEST_CASE("OCC clamps exactly the values above the quantile and reports their sh
   // MXLinear reports the same share with Fprop's X telemetry, and only there.
   LinearPlan plan = fp4_plan(QuantFormat::kMXFP4);
   plan.occ = contract::OccConfig{0.994};
-  const Result r = run(x, spread(kN, 32, 4), spread(32, kN, 5), plan, true);
+  const Result r = run_traced(x, spread(kN, 32, 4), spread(32, kN, 5), plan);
   int with_fraction = 0;
   for (const auto& rec : r.records) {
     if (rec.gemm == GemmKind::kFprop && rec.operand == Operand::kA) {
@@ -297,7 +265,7 @@ TEST_CASE("OCC at quantile 1 clamps nothing: MXLinear equals the plain path", "[
   LinearPlan plan = fp4_plan(QuantFormat::kMXFP4);
   const Result plain = run(x, w, g, plan);
   plan.occ = contract::OccConfig{1.0};
-  const Result occ = run(x, w, g, plan, true);
+  const Result occ = run_traced(x, w, g, plan);
   CHECK(at::equal(occ.y, plain.y));
   CHECK(at::equal(occ.dx, plain.dx));
   CHECK(at::equal(occ.dw, plain.dw));

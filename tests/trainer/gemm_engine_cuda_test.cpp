@@ -9,12 +9,16 @@
 #include <torch/cuda.h>
 
 #include "catch.h"
+#include "linear_test_util.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/mx_linear.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
+using test::Result;
+using test::run;
+using test::session_with;
 using kernels::Axis;
 using kernels::GemmKind;
 using kernels::GemmRoute;
@@ -24,27 +28,11 @@ using kernels::QuantSpec;
 
 namespace {
 
-struct Result {
-  at::Tensor y, dx, dw;
-};
+// The step and seed this file's sessions key their layers with.
+constexpr uint32_t kSessionStep = 3;
+constexpr uint64_t kSessionSeed = 7;
 
-Result run(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& g,
-           const std::shared_ptr<const LinearState>& state) {
-  at::Tensor x = x0.clone().requires_grad_(true);
-  at::Tensor w = w0.clone().requires_grad_(true);
-  at::Tensor y = mx_linear(x, w, state);
-  y.backward(g);
-  return {y.detach(), x.grad(), w.grad()};
-}
-
-std::shared_ptr<QuantSession> session_with(GemmPrecision p, GemmRoute r) {
-  auto session = std::make_shared<QuantSession>();
-  session->seed = 7;
-  session->step = 3;
-  session->routes.by_precision[static_cast<size_t>(p)].route = r;
-  return session;
-}
-
+// ‖a − b‖ / ‖b‖ in float64: BF16 products against float32 ones.
 double rel_err(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / b.to(at::kDouble).norm().item<double>();
 }
@@ -73,7 +61,7 @@ TEST_CASE("MXLinear on the fp8-tensorwise engine multiplies the FP8 codes as bef
   plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand[0] = e5m2_sr;
   plan.gemm[static_cast<size_t>(GemmKind::kWgrad)].operand[0] = e5m2_sr;
   auto state = std::make_shared<const LinearState>(
-      LinearState{1, plan, session_with(GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise)});
+      LinearState{1, plan, session_with(GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise, kSessionStep, kSessionSeed)});
   for (GemmKind k : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad})
     REQUIRE(state->engine(k).route() == GemmRoute::kFP8Tensorwise);
   const Result r = run(x, w, g, state);
@@ -123,7 +111,7 @@ TEST_CASE("MXLinear on the hopper-fp8 engine computes quantized_gemm's hopper-fp
   }
   plan.gemm[static_cast<size_t>(GemmKind::kDgrad)].operand[0] = sr;
   plan.gemm[static_cast<size_t>(GemmKind::kWgrad)].operand[0] = sr;
-  auto session = session_with(GemmPrecision::kMXFP4, GemmRoute::kHopperFP8);
+  auto session = session_with(GemmPrecision::kMXFP4, GemmRoute::kHopperFP8, kSessionStep, kSessionSeed);
   session->collect_telemetry = true;
   auto state = std::make_shared<const LinearState>(LinearState{2, plan, session});
   for (GemmKind k : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad})
@@ -145,7 +133,8 @@ TEST_CASE("MXLinear on the hopper-fp8 engine computes quantized_gemm's hopper-fp
 
   // The emulated engine on the same plan: the same quantized values, so the products agree to
   // BF16 rounding and summation order (a forgotten 3/4 pre-scale would be 33% off).
-  auto emulated = std::make_shared<const LinearState>(LinearState{2, plan, session_with(GemmPrecision::kMXFP4, GemmRoute::kEmulated)});
+  auto emulated = std::make_shared<const LinearState>(
+      LinearState{2, plan, session_with(GemmPrecision::kMXFP4, GemmRoute::kEmulated, kSessionStep, kSessionSeed)});
   const Result e = run(x, w, g, emulated);
   CHECK(rel_err(r.y, e.y) < 1e-2);
   CHECK(rel_err(r.dx, e.dx) < 1e-2);
@@ -178,7 +167,7 @@ TEST_CASE("Layers sharing an input reuse its FP8 codes on the fp8-tensorwise eng
     int64_t hits = 0;
   };
   const auto run_layers = [&](bool memo) {
-    auto session = session_with(GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise);
+    auto session = session_with(GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise, kSessionStep, kSessionSeed);
     session->memo.enabled = memo;
     Outcome o;
     at::Tensor x = x0.clone().requires_grad_(true);

@@ -8,13 +8,13 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "catch.h"
+#include "linear_test_util.h"
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
@@ -24,6 +24,7 @@
 
 using namespace mxablate;
 using namespace mxablate::trainer;
+using namespace mxablate::test;
 using kernels::Axis;
 using kernels::GemmKind;
 using kernels::GemmRoute;
@@ -33,39 +34,9 @@ using kernels::QuantSpec;
 
 namespace {
 
-constexpr int64_t kM = 96, kK = 64, kN = 160;
-
-at::Tensor spread(int64_t rows, int64_t cols, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn({rows, cols}, gen) * at::exp(at::randn({rows, cols}, gen));
-}
-
-struct Result {
-  at::Tensor y, dx, dw;
-};
-
-std::shared_ptr<QuantSession> session_at(uint32_t step) {
-  auto session = std::make_shared<QuantSession>();
-  session->seed = 77;
-  session->step = step;
-  return session;
-}
-
-Result run(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& g, const LinearPlan& plan,
-           uint32_t step = 5) {
-  auto state = std::make_shared<const LinearState>(LinearState{3, plan, session_at(step)});
-  at::Tensor x = x0.clone().requires_grad_(true);
-  at::Tensor w = w0.clone().requires_grad_(true);
-  at::Tensor y = mx_linear(x, w, state);
-  y.backward(g);
-  return {y.detach(), x.grad(), w.grad()};
-}
-
-at::Tensor bf16(const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); }
-
 // MXLinear before the seam, on the CPU.
 Result reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& g, const LinearPlan& plan) {
-  const LinearState keys{3, plan, session_at(5)};  // the layer's random streams
+  const LinearState keys{kLayer, plan, session_at()};  // the random streams run keys the layer with
   const auto q = [&](const at::Tensor& t, GemmKind gemm, Operand o) {
     const QuantSpec& spec = plan[gemm].operand[static_cast<size_t>(o)];
     if (is_plain_bf16(spec)) return bf16(t);
@@ -192,11 +163,8 @@ TEST_CASE("each GEMM's engine is picked once, from its precision's route and its
           "[trainer][mx_linear][engine]") {
   static_assert(std::is_same_v<contract::GemmRoute, kernels::GemmRoute>, "one route enum");
   auto session = std::make_shared<QuantSession>();
-  const auto route_of = [&session](GemmPrecision p) -> GemmRoute& {
-    return session->routes.by_precision[static_cast<size_t>(p)].route;
-  };
-  route_of(GemmPrecision::kFP8) = GemmRoute::kFP8Tensorwise;
-  route_of(GemmPrecision::kMXFP4) = GemmRoute::kHopperFP8;
+  set_route(*session, GemmPrecision::kFP8, GemmRoute::kFP8Tensorwise);
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kHopperFP8);
   // Fprop MXFP4 x MXFP4, Dgrad FP8 E5M2 x E4M3, Wgrad BF16.
   LinearPlan mixed = plain_bf16_plan();
   mixed.gemm[0] = uniform(GemmPrecision::kMXFP4, spec(QuantFormat::kMXFP4), spec(QuantFormat::kMXFP4)).gemm[0];
@@ -217,37 +185,29 @@ TEST_CASE("each GEMM's engine is picked once, from its precision's route and its
 
   // Picked when the state is made: routes changed afterwards reach only states made afterwards
   // (as MXLinear::set_plan makes them).
-  route_of(GemmPrecision::kMXFP4) = GemmRoute::kEmulated;
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kEmulated);
   CHECK(state.engine(GemmKind::kFprop).route() == GemmRoute::kHopperFP8);
   CHECK(LinearState(0, mixed, session).engine(GemmKind::kFprop).route() == GemmRoute::kEmulated);
   MXLinear layer(kK, kN, 0, mixed, session);
   CHECK(layer->state()->engine(GemmKind::kFprop).route() == GemmRoute::kEmulated);
-  route_of(GemmPrecision::kMXFP4) = GemmRoute::kHopperFP8;
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kHopperFP8);
   CHECK(layer->state()->engine(GemmKind::kFprop).route() == GemmRoute::kEmulated);
   layer->set_plan(mixed);
   CHECK(layer->state()->engine(GemmKind::kFprop).route() == GemmRoute::kHopperFP8);
 }
 
 TEST_CASE("a GEMM routed where it cannot run fails in one clear line", "[trainer][mx_linear][engine]") {
-  const auto error_of = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "no error";
-  };
   auto session = std::make_shared<QuantSession>();
-  session->routes.by_precision[static_cast<size_t>(GemmPrecision::kMXFP4)].route = GemmRoute::kHopperFP8;
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kHopperFP8);
   const LinearPlan plan = uniform(GemmPrecision::kMXFP4, spec(QuantFormat::kMXFP4), spec(QuantFormat::kMXFP4));
   auto state = std::make_shared<const LinearState>(LinearState{0, plan, session});
   const at::Tensor x = spread(32, 128, 41), w = spread(48, 128, 42);
-  const std::string hopper = error_of([&] { mx_linear(x, w, state); });
+  const std::string hopper = error_of<std::exception>([&] { mx_linear(x, w, state); });
   CHECK(hopper == kernels::gemm_route_unavailable_reason(GemmRoute::kHopperFP8, at::kCPU));
   CHECK(hopper.find('\n') == std::string::npos);
 
-  session->routes.by_precision[static_cast<size_t>(GemmPrecision::kMXFP4)].route = GemmRoute::kNativeMXFP4;
-  const std::string native = error_of([&] { LinearState(0, plan, session); });
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kNativeMXFP4);
+  const std::string native = error_of<std::exception>([&] { LinearState(0, plan, session); });
   CHECK(native == kernels::gemm_route_unavailable_reason(GemmRoute::kNativeMXFP4, at::kCPU));
   CHECK(native.find('\n') == std::string::npos);
 }

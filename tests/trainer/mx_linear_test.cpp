@@ -7,12 +7,14 @@
 #include <torch/autograd.h>
 
 #include "catch.h"
+#include "linear_test_util.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/mx_linear.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
+using namespace mxablate::test;
 using kernels::Axis;
 using kernels::GemmKind;
 using kernels::Operand;
@@ -21,48 +23,18 @@ using kernels::QuantSpec;
 
 namespace {
 
-constexpr int64_t kM = 96, kK = 64, kN = 160;  // tokens, in features, out features
-
-// Values spanning several binades per block so that block scales and axes matter.
-at::Tensor spread(int64_t rows, int64_t cols, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn({rows, cols}, gen) * at::exp(at::randn({rows, cols}, gen));
-}
-
 struct Case {
   at::Tensor x, w, g;  // g: the upstream gradient dY
 };
 
 Case make_case(uint64_t seed) { return {spread(kM, kK, seed), spread(kN, kK, seed + 1), spread(kM, kN, seed + 2)}; }
 
-struct Result {
-  at::Tensor y, dx, dw;
-};
-
-Result run(const Case& c, const LinearPlan& plan, uint32_t step = 5, uint64_t seed = 77) {
-  auto session = std::make_shared<QuantSession>();
-  session->seed = seed;
-  session->step = step;
-  auto state = std::make_shared<const LinearState>(LinearState{3, plan, session});
-  at::Tensor x = c.x.clone().requires_grad_(true);
-  at::Tensor w = c.w.clone().requires_grad_(true);
-  at::Tensor y = mx_linear(x, w, state);
-  y.backward(c.g);
-  return {y.detach(), x.grad(), w.grad()};
+Result run(const Case& c, const LinearPlan& plan, uint32_t step = kStep) {
+  return test::run(c.x, c.w, c.g, plan, step);
 }
-
-kernels::RngKey key(GemmKind g, Operand o, uint32_t step = 5, uint64_t seed = 77) {
-  return {seed, step, 3, g, o};
-}
-
-at::Tensor bf16(const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); }
 
 at::Tensor fq(const at::Tensor& t, Axis axis, const QuantSpec& spec, GemmKind g, Operand o) {
   return kernels::fake_quantize(t.contiguous(), axis, spec, key(g, o));
-}
-
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / b.norm().item<double>();
 }
 
 LinearPlan bf16_except(GemmKind g, const QuantSpec& a, const QuantSpec& b) {

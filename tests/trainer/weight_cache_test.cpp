@@ -50,3 +50,21 @@ TEST_CASE("The weight cache is kept on the CPU, and on CUDA where the plan and t
   // The boundary itself fits.
   CHECK(decide_weight_cache(true, 70 * GiB, 2 * GiB, 80 * GiB).on);
 }
+
+TEST_CASE("The least GPU memory that keeps the weight cache is the decision's boundary, to the byte",
+          "[weight_cache]") {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  // 72 GiB is 90% of 80 GiB exactly; the others leave a remainder in either division.
+  CHECK(weight_cache_least_device_memory(70 * GiB, 2 * GiB) == 80 * GiB);
+  for (const auto& [plan, cache] : {std::pair<int64_t, int64_t>{70 * GiB, 2 * GiB}, {67959160012, 15009316864},
+                                    {1, 0}, {0, 0}, {12345678901, 9}, {9, 12345678901}}) {
+    INFO(plan << " + " << cache);
+    const int64_t least = weight_cache_least_device_memory(plan, cache);
+    // The rule as weight_cache.h states it: the plan plus the cache within 90% of the GPU.
+    CHECK(plan + cache <= least * 90 / 100);
+    if (least > 0) CHECK(plan + cache > (least - 1) * 90 / 100);
+    CHECK(decide_weight_cache(true, plan, cache, least).on);
+    CHECK(decide_weight_cache(true, plan, cache, least + 1).on);
+    if (least > 0) CHECK_FALSE(decide_weight_cache(true, plan, cache, least - 1).on);
+  }
+}

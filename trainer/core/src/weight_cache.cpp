@@ -31,12 +31,17 @@ int64_t weight_cache_bytes(const contract::RunConfig& config, const ModelShape& 
   return most;
 }
 
+int64_t weight_cache_least_device_memory(int64_t plan_total, int64_t cache_bytes) {
+  // plan + cache ≤ device · p / 100 (rounded down) holds exactly when device ≥ ⌈(plan + cache) · 100 / p⌉.
+  const int64_t needed = (plan_total + cache_bytes) * 100;
+  return (needed + kWeightCacheMemoryPercent - 1) / kWeightCacheMemoryPercent;
+}
+
 WeightCache decide_weight_cache(bool cuda, int64_t plan_total, int64_t cache_bytes, int64_t device_memory_bytes) {
   if (!cuda) return {true, "the CPU's memory is not planned"};
-  const int64_t limit = device_memory_bytes * kWeightCacheMemoryPercent / 100;
   const std::string sizes = fmt::format("the memory plan ({:.1f} GiB) plus the cache ({:.1f} GiB)", plan_total / kGiBf,
                                         cache_bytes / kGiBf);
-  if (plan_total + cache_bytes > limit)
+  if (device_memory_bytes < weight_cache_least_device_memory(plan_total, cache_bytes))
     return {false, fmt::format("{} is above {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,
                                device_memory_bytes / kGiBf)};
   return {true, fmt::format("{} is within {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,

@@ -32,7 +32,12 @@ struct WeightCache {
 
 // The decision: on the CPU always (its memory is not planned, and the models it trains are small);
 // on CUDA when plan_total + cache_bytes is at most kWeightCacheMemoryPercent of
-// device_memory_bytes.
+// device_memory_bytes, i.e. when device_memory_bytes is at least
+// weight_cache_least_device_memory(plan_total, cache_bytes).
 WeightCache decide_weight_cache(bool cuda, int64_t plan_total, int64_t cache_bytes, int64_t device_memory_bytes);
+
+// The least device memory with which decide_weight_cache keeps the cache on CUDA: what `mxablate
+// plan` states where it does not know the GPU (docs/design.md §4, "Memory planned before launch").
+int64_t weight_cache_least_device_memory(int64_t plan_total, int64_t cache_bytes);
 
 }  // namespace mxablate::trainer
