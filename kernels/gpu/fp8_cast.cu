@@ -1,5 +1,5 @@
 // The FP8 cast at memory speed (mxablate/kernels/gpu/fp8_cast_gpu.h): an amax pass and a cast
-// pass that writes both layouts, for per-tensor current scaling (docs/design.md §3).
+// pass that writes both layouts, for per-tensor current or delayed scaling (docs/design.md §3).
 //
 // Work layout: a thread owns 16 consecutive elements of one row (two 16-byte loads of bf16, four
 // of float32). The cast's thread block covers a 64 x 64 tile: 4 threads per row, so a warp reads
@@ -159,7 +159,17 @@ struct CastOutputs {
   float* rows_scale;
   uint8_t* cols_codes;
   float* cols_scale;
+  Fp8DelayedScale rows_delayed;  // window null: current scaling
+  Fp8DelayedScale cols_delayed;
 };
+
+// An axis's decode scale as the reference computes it (block_scaling.h): current scaling from
+// the amax, delayed scaling from the axis's window (the amax still decides a non-finite tensor).
+__device__ __forceinline__ float axis_scale(const Fp8DelayedScale& delayed, float amax, bool nonfinite,
+                                            MinifloatFormat f) {
+  if (delayed.window != nullptr) return fp8_delayed_scale(*delayed.window, amax, nonfinite, delayed.margin, f);
+  return fp8_tensor_scale(nonfinite ? quiet_nan() : amax, f);
+}
 
 // Pass 2: the codes of a 64 x 64 tile along rows (KR) and down columns (KC).
 template <typename InT, int KR, int KC>
@@ -168,13 +178,17 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) uint8_t transposed[kTile * kPitch];
   const unsigned int bits = *slot;
   const bool nonfinite = bits >= 0x7F800000u;
-  const float amax = nonfinite ? quiet_nan() : bits_float(bits);
+  const float amax = nonfinite ? 0.0f : bits_float(bits);
   // The decode scales as the reference computes them (block_scaling.h).
-  const float dr = KR ? fp8_tensor_scale(amax, minifloat_of(KR)) : 1.0f;
-  const float dc = KC ? fp8_tensor_scale(amax, minifloat_of(KC)) : 1.0f;
+  const float dr = KR ? axis_scale(out.rows_delayed, amax, nonfinite, minifloat_of(KR)) : 1.0f;
+  const float dc = KC ? axis_scale(out.cols_delayed, amax, nonfinite, minifloat_of(KC)) : 1.0f;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     if (KR) *out.rows_scale = dr;
     if (KC) *out.cols_scale = dc;
+    // Delayed scaling: this tensor's amax into each axis's instance (a maximum over the step).
+    const int32_t recorded = fp8_amax_record(amax, nonfinite);
+    if (KR && out.rows_delayed.record != nullptr) atomicMax(out.rows_delayed.record, recorded);
+    if (KC && out.cols_delayed.record != nullptr) atomicMax(out.cols_delayed.record, recorded);
   }
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
@@ -222,7 +236,9 @@ void launch_cast(const Fp8CastJob& job, const unsigned int* slot, gpuStream_t st
   const CastOutputs out{job.along_rows ? job.along_rows->codes : nullptr,
                         job.along_rows ? job.along_rows->decode_scale : nullptr,
                         job.down_cols ? job.down_cols->codes : nullptr,
-                        job.down_cols ? job.down_cols->decode_scale : nullptr};
+                        job.down_cols ? job.down_cols->decode_scale : nullptr,
+                        job.along_rows ? job.along_rows->delayed : Fp8DelayedScale{},
+                        job.down_cols ? job.down_cols->delayed : Fp8DelayedScale{}};
   const dim3 grid(static_cast<unsigned>((job.cols + kTile - 1) / kTile), static_cast<unsigned>((job.rows + kTile - 1) / kTile));
   fp8_cast_kernel<InT, KR, KC><<<grid, kThreads, 0, stream>>>(static_cast<const InT*>(job.input), job.rows, job.cols,
                                                                 slot, out);
@@ -263,6 +279,8 @@ std::string axis_problem(const Fp8CastAxis& a, const char* where) {
   if (a.spec.hadamard != HadamardMode::kNone) return w + "takes no rotation";
   if (a.codes == nullptr || !aligned16(a.codes)) return w + "needs a 16-byte-aligned code buffer";
   if (a.decode_scale == nullptr) return w + "needs a decode-scale pointer";
+  const std::string delayed = fp8_delayed_problem(a.delayed, a.spec.format);
+  if (!delayed.empty()) return w + delayed;
   return {};
 }
 

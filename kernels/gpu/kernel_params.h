@@ -19,6 +19,7 @@ struct AxisParams {
   HadamardSigns signs{{0, 0, 0, 0}};
   AxisOutputs out;
   unsigned int* amax_slot = nullptr;  // workspace: [float bits of |max|, non-finite flag]
+  Fp8DelayedScale delayed;            // FP8 delayed scaling (AxisJob::delayed)
   // The dequantized output of the input's own type (bf16 for bf16 input, float32 for float32)
   // is asked for and goes through shared memory (quantize_kernels.cuh, write_dequant).
   bool staged = false;

@@ -372,6 +372,12 @@ MXABLATE_UNROLL
 
 template <QuantFormat F>
 __device__ float axis_global(const AxisParams& a) {
+  if constexpr (F == QuantFormat::kFP8E4M3 || F == QuantFormat::kFP8E5M2) {
+    // Delayed scaling (docs/design.md §3): the window's scale; the amax decides non-finiteness.
+    if (a.delayed.window != nullptr)
+      return fp8_delayed_scale(*a.delayed.window, bits_float(a.amax_slot[0]), a.amax_slot[1] != 0u, a.delayed.margin,
+                               element_format_of(F));
+  }
   if constexpr (is_per_tensor(F)) {
     return tensor_global<F>(bits_float(a.amax_slot[0]), a.amax_slot[1] != 0u);
   }
@@ -503,6 +509,9 @@ __device__ void finish_axis(const KernelParams& p, const AxisParams& a, const In
   quantize_pass<kAxis, InT, F, kTelemetry, kStochastic, kCodes>(p, a, tile, stage, r0, c0, tel, inexact, tile_max);
   if constexpr (is_per_tensor(F)) {
     if (first_block && a.out.tensor_scale != nullptr) *a.out.tensor_scale = axis_global<F>(a);
+    // Delayed scaling: the tensor's amax into its instance's record, once per call.
+    if (first_block && a.delayed.record != nullptr)
+      atomicMax(a.delayed.record, fp8_amax_record(bits_float(a.amax_slot[0]), a.amax_slot[1] != 0u));
   }
   if constexpr (kTelemetry) {
     // The FP8 formats count a non-finite tensor once, as the CPU reference does.

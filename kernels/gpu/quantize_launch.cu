@@ -33,6 +33,8 @@ void check_axis_job(const AxisJob& job, Axis axis, int64_t rows, int64_t cols) {
     throw std::invalid_argument(where + std::string(to_string(f)) + " has no packed codes");
   if (o.scales && block_size(f) == 0)
     throw std::invalid_argument(where + std::string(to_string(f)) + " has no block scales");
+  const std::string delayed = fp8_delayed_problem(job.delayed, f);
+  if (!delayed.empty()) throw std::invalid_argument(where + delayed);
   const bool any_fp8 = o.fp8_codes || o.fp8_scales || o.fp8_inexact_chunks;
   if (any_fp8 && f != QuantFormat::kMXFP4)
     throw std::invalid_argument(where + "the E4M3 re-expression needs mxfp4, got " + std::string(to_string(f)));
@@ -71,6 +73,7 @@ AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
   a.key = job->key;
   a.signs = hadamard_signs(job->spec.hadamard, job->key);
   a.out = job->out;
+  a.delayed = job->delayed;
   if (detail::is_per_tensor(job->spec.format)) a.amax_slot = amax_slot;
   return a;
 }

@@ -88,6 +88,9 @@ const std::map<std::string, std::string> kPinned = {
     {"quant.dge.clamp", "set trajectory arm"},
     {"quant.occ.quantile", "set trajectory arm"},
     {"quant.gemm_path", "trajectory arm"},
+    {"quant.fp8_scaling", "set trajectory arm"},
+    {"quant.fp8_amax_history", "set trajectory arm"},
+    {"quant.fp8_margin", "set trajectory arm"},
     {"quant.bf16_first_blocks", "trajectory arm"},
     {"quant.bf16_last_blocks", "trajectory arm"},
     {"precision_schedule", "set arm"},
@@ -172,7 +175,8 @@ TEST_CASE("the identity JSON leaves out exactly the keys written when set, while
   }
   CHECK(left_out == std::vector<std::string>{"model.norm_eps", "model.rope_theta", "overrides",
                                              "parallel.data", "parallel.shard", "precision_schedule",
-                                             "quant.dge", "quant.occ", "quant.sr_prescale",
+                                             "quant.dge", "quant.fp8_amax_history", "quant.fp8_margin",
+                                             "quant.fp8_scaling", "quant.occ", "quant.sr_prescale",
                                              "quant.weight_blocks",
                                              "train.activation_checkpointing", "train.cuda_graphs"});
   CHECK_FALSE(compact.contains("parallel"));  // a section left empty goes too

@@ -6,6 +6,8 @@
 // check.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/kernels/block_scaling.h"
 #include "mxablate/kernels/gpu/fp8_cast_gpu.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/fp8_gemm.h"
@@ -270,12 +273,12 @@ FastCast fast_cast(const at::Tensor& cuda_in, const QuantSpec* rows_spec, const 
                       in.size(0), in.size(1), nullptr, nullptr, workspace.data_ptr()};
   if (rows_spec) {
     r.rows = at::empty({in.size(0), in.size(1)}, bytes);
-    ra = {*rows_spec, r.rows.data_ptr<uint8_t>(), r.scales.data_ptr<float>()};
+    ra = {*rows_spec, r.rows.data_ptr<uint8_t>(), r.scales.data_ptr<float>(), {}};
     job.along_rows = &ra;
   }
   if (cols_spec) {
     r.cols = at::empty({in.size(1), in.size(0)}, bytes);
-    ca = {*cols_spec, r.cols.data_ptr<uint8_t>(), r.scales.data_ptr<float>() + 4};
+    ca = {*cols_spec, r.cols.data_ptr<uint8_t>(), r.scales.data_ptr<float>() + 4, {}};
     job.down_cols = &ca;
   }
   const std::string unsupported = gpu::fp8_cast_unsupported_reason(job);
@@ -391,7 +394,7 @@ TEST_CASE("the fast FP8 cast says in one sentence what it does not take", "[gpu]
   const at::Tensor codes = at::empty({64 * 64 + 16}, x.options().dtype(at::kByte));
   const at::Tensor scale = at::empty({8}, x.options().dtype(at::kFloat));
   const auto reason = [&](QuantSpec spec, int64_t rows, int64_t cols, size_t code_offset, const void* input) {
-    gpu::Fp8CastAxis a{spec, codes.data_ptr<uint8_t>() + code_offset, scale.data_ptr<float>()};
+    gpu::Fp8CastAxis a{spec, codes.data_ptr<uint8_t>() + code_offset, scale.data_ptr<float>(), {}};
     gpu::Fp8CastJob job{input, gpu::InputType::kBFloat16, rows, cols, &a, nullptr, scale.data_ptr<float>() + 4};
     return gpu::fp8_cast_unsupported_reason(job);
   };
@@ -408,4 +411,162 @@ TEST_CASE("the fast FP8 cast says in one sentence what it does not take", "[gpu]
   CHECK(reason(e4m3, 64, 64, 0, static_cast<const uint8_t*>(x.data_ptr()) + 2).find("aligned input") != std::string::npos);
   gpu::Fp8CastJob none{x.data_ptr(), gpu::InputType::kBFloat16, 64, 64, nullptr, nullptr, scale.data_ptr()};
   CHECK_THROWS_AS(gpu::fp8_cast(none, nullptr), std::invalid_argument);
+}
+
+// ---- FP8 delayed scaling (docs/design.md §3, "FP8, per-tensor delayed scaling") ---------------
+
+namespace {
+
+int32_t amax_bits(float x) {
+  int32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+// The CPU reference under delayed scaling: codes, decode scale, and the record after the call
+// (starting from `record`).
+struct RefDelayed {
+  RefCodes codes;
+  int32_t record = 0;
+};
+
+RefDelayed reference_delayed(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key, int32_t window,
+                             int32_t record, int margin) {
+  const at::Tensor in = x.to(at::kFloat).contiguous();
+  RefDelayed r;
+  r.record = record;
+  r.codes.codes.resize(packed_bytes(spec.format, in.size(0), in.size(1)));
+  QuantOutputs out;
+  out.packed = r.codes.codes.data();
+  out.tensor_scale = &r.codes.scale;
+  r.codes.telemetry = quantize(in.data_ptr<float>(), in.size(0), in.size(1), axis, spec, key, out,
+                               Fp8DelayedScale{&window, &r.record, margin});
+  return r;
+}
+
+// The device state of two instances: [rows window, cols window, rows record, cols record].
+at::Tensor delayed_state(int32_t rows_window, int32_t cols_window, int32_t record) {
+  return at::tensor(std::vector<int32_t>{rows_window, cols_window, record, record}, at::kInt).to(at::kCUDA);
+}
+
+AxisQuantization delayed_axis(const QuantSpec& spec, const RngKey& key, const at::Tensor& state, int which, int margin) {
+  return {spec, key, {state.data_ptr<int32_t>() + which, state.data_ptr<int32_t>() + 2 + which, margin}};
+}
+
+}  // namespace
+
+TEST_CASE("fp8_quantize under delayed scaling writes the CPU reference's codes, scale and amax record", "[gpu][torch][fp8][delayed]") {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Fast-cast shapes (multiples of 16) and ragged ones (the general quantizer).
+  const std::vector<Shape> shapes{{256, 192}, {80, 208}, {96, 102}, {1, 16}};
+  QuantSpec e4m3_sr{QuantFormat::kFP8E4M3, ScaleRule::kFloor, Rounding::kStochastic};
+  e4m3_sr.sr_prescale = 0.75f;
+  const std::vector<QuantSpec> specs{{QuantFormat::kFP8E4M3}, {QuantFormat::kFP8E5M2}, e4m3_sr};
+  // Windows: empty (current scaling), far below the amax (saturation), above it, zero, non-finite.
+  const std::vector<int32_t> windows{kNoAmax, amax_bits(0.5f), amax_bits(5000.0f), 0, kNonfiniteAmax};
+  int call = 0;
+  for (const Shape s : shapes) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const at::Tensor x = fp8_test_input(s.rows, s.cols, 31 + call, variant == 1, variant == 1 ? 1.0f : 0.01f);
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor in = x.to(dtype);
+        const at::Tensor cuda_in = in.to(at::kCUDA);
+        for (const QuantSpec& spec : specs) {
+          for (const int32_t window : windows) {
+            ++call;
+            const int margin = call % 3 == 0 ? 3 : 0;
+            // A record that already holds an earlier micro-batch's amax, every other call.
+            const int32_t before = call % 2 == 0 ? kNoAmax : amax_bits(1.0e30f);
+            const RngKey rk{11, 3, 2, GemmKind::kFprop, Operand::kA}, ck{11, 3, 2, GemmKind::kWgrad, Operand::kB};
+            const RefDelayed want_rows = reference_delayed(in, Axis::kRows, spec, rk, window, before, margin);
+            const RefDelayed want_cols = reference_delayed(in, Axis::kCols, spec, ck, window, before, margin);
+            INFO(mxablate::test::describe(spec, Axis::kRows, s.rows, s.cols) << " " << c10::toString(dtype) << " variant "
+                                                                             << variant << " window " << window << " margin "
+                                                                             << margin);
+            for (int telemetry = 0; telemetry < 2; ++telemetry) {
+              // Without telemetry the fast cast where it applies; with it, the general quantizer.
+              const at::Tensor state = delayed_state(window, window, before);
+              const AxisQuantization rows = delayed_axis(spec, rk, state, 0, margin);
+              const AxisQuantization cols = delayed_axis(spec, ck, state, 1, margin);
+              QuantTelemetry rt, ct;
+              const Fp8Codes got = fp8_quantize(cuda_in, &rows, &cols, telemetry ? &rt : nullptr, telemetry ? &ct : nullptr);
+              CHECK(code_bytes(got.rows) == want_rows.codes.codes);
+              CHECK(code_bytes(got.cols) == want_cols.codes.codes);
+              CHECK(same_float_bits(got.rows_scale, want_rows.codes.scale));
+              CHECK(same_float_bits(got.cols_scale, want_cols.codes.scale));
+              const at::Tensor host = state.cpu();
+              CHECK(host[2].item<int32_t>() == want_rows.record);
+              CHECK(host[3].item<int32_t>() == want_cols.record);
+              CHECK(host[0].item<int32_t>() == window);  // the window is only read
+              if (telemetry) CHECK(rt.saturated == want_rows.codes.telemetry.saturated);
+            }
+            // The emulated route's fake quantization, the same decode scale and values.
+            const at::Tensor state = delayed_state(window, window, before);
+            const AxisQuantization rows = delayed_axis(spec, rk, state, 0, margin);
+            const at::Tensor fq = fake_quantize(cuda_in, Axis::kRows, rows, nullptr, at::kFloat).cpu();
+            int32_t cpu_record = before;
+            const at::Tensor want_fq =
+                fake_quantize(in, Axis::kRows, AxisQuantization{spec, rk, {&window, &cpu_record, margin}}, nullptr, at::kFloat);
+            CHECK(cpu_record == want_rows.record);
+            CHECK(at::equal(fq.isnan(), want_fq.isnan()));
+            CHECK(at::equal(at::nan_to_num(fq), at::nan_to_num(want_fq)));
+            CHECK(state.cpu()[2].item<int32_t>() == want_rows.record);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the fast FP8 cast under delayed scaling replays in a CUDA graph with each replay's window", "[gpu][torch][fp8][delayed][graph]") {
+  const QuantSpec e4m3{QuantFormat::kFP8E4M3};
+  const RngKey rk{1, 0, 0, GemmKind::kFprop, Operand::kA}, ck{1, 0, 0, GemmKind::kWgrad, Operand::kB};
+  const at::Tensor x = fp8_test_input(512, 256, 5, false, 0.01f).to(at::kBFloat16).to(at::kCUDA);
+  const at::Tensor state = delayed_state(kNoAmax, kNoAmax, kNoAmax);
+  const AxisQuantization rows = delayed_axis(e4m3, rk, state, 0, 0);
+  const AxisQuantization cols = delayed_axis(e4m3, ck, state, 1, 0);
+  at::cuda::CUDAGraph graph;
+  Fp8Codes captured;
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    (void)fp8_quantize(x, &rows, &cols);  // warm-up outside the capture
+    graph.capture_begin();
+    captured = fp8_quantize(x, &rows, &cols);
+    graph.capture_end();
+  }
+  for (const int32_t window : {kNoAmax, amax_bits(0.25f), amax_bits(100.0f)}) {
+    INFO("window " << window);
+    state.copy_(delayed_state(window, window, kNoAmax));  // written between replays, as the trainer does
+    graph.replay();
+    at::cuda::getCurrentCUDAStream().synchronize();
+    side.synchronize();
+    const RefDelayed want_rows = reference_delayed(x.cpu(), Axis::kRows, e4m3, rk, window, kNoAmax, 0);
+    const RefDelayed want_cols = reference_delayed(x.cpu(), Axis::kCols, e4m3, ck, window, kNoAmax, 0);
+    CHECK(code_bytes(captured.rows) == want_rows.codes.codes);
+    CHECK(code_bytes(captured.cols) == want_cols.codes.codes);
+    CHECK(same_float_bits(captured.rows_scale, want_rows.codes.scale));
+    CHECK(state.cpu()[2].item<int32_t>() == want_rows.record);
+    CHECK(state.cpu()[3].item<int32_t>() == want_cols.record);
+  }
+}
+
+TEST_CASE("the GPU quantizers refuse delayed scaling where it does not apply", "[gpu][torch][fp8][delayed]") {
+  const at::Tensor x = at::ones({64, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
+  const at::Tensor state = delayed_state(kNoAmax, kNoAmax, kNoAmax);
+  const auto message = [&](const QuantSpec& spec, int margin) {
+    try {
+      const AxisQuantization q = delayed_axis(spec, {}, state, 0, margin);
+      (void)fake_quantize(x, Axis::kRows, q);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message({QuantFormat::kMXFP4}, 0) ==
+        "quantize along rows: delayed scaling applies to fp8-e4m3 and fp8-e5m2 only, got mxfp4");
+  CHECK(message({QuantFormat::kFP8E4M3}, 9) == "quantize along rows: delayed scaling's margin must be in [0, 8], got 9");
+  CHECK(message({QuantFormat::kFP8E4M3}, 8) == "no error");
 }

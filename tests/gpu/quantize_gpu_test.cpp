@@ -272,7 +272,7 @@ TEST_CASE("GPU quantize is exact on a large tensor", "[gpu]") {
 
 TEST_CASE("GPU quantize refuses jobs outside the contract, in one sentence", "[gpu]") {
   DeviceBuffer input(64 * 96 * 4), out(64 * 96 * 4);
-  gpu::AxisJob axis{{QuantFormat::kMXFP4}, {}, {}};
+  gpu::AxisJob axis{{QuantFormat::kMXFP4}, {}, {}, {}};
   axis.out.dequant = out.as<float>();
   gpu::QuantizeJob job;
   job.input = input.as<void>();

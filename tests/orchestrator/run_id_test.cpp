@@ -119,3 +119,32 @@ TEST_CASE("a real change of a value changes the ids of exactly the runs it affec
     }
   }
 }
+
+TEST_CASE("FP8 delayed scaling changes only the ids of the arms that set it") {
+  // docs/design.md §2: a setting added later is written to the identity only when set, so
+  // spelling out its default (current scaling) leaves every id as it was.
+  const char* fp8_recipe = R"(name: ids
+base:
+  model: smoke
+  data: {seq_len: 64}
+  train: {global_batch_tokens: 1024, max_tokens: 1e6, lr: 1e-3}
+  precision: {fprop: fp8, dgrad: fp8, wgrad: fp8}
+arms:
+  fp8: {}
+  other: {train: {lr: 2e-3}}
+grid:
+  seed: [1]
+)";
+  const auto reference = ids_by_label(fp8_recipe);
+  std::string spelled = fp8_recipe;
+  spelled.replace(spelled.find("fp8: {}"), 7, "fp8: {quant: {fp8_scaling: current, fp8_amax_history: 1024, fp8_margin: 0}}");
+  CHECK(ids_by_label(spelled) == reference);
+  std::string delayed = fp8_recipe;
+  delayed.replace(delayed.find("fp8: {}"), 7, "fp8: {quant: {fp8_scaling: delayed}}");
+  const auto changed = ids_by_label(delayed);
+  CHECK(changed.at("fp8/1") != reference.at("fp8/1"));
+  CHECK(changed.at("other/1") == reference.at("other/1"));
+  std::string window = fp8_recipe;
+  window.replace(window.find("fp8: {}"), 7, "fp8: {quant: {fp8_scaling: delayed, fp8_amax_history: 16}}");
+  CHECK(ids_by_label(window).at("fp8/1") != changed.at("fp8/1"));
+}

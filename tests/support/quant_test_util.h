@@ -21,7 +21,8 @@ struct Quantized {
 };
 
 inline Quantized run_quantize(const float* x, int64_t rows, int64_t cols, kernels::Axis axis,
-                              const kernels::QuantSpec& spec, const kernels::RngKey& key = {}) {
+                              const kernels::QuantSpec& spec, const kernels::RngKey& key = {},
+                              const kernels::Fp8DelayedScale& delayed = {}) {
   using namespace kernels;
   Quantized q;
   const size_t n = static_cast<size_t>(rows * cols);
@@ -35,14 +36,14 @@ inline Quantized run_quantize(const float* x, int64_t rows, int64_t cols, kernel
   if (!q.packed.empty()) out.packed = q.packed.data();
   if (!q.scales.empty()) out.scales = q.scales.data();
   if (element_format(spec.format)) out.tensor_scale = &q.tensor_scale;
-  q.telemetry = quantize(x, rows, cols, axis, spec, key, out);
+  q.telemetry = quantize(x, rows, cols, axis, spec, key, out, delayed);
   return q;
 }
 
 inline Quantized run_quantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                               kernels::Axis axis, const kernels::QuantSpec& spec,
-                              const kernels::RngKey& key = {}) {
-  return run_quantize(x.data(), rows, cols, axis, spec, key);
+                              const kernels::RngKey& key = {}, const kernels::Fp8DelayedScale& delayed = {}) {
+  return run_quantize(x.data(), rows, cols, axis, spec, key, delayed);
 }
 
 // Gaussian values with a few large outlier columns: what LLM activations look like.

@@ -193,9 +193,11 @@ void write_code(uint8_t* packed, const TensorLines& lines, QuantFormat format, i
 }
 
 void check_request(const QuantSpec& spec, int64_t rows, int64_t cols, Axis axis,
-                   const QuantOutputs& out) {
+                   const QuantOutputs& out, const Fp8DelayedScale& delayed) {
   const std::string problem = check_shape(spec, rows, cols, axis);
   if (!problem.empty()) throw std::invalid_argument(problem);
+  const std::string delayed_problem = fp8_delayed_problem(delayed, spec.format);
+  if (!delayed_problem.empty()) throw std::invalid_argument(delayed_problem);
   const bool has_codes = element_format(spec.format).has_value();
   if ((out.packed || out.tensor_scale) && !has_codes)
     throw std::invalid_argument(std::string(to_string(spec.format)) + " has no packed codes");
@@ -215,9 +217,21 @@ size_t scale_bytes(QuantFormat format, int64_t rows, int64_t cols) {
   return block == 0 ? 0 : static_cast<size_t>(rows * cols / block);
 }
 
+std::string fp8_delayed_problem(const Fp8DelayedScale& delayed, QuantFormat format) {
+  if (delayed.window == nullptr) return {};
+  if (format != QuantFormat::kFP8E4M3 && format != QuantFormat::kFP8E5M2)
+    return "delayed scaling applies to fp8-e4m3 and fp8-e5m2 only, got " + std::string(to_string(format));
+  if (delayed.record == nullptr) return "delayed scaling needs where to record the tensor's amax";
+  if (delayed.margin < 0 || delayed.margin > kMaxFp8Margin)
+    return "delayed scaling's margin must be in [0, " + std::to_string(kMaxFp8Margin) + "], got " +
+           std::to_string(delayed.margin);
+  return {};
+}
+
 QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
-                        const QuantSpec& spec, const RngKey& key, const QuantOutputs& out) {
-  check_request(spec, rows, cols, axis, out);
+                        const QuantSpec& spec, const RngKey& key, const QuantOutputs& out,
+                        const Fp8DelayedScale& delayed) {
+  check_request(spec, rows, cols, axis, out, delayed);
   const TensorLines lines{rows, cols, axis};
   const HadamardSigns signs = hadamard_signs(spec.hadamard, key);
   const std::vector<float> rotated = detail::rotated_lines(x, lines, spec, signs);
@@ -233,7 +247,13 @@ QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
     if (spec.format == QuantFormat::kNVFP4) {
       global = nvfp4_global_scale(amax);
     } else {
-      global = fp8_tensor_scale(amax, *element_format(spec.format));
+      // Delayed scaling (docs/design.md §3): the window's scale, and this tensor's amax recorded.
+      if (delayed.window != nullptr) {
+        global = fp8_delayed_scale(*delayed.window, t.amax, t.nonfinite, delayed.margin, *element_format(spec.format));
+        *delayed.record = std::max(*delayed.record, fp8_amax_record(t.amax, t.nonfinite));
+      } else {
+        global = fp8_tensor_scale(amax, *element_format(spec.format));
+      }
       tensor_block.nonfinite = global != global;
       tensor_block.divisor = global;
     }

@@ -16,8 +16,8 @@ namespace {
 
 // The CPU reference reads float32; bf16 -> float32 is exact, so the result is the same as
 // quantizing the bf16 values themselves.
-at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype) {
+at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const AxisQuantization& q, QuantTelemetry* telemetry,
+                             at::ScalarType out_dtype) {
   const at::Tensor in = x.to(at::kFloat).contiguous();
   at::Tensor result =
       at::empty(x.sizes(), x.options().dtype(out_dtype).memory_format(at::MemoryFormat::Contiguous));
@@ -27,7 +27,7 @@ at::Tensor fake_quantize_cpu(const at::Tensor& x, Axis axis, const QuantSpec& sp
   } else {
     out.dequant_bf16 = reinterpret_cast<uint16_t*>(result.data_ptr<at::BFloat16>());
   }
-  const QuantTelemetry t = quantize(in.data_ptr<float>(), x.size(0), x.size(1), axis, spec, key, out);
+  const QuantTelemetry t = quantize(in.data_ptr<float>(), x.size(0), x.size(1), axis, q.spec, q.key, out, q.delayed);
   if (telemetry) *telemetry = t;
   return result;
 }
@@ -44,13 +44,18 @@ at::ScalarType checked_out_dtype(const at::Tensor& x, std::optional<at::ScalarTy
 
 at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key,
                          QuantTelemetry* telemetry, std::optional<at::ScalarType> out_dtype) {
-  detail::check_quantizable(x, axis, spec, "fake_quantize input");
+  return fake_quantize(x, axis, AxisQuantization{spec, key, {}}, telemetry, out_dtype);
+}
+
+at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const AxisQuantization& q, QuantTelemetry* telemetry,
+                         std::optional<at::ScalarType> out_dtype) {
+  detail::check_quantizable(x, axis, q.spec, "fake_quantize input");
   detail::check_device_supported(x);
   const at::ScalarType dtype = checked_out_dtype(x, out_dtype);
 #if MXABLATE_KERNELS_TORCH_CUDA
-  if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, spec, key, telemetry, dtype);
+  if (x.is_cuda()) return detail::fake_quantize_gpu(x, axis, q, telemetry, dtype);
 #endif
-  return fake_quantize_cpu(x, axis, spec, key, telemetry, dtype);
+  return fake_quantize_cpu(x, axis, q, telemetry, dtype);
 }
 
 BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
@@ -65,8 +70,8 @@ BothAxes fake_quantize_both(const at::Tensor& x, const AxisQuantization& rows,
   if (x.is_cuda())
     return detail::fake_quantize_both_gpu(x, rows, cols, rows_telemetry, cols_telemetry, dtype);
 #endif
-  return BothAxes{fake_quantize_cpu(x, Axis::kRows, rows.spec, rows.key, rows_telemetry, dtype),
-                  fake_quantize_cpu(x, Axis::kCols, cols.spec, cols.key, cols_telemetry, dtype)};
+  return BothAxes{fake_quantize_cpu(x, Axis::kRows, rows, rows_telemetry, dtype),
+                  fake_quantize_cpu(x, Axis::kCols, cols, cols_telemetry, dtype)};
 }
 
 }  // namespace mxablate::kernels

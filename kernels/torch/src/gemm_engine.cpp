@@ -56,13 +56,11 @@ class EmulatedEngine final : public GemmEngine {
       return out;
     }
     if (rows)
-      out.rows = QuantizedOperand::values(
-          fake_quantize(t, Axis::kRows, rows->spec, rows->key, rows_telemetry, values_dtype), Axis::kRows,
-          rows->spec, rows->key);
+      out.rows = QuantizedOperand::values(fake_quantize(t, Axis::kRows, *rows, rows_telemetry, values_dtype),
+                                          Axis::kRows, rows->spec, rows->key);
     if (cols)
-      out.cols = QuantizedOperand::values(
-          fake_quantize(t, Axis::kCols, cols->spec, cols->key, cols_telemetry, values_dtype), Axis::kCols,
-          cols->spec, cols->key);
+      out.cols = QuantizedOperand::values(fake_quantize(t, Axis::kCols, *cols, cols_telemetry, values_dtype),
+                                          Axis::kCols, cols->spec, cols->key);
     return out;
   }
 
@@ -301,12 +299,12 @@ bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOper
 
 QuantizedOperand QuantizedOperand::values(const at::Tensor& q, Axis axis, const QuantSpec& spec,
                                           const RngKey& key) {
-  return make_operand(Form::kValues, axis == Axis::kRows ? q : q.t(), {}, axis, {spec, key});
+  return make_operand(Form::kValues, axis == Axis::kRows ? q : q.t(), {}, axis, {spec, key, {}});
 }
 
 QuantizedOperand GemmEngine::quantize_operand(const GemmOperand& op, QuantTelemetry* telemetry,
                                               at::ScalarType values_dtype) const {
-  const AxisQuantization q{op.spec, op.key};
+  const AxisQuantization q{op.spec, op.key, {}};
   const bool rows = op.axis == Axis::kRows;
   QuantizedAxes both = quantize(op.tensor, rows ? &q : nullptr, rows ? nullptr : &q, rows ? telemetry : nullptr,
                                 rows ? nullptr : telemetry, values_dtype);

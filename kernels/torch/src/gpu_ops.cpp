@@ -88,12 +88,12 @@ gpu::QuantizeJob job_for(const at::Tensor& contiguous, const Scratch& s) {
 
 }  // namespace
 
-at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype) {
+at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const AxisQuantization& q, QuantTelemetry* telemetry,
+                             at::ScalarType out_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
   const Scratch scratch = make_scratch(in, telemetry != nullptr);
-  gpu::AxisJob axis_job{spec, key, {}};
+  gpu::AxisJob axis_job{q.spec, q.key, {}, q.delayed};
   at::Tensor result = dequant_output(in, out_dtype, axis_job.out);
   if (telemetry) axis_job.out.telemetry = scratch.telemetry(0);
   gpu::QuantizeJob job = job_for(in, scratch);
@@ -109,7 +109,7 @@ BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& row
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
   const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
-  gpu::AxisJob rows_job{rows.spec, rows.key, {}}, cols_job{cols.spec, cols.key, {}};
+  gpu::AxisJob rows_job{rows.spec, rows.key, {}, rows.delayed}, cols_job{cols.spec, cols.key, {}, cols.delayed};
   BothAxes result{dequant_output(in, out_dtype, rows_job.out),
                   dequant_output(in, out_dtype, cols_job.out)};
   if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
@@ -140,7 +140,7 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
   Fp8Operand result;
   result.codes = at::empty({lines, length}, in.options().dtype(compat::kFloat8E4M3));
   result.scales = at::empty_strided({lines, length / kFp8ChunkSize}, {1, lines}, in.options().dtype(at::kFloat));
-  gpu::AxisJob axis_job{op.spec, op.key, {}};
+  gpu::AxisJob axis_job{op.spec, op.key, {}, {}};
   axis_job.out.fp8_codes = static_cast<uint8_t*>(result.codes.data_ptr());
   axis_job.out.fp8_scales = result.scales.data_ptr<float>();
   if (telemetry) axis_job.out.telemetry = scratch.telemetry(0);
@@ -199,11 +199,12 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
     gpu::Fp8CastJob cast{in.data_ptr(), input_type_of(in), in.size(0), in.size(1), nullptr, nullptr,
                          scales.data_ptr<float>() + 8};
     if (rows) {
-      rows_axis = {rows->spec, static_cast<uint8_t*>(result.rows.data_ptr()), scales.data_ptr<float>()};
+      rows_axis = {rows->spec, static_cast<uint8_t*>(result.rows.data_ptr()), scales.data_ptr<float>(), rows->delayed};
       cast.along_rows = &rows_axis;
     }
     if (cols) {
-      cols_axis = {cols->spec, static_cast<uint8_t*>(result.cols.data_ptr()), scales.data_ptr<float>() + 4};
+      cols_axis = {cols->spec, static_cast<uint8_t*>(result.cols.data_ptr()), scales.data_ptr<float>() + 4,
+                   cols->delayed};
       cast.down_cols = &cols_axis;
     }
     if (gpu::fp8_cast_unsupported_reason(cast).empty()) {
@@ -215,14 +216,14 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
   gpu::AxisJob rows_job, cols_job;
   gpu::QuantizeJob job = job_for(in, scratch);
   if (rows) {
-    rows_job = {rows->spec, rows->key, {}};
+    rows_job = {rows->spec, rows->key, {}, rows->delayed};
     rows_job.out.packed = static_cast<uint8_t*>(result.rows.data_ptr());
     rows_job.out.tensor_scale = scales.data_ptr<float>();
     if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
     job.along_rows = &rows_job;
   }
   if (cols) {
-    cols_job = {cols->spec, cols->key, {}};
+    cols_job = {cols->spec, cols->key, {}, cols->delayed};
     cols_job.out.packed = static_cast<uint8_t*>(result.cols.data_ptr());
     cols_job.out.tensor_scale = scales.data_ptr<float>() + 4;
     if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
@@ -336,7 +337,7 @@ ScaleCodesGpu scale_codes_gpu(const at::Tensor& x, Axis axis, const QuantSpec& s
   ScaleCodesGpu result;
   result.codes = at::empty({lines, length / block_size(spec.format)}, in.options().dtype(at::kByte));
   result.tensor_scale = at::empty({4}, in.options().dtype(at::kFloat));  // 16 bytes: aligned
-  gpu::AxisJob axis_job{spec, key, {}};
+  gpu::AxisJob axis_job{spec, key, {}, {}};
   axis_job.out.scales = result.codes.data_ptr<uint8_t>();
   if (spec.format == QuantFormat::kNVFP4) axis_job.out.tensor_scale = result.tensor_scale.data_ptr<float>();
   gpu::QuantizeJob job = job_for(in, scratch);

@@ -15,8 +15,8 @@
 
 namespace mxablate::kernels::detail {
 
-at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec,
-                             const RngKey& key, QuantTelemetry* telemetry, at::ScalarType out_dtype);
+at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const AxisQuantization& q, QuantTelemetry* telemetry,
+                             at::ScalarType out_dtype);
 
 BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& rows,
                                 const AxisQuantization& cols, QuantTelemetry* rows_telemetry,

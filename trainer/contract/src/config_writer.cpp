@@ -58,6 +58,9 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
   json quant = json::object();
   write_layer_quant(block_settings(c), keys, quant);
   quant["gemm_path"] = name_json(to_string(keys == JsonKeys::kCompact ? identity_gemm_path(c) : c.quant.gemm_path));
+  quant["fp8_scaling"] = name_json(to_string(c.quant.fp8_scaling));
+  quant["fp8_amax_history"] = c.quant.fp8_amax_history;
+  quant["fp8_margin"] = c.quant.fp8_margin;
   quant["bf16_first_blocks"] = c.quant.bf16_first_blocks;
   quant["bf16_last_blocks"] = c.quant.bf16_last_blocks;
   json out{

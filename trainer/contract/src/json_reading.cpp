@@ -97,6 +97,10 @@ void read_value(const json& v, const std::string& path, ShardLevel& out) {
 void read_value(const json& v, const std::string& path, CudaGraphs& out) {
   read_name(v, path, out, parse_cuda_graphs, cuda_graphs_names);
 }
+
+void read_value(const json& v, const std::string& path, Fp8Scaling& out) {
+  read_name(v, path, out, parse_fp8_scaling, fp8_scaling_names);
+}
 void read_value(const json& v, const std::string& path, OperandClassSet& out) {
   read_name_set(v, path, out, parse_operand_class, operand_class_names);
 }

@@ -27,6 +27,8 @@ constexpr NameTable<ShardLevel, 3> kShardLevelNames{{{ShardLevel::kNone, "none"}
                                                      {ShardLevel::kGradients, "gradients"}}};
 constexpr NameTable<CudaGraphs, 3> kCudaGraphsNames{
     {{CudaGraphs::kAuto, "auto"}, {CudaGraphs::kOn, "on"}, {CudaGraphs::kOff, "off"}}};
+constexpr NameTable<Fp8Scaling, 2> kFp8ScalingNames{
+    {{Fp8Scaling::kCurrent, "current"}, {Fp8Scaling::kDelayed, "delayed"}}};
 
 // Glob match with backtracking over the last `*` (linear in practice for layer names).
 bool glob(std::string_view p, std::string_view s) {
@@ -57,6 +59,7 @@ std::string_view to_string(GemmPath v) { return name_of(kGemmPathNames, v); }
 std::string_view to_string(Device v) { return name_of(kDeviceNames, v); }
 std::string_view to_string(ShardLevel v) { return name_of(kShardLevelNames, v); }
 std::string_view to_string(CudaGraphs v) { return name_of(kCudaGraphsNames, v); }
+std::string_view to_string(Fp8Scaling v) { return name_of(kFp8ScalingNames, v); }
 std::optional<GemmPrecision> parse_gemm_precision(std::string_view s) {
   return parse_from(kPrecisionNames, s);
 }
@@ -67,12 +70,14 @@ std::optional<GemmPath> parse_gemm_path(std::string_view s) { return parse_from(
 std::optional<Device> parse_device(std::string_view s) { return parse_from(kDeviceNames, s); }
 std::optional<ShardLevel> parse_shard_level(std::string_view s) { return parse_from(kShardLevelNames, s); }
 std::optional<CudaGraphs> parse_cuda_graphs(std::string_view s) { return parse_from(kCudaGraphsNames, s); }
+std::optional<Fp8Scaling> parse_fp8_scaling(std::string_view s) { return parse_from(kFp8ScalingNames, s); }
 std::string gemm_precision_names() { return names_of(kPrecisionNames); }
 std::string operand_class_names() { return names_of(kOperandClassNames); }
 std::string gemm_path_names() { return names_of(kGemmPathNames); }
 std::string device_names() { return names_of(kDeviceNames); }
 std::string shard_level_names() { return names_of(kShardLevelNames); }
 std::string cuda_graphs_names() { return names_of(kCudaGraphsNames); }
+std::string fp8_scaling_names() { return names_of(kFp8ScalingNames); }
 
 bool is_fp4(GemmPrecision p) { return p == GemmPrecision::kMXFP4 || p == GemmPrecision::kNVFP4; }
 

@@ -164,6 +164,9 @@ static RunConfig parse_run_config(const json& j) {
     ObjectReader r(*q, "quant");
     read_layer_quant(r, blocks);
     r.get("gemm_path", c.quant.gemm_path);
+    r.get("fp8_scaling", c.quant.fp8_scaling);
+    r.get("fp8_amax_history", c.quant.fp8_amax_history);
+    r.get("fp8_margin", c.quant.fp8_margin);
     r.get("bf16_first_blocks", c.quant.bf16_first_blocks);
     r.get("bf16_last_blocks", c.quant.bf16_last_blocks);
     r.finish();

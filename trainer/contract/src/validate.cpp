@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "json_reading.h"
+#include "mxablate/contract/gemm_route.h"
 
 namespace mxablate::contract::detail {
 namespace {
@@ -36,6 +37,30 @@ void validate_limits(const RunConfig& c) {
     require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
 }
 
+// FP8 delayed scaling (docs/design.md §3): the window and margin in range, and set only where
+// they mean something. A history or margin under current scaling, or delayed scaling in a config
+// without an FP8 GEMM, would compute exactly what the config without it computes under another
+// run id: refused, so that no two ids name one computation.
+void validate_fp8_scaling(const RunConfig& c) {
+  const QuantConfig& q = c.quant;
+  require(q.fp8_amax_history >= 1 && q.fp8_amax_history <= kMaxFp8AmaxHistory, "quant.fp8_amax_history",
+          "must be in [1, " + std::to_string(kMaxFp8AmaxHistory) + "] (steps)", q.fp8_amax_history);
+  require(q.fp8_margin >= 0 && q.fp8_margin <= kMaxFp8Margin, "quant.fp8_margin",
+          "must be in [0, " + std::to_string(kMaxFp8Margin) + "]", q.fp8_margin);
+  if (q.fp8_scaling == Fp8Scaling::kCurrent) {
+    const QuantConfig defaults;
+    require(q.fp8_amax_history == defaults.fp8_amax_history, "quant.fp8_amax_history",
+            "applies only with quant.fp8_scaling: delayed (this config scales FP8 by the current amax)",
+            q.fp8_amax_history);
+    require(q.fp8_margin == defaults.fp8_margin, "quant.fp8_margin",
+            "applies only with quant.fp8_scaling: delayed (this config scales FP8 by the current amax)",
+            q.fp8_margin);
+  } else if (!has_fp8_gemm(c)) {
+    throw ConfigError("quant.fp8_scaling: \"delayed\" scales the operands of FP8 GEMMs, and no GEMM of this "
+                      "config is fp8 (precision, precision_schedule and overrides)");
+  }
+}
+
 // Values that pass the per-key rules above yet make every attempt of the trainer fail or never
 // end: a thread pool of a million threads, a decoupled weight decay whose step lr * weight_decay
 // reaches 1 (weights flip sign or overflow to inf on the first step), token counts whose step
@@ -60,6 +85,7 @@ void validate_runnable(const RunConfig& c) {
     throw ConfigError("quant.gemm_path: \"" + std::string(to_string(c.quant.gemm_path)) +
                       "\" (FP8 and MXFP4 GEMMs on FP8 tensor cores) needs device: cuda, this run's device is \"" +
                       std::string(to_string(c.device)) + "\"");
+  validate_fp8_scaling(c);
   // The rest of what `on` needs (one rank, no per-step read-back) is the trainer's rule
   // (trainer/core step_capture.h); the device is known here.
   if (c.train.cuda_graphs == CudaGraphs::kOn && c.device != Device::kCUDA)

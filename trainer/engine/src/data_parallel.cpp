@@ -83,6 +83,13 @@ c10::intrusive_ptr<c10d::Work> DataParallel::sum_async(at::Tensor& tensor) {
 
 void DataParallel::sum(at::Tensor& tensor) { wait(sum_async(tensor)); }
 
+void DataParallel::max(at::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  wait(impl_->backend->allreduce(tensors, options));
+}
+
 at::Tensor DataParallel::chunk_of(const at::Tensor& bucket) const {
   const int64_t chunk = bucket.numel() / rank_.world;
   return bucket.narrow(0, chunk * rank_.rank, chunk);

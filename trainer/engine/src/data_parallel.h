@@ -44,6 +44,9 @@ class DataParallel {
   // returned work must be waited on (wait()) before the tensor is read or written.
   c10::intrusive_ptr<c10d::Work> sum_async(at::Tensor& tensor);
   void sum(at::Tensor& tensor);
+  // The element-wise maximum of `tensor` over the ranks, in place (FP8 delayed scaling's amaxes,
+  // int32 bits: exact in any order).
+  void max(at::Tensor& tensor);
   static void wait(const c10::intrusive_ptr<c10d::Work>& work);
 
   // Sharded data parallelism (docs/design.md §4, "Sharded data parallelism"): `bucket` (1-D,

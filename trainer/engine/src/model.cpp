@@ -140,6 +140,11 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
     initialize(options.init_seed);
     to(options.device);
   }
+  // FP8 delayed scaling's history (fp8_history.h) is the model's state too: a buffer, so that
+  // checkpoints save and restore it with the weights (docs/design.md §4). Registered after the
+  // move: it was made on the run's device, and the quantizers hold its address.
+  if (options.session && options.session->fp8_history)
+    register_buffer("fp8_amax_history", options.session->fp8_history->history());
 }
 
 void LlamaModelImpl::initialize(uint64_t seed) {

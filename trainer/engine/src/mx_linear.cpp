@@ -122,6 +122,13 @@ bool wants_telemetry(const LinearState& s, const QuantSpec& spec) {
   return s.session->collect_telemetry && is_low_precision(spec);
 }
 
+// An FP8 operand under delayed scaling (docs/design.md §3): its scale is its own instance's, so
+// its quantization is this layer's alone.
+bool delayed_fp8(const LinearState& s, const QuantSpec& spec) {
+  return s.session && s.session->fp8_history &&
+         (spec.format == kernels::QuantFormat::kFP8E4M3 || spec.format == kernels::QuantFormat::kFP8E5M2);
+}
+
 // One tensor's quantizations for the GEMMs that use it (at most one along rows, one down
 // columns), each by its GEMM's engine, in the form that engine multiplies.
 struct Quantized {
@@ -135,7 +142,9 @@ void quantize_on_engines(const at::Tensor& t, const LinearState& s, std::optiona
                          std::optional<OperandUse> cols, Quantized& out, QuantTelemetry& rows_tel,
                          QuantTelemetry& cols_tel) {
   const auto axis_q = [&s](OperandUse u) {
-    return kernels::AxisQuantization{spec_of(s, u), s.key(u.gemm, u.operand)};
+    kernels::AxisQuantization q{spec_of(s, u), s.key(u.gemm, u.operand), {}};
+    if (delayed_fp8(s, q.spec)) q.delayed = s.session->fp8_history->scale_of(s.layer, u.gemm, u.operand);
+    return q;
   };
   const auto telemetry = [&s](std::optional<OperandUse> u, QuantTelemetry& tel) {
     return u && wants_telemetry(s, spec_of(s, *u)) ? &tel : nullptr;
@@ -187,8 +196,13 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
   const uint64_t epoch = memo_use.epoch;
   const at::ScalarType dtype = gemm_dtype(t);
   // Every engine's form goes through the memo: dequantized values (plain BF16 roundings
-  // included), FP8 codes with their decode scale, E4M3 codes with chunk scales.
-  const auto memoized = [&](std::optional<OperandUse> u) { return memo && u; };
+  // included), FP8 codes with their decode scale, E4M3 codes with chunk scales. The session's
+  // memo serves several layers, so an operand under delayed scaling (its own instance's scale,
+  // its own amax record) stays out of it; a layer's own weight memo keeps it for the step.
+  const bool across_layers = memo == &s.session->memo;
+  const auto memoized = [&](std::optional<OperandUse> u) {
+    return memo && u && !(across_layers && delayed_fp8(s, spec_of(s, *u)));
+  };
   const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
     if (!memoized(u)) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);

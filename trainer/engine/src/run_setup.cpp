@@ -96,6 +96,10 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   s.routes = resolve_gemm_routes(config, s.device, s.layers, s.shape.n_layers,
                                  s.plan.micro_batch_tokens, rank.rank == 0);
   session->routes = s.routes;
+  if (config.quant.fp8_scaling == contract::Fp8Scaling::kDelayed)
+    session->fp8_history = std::make_shared<Fp8AmaxHistory>(static_cast<int64_t>(s.layers.size()),
+                                                            config.quant.fp8_amax_history,
+                                                            config.quant.fp8_margin, s.device);
   ModelOptions mo;
   mo.shape = s.shape;
   mo.vocab_size = vocab;

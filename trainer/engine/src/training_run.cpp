@@ -107,6 +107,8 @@ class TrainingRun::Loop {
       }
     }
 
+    // FP8 delayed scaling: the window of the history the checkpoint restored (or of none).
+    if (const auto& h = s_.model->session().fp8_history) h->refresh();
     // A resumed run continues in the precision phase it had reached; the switch was announced
     // when it happened.
     enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), false);
@@ -254,6 +256,12 @@ class TrainingRun::Loop {
         // Whether each layer quantized its weight once per step (weight_cache.h), and why.
         {"weight_cache", {{"on", s_.weight_cache.on}, {"reason", s_.weight_cache.reason}}},
     };
+    // Where FP8 decode scales came from (docs/design.md §3): the baseline a result belongs to.
+    details["fp8_scaling"] = {{"mode", contract::to_string(s_.config.quant.fp8_scaling)}};
+    if (s_.config.quant.fp8_scaling == contract::Fp8Scaling::kDelayed) {
+      details["fp8_scaling"]["amax_history"] = s_.config.quant.fp8_amax_history;
+      details["fp8_scaling"]["margin"] = s_.config.quant.fp8_margin;
+    }
     if (prestarted_) details["prestarted"] = true;
     events_->run_start(progress(), std::move(details));
     if (mllog_.enabled()) {
@@ -395,9 +403,18 @@ class TrainingRun::Loop {
     for (int64_t m = first; m < first + per_rank; ++m)
       batches.push_back(s_.batches->get(state_.samples + m * micro, micro, s_.device));
     const MicroBatchPasses passes = [this](const std::vector<TokenBatch>& b) { return run_passes(b); };
+    // FP8 delayed scaling (docs/design.md §3): the step's amaxes are recorded from empty, and
+    // after the passes (eagerly, outside any graph) become the step's history entry. The ranks
+    // take the maximum first, so that every rank scales the next step alike.
+    Fp8AmaxHistory* fp8_history = session.fp8_history.get();
+    if (fp8_history) fp8_history->begin_step();
     const at::Tensor device_loss_sum =
         s_.graph ? s_.graph->run(passes, batches, session.step, phase_, session.collect_telemetry)
                  : run_passes(batches);
+    if (fp8_history) {
+      if (dp_) dp_->max(fp8_history->current());
+      fp8_history->end_step(state_.step);
+    }
     double loss_sum = device_loss_sum.item<double>();
     // The ranks agree on the loss and on whether to stop after this step (a signal may reach
     // them at different steps); every later decision is then the same on every rank.

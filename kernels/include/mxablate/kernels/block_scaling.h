@@ -185,4 +185,32 @@ MX_HD float fp8_tensor_scale(float tensor_amax, MinifloatFormat f) {
   return d == 0.0f ? pow2f(-149) : d;
 }
 
+// ---- FP8 with per-tensor delayed scaling (docs/design.md §3) ----------------------------------
+
+// An amax as a delayed-scaling history holds it: the bits of the tensor's largest finite |x|
+// (non-negative floats order like their bits, so an int32 maximum is the float maximum: exact, in
+// any order, on any device and in any collective), or kNonfiniteAmax for a tensor that held a NaN
+// or an infinity (above every finite amax, so a window that holds it is non-finite too).
+// kNoAmax, below every recorded value, marks what no step has written.
+inline constexpr int32_t kNoAmax = -1;
+inline constexpr int32_t kNonfiniteAmax = 0x7FC00000;
+// The largest margin: amax / max_finite * 2^8 stays finite for every finite amax (FLT_MAX / 448
+// * 256 < FLT_MAX), so a margin never turns a decode scale into infinity.
+inline constexpr int kMaxFp8Margin = 8;
+
+MX_HD int32_t fp8_amax_record(float finite_amax, bool nonfinite) {
+  return nonfinite ? kNonfiniteAmax : static_cast<int32_t>(float_bits(finite_amax) & 0x7FFFFFFFu);
+}
+
+// The decode scale of a tensor under delayed scaling: d = fp8_tensor_scale(a) * 2^margin, with a
+// the window's largest recorded amax, or the tensor's own amax while the window is empty
+// (kNoAmax: the first step scales as current scaling does). A non-finite tensor gets NaN, as
+// under current scaling, whatever the window says: its NaN must reach the loss. Values beyond
+// max_finite * d saturate (the codes' rounding clamps them). 2^margin is exact.
+MX_HD float fp8_delayed_scale(int32_t window, float finite_amax, bool nonfinite, int margin, MinifloatFormat f) {
+  if (nonfinite) return quiet_nan();
+  const float a = window < 0 ? finite_amax : bits_float(static_cast<uint32_t>(window));
+  return fp8_tensor_scale(a, f) * pow2f(margin);
+}
+
 }  // namespace mxablate::kernels

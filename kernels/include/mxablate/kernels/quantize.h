@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "mxablate/kernels/philox.h"
 #include "mxablate/kernels/quant_spec.h"
@@ -38,6 +39,23 @@ struct QuantOutputs {
   uint8_t* scales = nullptr;
   float* tensor_scale = nullptr;
 };
+
+// FP8 delayed scaling of one quantization (docs/design.md §3, "FP8, per-tensor delayed
+// scaling"): where the decode scale comes from and where the tensor's amax goes. The pointers are
+// host memory for the CPU reference and device memory for the GPU quantizers, so that a captured
+// CUDA graph reads each step's window from memory. `window` is null for current scaling.
+struct Fp8DelayedScale {
+  // One int32: the largest amax the operand instance recorded over the window (fp8_amax_record
+  // bits), kNoAmax while it has recorded none.
+  const int32_t* window = nullptr;
+  // One int32: this tensor's amax (fp8_amax_record) is max-ed into it (atomically on the GPU).
+  int32_t* record = nullptr;
+  int margin = 0;  // [0, kMaxFp8Margin]: d is multiplied by 2^margin
+};
+
+// Empty when `delayed` can go with `format` (current scaling, or delayed scaling of an FP8
+// format with both pointers and a margin in range), else one sentence.
+std::string fp8_delayed_problem(const Fp8DelayedScale& delayed, QuantFormat format);
 
 // Quantization telemetry of one call. Errors are measured in the quantized (rotated) domain,
 // against p x under an SR pre-scale p (so the relative error does not depend on p).
@@ -66,8 +84,11 @@ size_t scale_bytes(QuantFormat format, int64_t rows, int64_t cols);
 // Quantizes x. Throws std::invalid_argument if check_shape fails or if packed/scales are asked
 // of a format that has none. Any output pointer may be null. The result does not depend on the
 // number of threads.
+// `delayed` (FP8 formats only) takes the decode scale from its window and records the tensor's
+// amax; without it FP8 uses current scaling.
 QuantTelemetry quantize(const float* x, int64_t rows, int64_t cols, Axis axis,
-                        const QuantSpec& spec, const RngKey& key, const QuantOutputs& out);
+                        const QuantSpec& spec, const RngKey& key, const QuantOutputs& out,
+                        const Fp8DelayedScale& delayed = {});
 
 // Inverse of the packed outputs: writes the rows x cols dequantized tensor (input layout).
 // Bit-identical to quantize()'s `dequant` output.

@@ -1,5 +1,5 @@
-// The FP8 arm's cast at memory speed: per-tensor current scaling (docs/design.md §3, "FP8,
-// per-tensor current scaling") of a rows x cols tensor into FP8 codes along rows and/or down
+// The FP8 arm's cast at memory speed: per-tensor current or delayed scaling (docs/design.md §3,
+// "FP8, per-tensor current scaling" and "… delayed scaling") of a rows x cols tensor into FP8 codes along rows and/or down
 // columns, written by two kernels instead of the general quantizer's tile pipeline:
 //
 //   1. amax: one vectorized read of the input, the largest |x| as float bits (a NaN or an
@@ -28,6 +28,10 @@ struct Fp8CastAxis {
   QuantSpec spec;                // fp8-e4m3 or fp8-e5m2, round to nearest, no rotation
   uint8_t* codes = nullptr;      // lines x length codes (line-major), 16-byte aligned
   float* decode_scale = nullptr; // one float: d = amax / max_finite (NaN for a non-finite tensor)
+  // Delayed scaling (docs/design.md §3; device pointers): d from *delayed.window instead, and
+  // the tensor's amax max-ed into *delayed.record by the cast itself, so that neither needs the
+  // host and a captured graph reads each replay's window from memory. Null window: current scaling.
+  Fp8DelayedScale delayed;
 };
 
 struct Fp8CastJob {

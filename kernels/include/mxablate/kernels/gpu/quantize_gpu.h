@@ -70,6 +70,9 @@ struct AxisJob {
   QuantSpec spec;
   RngKey key;
   AxisOutputs out;
+  // FP8 delayed scaling (docs/design.md §3; device pointers): the decode scale from the window,
+  // the tensor's amax max-ed into the record, both on the device. Null window: current scaling.
+  Fp8DelayedScale delayed;
 };
 
 struct QuantizeJob {

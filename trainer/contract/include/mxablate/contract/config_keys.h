@@ -60,6 +60,11 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"quant.sr_prescale", kWrittenWhenSet | kTrajectory | kDescribesArm},
     {"quant.dge", kWrittenWhenSet | kTrajectory | kDescribesArm},
     {"quant.occ", kWrittenWhenSet | kTrajectory | kDescribesArm},
+    // FP8 delayed scaling (docs/design.md §3): another baseline, so an arm's intervention; a
+    // checkpoint's amax history belongs to the setting it was recorded under.
+    {"quant.fp8_scaling", kWrittenWhenSet | kTrajectory | kDescribesArm},
+    {"quant.fp8_amax_history", kWrittenWhenSet | kTrajectory | kDescribesArm},
+    {"quant.fp8_margin", kWrittenWhenSet | kTrajectory | kDescribesArm},
     {"precision_schedule", kWrittenWhenSet | kDescribesArm},
     {"overrides", kWrittenWhenSet | kDescribesArm},
     // One target per sweep: never an arm's difference.

@@ -50,6 +50,12 @@ enum class ShardLevel : uint8_t { kNone, kOptimizer, kGradients };
 // can be (a run where it cannot is refused), kOff never. The same bits either way: an execution
 // setting.
 enum class CudaGraphs : uint8_t { kAuto, kOn, kOff };
+// quant.fp8_scaling, where an FP8 operand's per-tensor decode scale comes from (docs/design.md §3,
+// "FP8, per-tensor delayed scaling"): kCurrent (the default) from the tensor's own amax; kDelayed
+// from the largest amax its operand instance recorded over the previous quant.fp8_amax_history
+// steps (TransformerEngine's delayed scaling, amax_compute_algo "max"), times 2^quant.fp8_margin.
+// Another baseline than current scaling, so an intervention with its own run ids.
+enum class Fp8Scaling : uint8_t { kCurrent, kDelayed };
 
 std::string_view to_string(GemmPrecision v);
 std::string_view to_string(OperandClass v);
@@ -57,18 +63,21 @@ std::string_view to_string(GemmPath v);
 std::string_view to_string(Device v);
 std::string_view to_string(ShardLevel v);
 std::string_view to_string(CudaGraphs v);
+std::string_view to_string(Fp8Scaling v);
 std::optional<GemmPrecision> parse_gemm_precision(std::string_view s);
 std::optional<OperandClass> parse_operand_class(std::string_view s);
 std::optional<GemmPath> parse_gemm_path(std::string_view s);
 std::optional<Device> parse_device(std::string_view s);
 std::optional<ShardLevel> parse_shard_level(std::string_view s);
 std::optional<CudaGraphs> parse_cuda_graphs(std::string_view s);
+std::optional<Fp8Scaling> parse_fp8_scaling(std::string_view s);
 std::string gemm_precision_names();
 std::string operand_class_names();
 std::string gemm_path_names();
 std::string device_names();
 std::string shard_level_names();
 std::string cuda_graphs_names();
+std::string fp8_scaling_names();
 
 // True for the settings that demand FP8 tensor cores (fp8, fp8-where-exact): a run asking for
 // one needs a CUDA device that has them.

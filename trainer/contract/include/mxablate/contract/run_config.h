@@ -62,6 +62,13 @@ struct EvalConfig {
   double tokens = 2e4;  // size of the fixed validation set
 };
 
+// Delayed FP8 scaling's window (docs/design.md §3): TransformerEngine's default length, and the
+// longest a run may ask for (the trainer keeps 6 instances x this many int32 per linear layer).
+inline constexpr int kDefaultFp8AmaxHistory = 1024;
+inline constexpr int kMaxFp8AmaxHistory = 16384;
+// The largest margin, the kernels' (block_scaling.h: it keeps every decode scale finite).
+inline constexpr int kMaxFp8Margin = kernels::kMaxFp8Margin;
+
 // The numerics of every transformer-block linear (quant_settings.h has the types). Per-layer
 // keys (all but gemm_path and the bf16_* shorthands) may also be set by an override.
 struct QuantConfig {
@@ -77,6 +84,12 @@ struct QuantConfig {
   // auto: FP8 GEMMs on FP8 tensor cores where the device has them; emulated: the exact
   // emulation everywhere; fp8: FP8 and MXFP4 GEMMs on FP8 tensor cores (gemm_route.h).
   GemmPath gemm_path = GemmPath::kAuto;
+  // Where FP8 operands' decode scales come from (quant_settings.h, Fp8Scaling; docs/design.md §3):
+  // current (the tensor's own amax) or delayed (the largest amax of the operand instance's last
+  // fp8_amax_history steps, times 2^fp8_margin). The two numbers apply only to delayed.
+  Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
+  int fp8_amax_history = kDefaultFp8AmaxHistory;  // [1, kMaxFp8AmaxHistory] steps
+  int fp8_margin = 0;                             // [0, kMaxFp8Margin]: d is multiplied by 2^margin
   int bf16_first_blocks = 0;  // shorthand for an override keeping these first blocks in BF16
   int bf16_last_blocks = 0;   // and these last ones
 };

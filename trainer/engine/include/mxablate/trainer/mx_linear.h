@@ -34,6 +34,7 @@
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
+#include "mxablate/trainer/fp8_history.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/quant_memo.h"
 #include "mxablate/trainer/run_events.h"
@@ -67,6 +68,9 @@ class QuantSession {
   // Deterministic quantizations of a layer input shared by the layers that consume it (q, k, v;
   // gate, up) within a step; `memo.enabled = false` turns reuse off (quant_memo.h).
   QuantMemo memo;
+  // FP8 delayed scaling (quant.fp8_scaling: delayed; docs/design.md §3): every FP8 operand takes
+  // its decode scale from its instance's window and records its amax there. Null: current scaling.
+  std::shared_ptr<Fp8AmaxHistory> fp8_history;
   // Each layer keeps its weight's operands for the step (LinearState::weight_memo): the trainer
   // sets this by the rule of weight_cache.h.
   bool cache_weight_operands = false;

@@ -28,11 +28,22 @@ at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const QuantSpec& spec, 
                          QuantTelemetry* telemetry = nullptr,
                          std::optional<at::ScalarType> out_dtype = std::nullopt);
 
-// How one axis of a tensor is quantized: the spec and the random stream of the GEMM that uses it.
+// How one axis of a tensor is quantized: the spec and the random stream of the GEMM that uses it,
+// and for FP8 under delayed scaling (docs/design.md §3) the operand instance's window and record,
+// in memory on x's device (one int32 each); a null window is current scaling.
 struct AxisQuantization {
+  AxisQuantization() = default;
+  AxisQuantization(const QuantSpec& s, const RngKey& k, const Fp8DelayedScale& d = {})
+      : spec(s), key(k), delayed(d) {}
   QuantSpec spec;
   RngKey key;
+  Fp8DelayedScale delayed;
 };
+
+// fake_quantize of one axis described by `q` (its delayed scaling included).
+at::Tensor fake_quantize(const at::Tensor& x, Axis axis, const AxisQuantization& q,
+                         QuantTelemetry* telemetry = nullptr,
+                         std::optional<at::ScalarType> out_dtype = std::nullopt);
 
 struct BothAxes {
   at::Tensor rows;  // Q along rows (e.g. X for Fprop)
