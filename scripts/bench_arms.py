@@ -10,7 +10,9 @@ Each arm:
   precision  the config's precision of all three GEMMs (fprop, dgrad, wgrad)
   quant      the config's `quant` section ({} where the defaults are meant)
   peer       the peer's implementation of the same numerics: "bf16", "fp8" (per-tensor E4M3
-             X and W, E5M2 dY), "fdw" (MXFP4 on all three GEMMs), "fdw+h16" (and the 16-point
+             X and W, E5M2 dY, current scaling: the peer has no delayed scaling, so the
+             fp8+delayed arm is compared with its current-scaling FP8), "fdw" (MXFP4 on all three
+             GEMMs), "fdw+h16" (and the 16-point
              Hadamard rotation on Wgrad). The peer has no FP8-tensor-core MXFP4 path: the arm
              that sends MXFP4 there is compared with the peer's emulation of the same numerics.
   routes     what run_start's gemm_routes must say for the figure to be this arm's (a GEMM
@@ -35,6 +37,8 @@ ARMS = {
     "bf16": dict(label="BF16", precision="bf16", quant={}, peer="bf16", routes={}),
     "fp8": dict(label="FP8 F+D+W (tensor-wise)", precision="fp8", quant={}, peer="fp8",
                 routes={"fp8": "fp8-tensorwise"}),
+    "fp8+delayed": dict(label="FP8 F+D+W (tensor-wise, delayed scaling)", precision="fp8",
+                        quant={"fp8_scaling": "delayed"}, peer="fp8", routes={"fp8": "fp8-tensorwise"}),
     "mxfp4": dict(label="MXFP4 F+D+W", precision="mxfp4", quant={}, peer="fdw",
                   routes={"mxfp4": "emulated"}),
     "mxfp4+h16": dict(label="MXFP4 F+D+W+H16", precision="mxfp4", quant=H16, peer="fdw+h16",

@@ -398,6 +398,7 @@ class Report:
     def targets(self):
         return [
             self.step_target("llama-1.3b", "fp8", 0.80),
+            self.step_target("llama-1.3b", "fp8+delayed", 0.80),
             self.gemm_target("llama-8b", 0.75),
             self.step_target("llama-125m", "fp8", 1.00),
             self.step_target("llama-1.3b", "mxfp4+h16", 1.05),

@@ -63,7 +63,10 @@ class BenchArms(unittest.TestCase):
         self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8", "native-mxfp4", "mxfp4-as-fp8"})
         for name, a in ARMS.items():
             self.assertIn(a["precision"], precisions, name)
-            self.assertLessEqual(set(a["quant"]), {"hadamard", "gemm_path"}, name)
+            self.assertLessEqual(set(a["quant"]), {"hadamard", "gemm_path", "fp8_scaling"}, name)
+            if "fp8_scaling" in a["quant"]:
+                self.assertIn(a["quant"]["fp8_scaling"],
+                              cpp_names("trainer/contract/src/quant_settings.cpp", "Fp8Scaling"), name)
             if "gemm_path" in a["quant"]:
                 self.assertIn(a["quant"]["gemm_path"], paths, name)
             if "hadamard" in a["quant"]:

@@ -205,10 +205,13 @@ MX_HD int32_t fp8_amax_record(float finite_amax, bool nonfinite) {
 // The decode scale of a tensor under delayed scaling: d = fp8_tensor_scale(a) * 2^margin, with a
 // the window's largest recorded amax, or the tensor's own amax while the window is empty
 // (kNoAmax: the first step scales as current scaling does). A non-finite tensor gets NaN, as
-// under current scaling, whatever the window says: its NaN must reach the loss. Values beyond
+// under current scaling, whatever the window says: its NaN must reach the loss; so does a
+// non-finite window's (a finite tensor under it gets NaN too: nothing repairs it). Values beyond
 // max_finite * d saturate (the codes' rounding clamps them). 2^margin is exact.
 MX_HD float fp8_delayed_scale(int32_t window, float finite_amax, bool nonfinite, int margin, MinifloatFormat f) {
-  if (nonfinite) return quiet_nan();
+  // The canonical NaN, spelled out: arithmetic on a NaN keeps its payload on a CPU but not on a
+  // GPU, and the scale's bits must agree.
+  if (nonfinite || window >= static_cast<int32_t>(0x7F800000u)) return quiet_nan();
   const float a = window < 0 ? finite_amax : bits_float(static_cast<uint32_t>(window));
   return fp8_tensor_scale(a, f) * pow2f(margin);
 }
