@@ -133,9 +133,11 @@ TEST_CASE("fp8-where-exact runs MXFP4 GEMMs on the mxfp4-as-fp8 route and FP8 on
   CHECK(refusal(GemmPath::kFP8WhereExact, kFP8, kCpu) ==
         "quant.gemm_path: \"fp8-where-exact\" cannot run the fp8 GEMMs here: " + kCpu.fp8_tensorwise +
             " (gemm_path: auto or emulated runs them emulated)");
-  // An sm_89 device: tensor-wise FP8 (and so this route) without the Hopper blockwise path.
-  const GemmRouteSupport ada{"", "the hopper-fp8 path needs compute capability 9.0", ""};
-  CHECK(resolve_gemm_routes(GemmPath::kFP8WhereExact, ada).of(kMX) == GemmRoute::kMXFP4AsFP8);
+  // An sm_89 device: tensor-wise FP8, but neither Hopper path (blockwise, row-wise scales).
+  const GemmRouteSupport ada{"", "the hopper-fp8 path needs compute capability 9.0",
+                             "the mxfp4-as-fp8 path needs compute capability 9.0"};
+  CHECK(resolve_gemm_route(GemmPath::kFP8WhereExact, kFP8, ada).route == GemmRoute::kFP8Tensorwise);
+  CHECK(refusal(GemmPath::kFP8WhereExact, kMX, ada).find(ada.mxfp4_as_fp8) != std::string::npos);
   // Its MXFP4 arms run other engines than under fp8 or auto: a difference in the arm's identity.
   CHECK_FALSE(same_gemm_engines(with(kMX, kMX, kMX), [] {
     RunConfig c = with(kMX, kMX, kMX);

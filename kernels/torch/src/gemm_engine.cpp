@@ -284,7 +284,8 @@ bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOper
   if (a.form != QuantizedOperand::Form::kFP8Rowwise || b.form != QuantizedOperand::Form::kFP8Rowwise ||
       !a.line_scale_log2 || !b.line_scale_log2)
     return false;
-  // The row-wise scaled kernel (CUTLASS's, through at::_scaled_mm) takes M, N and K multiples of 16.
+  // at::_scaled_mm with row-wise scales (cuBLASLt outer-vector scaling on sm_90) takes M, N and K
+  // multiples of 16.
   if (a.outer() % 16 != 0 || b.outer() % 16 != 0 || a.reduction() % 16 != 0) return false;
   // The GEMM multiplies a's scales (times the fold, in a copy) by b's: every factor and product
   // must be a normal float32 for the scaling to be the emulation's (the fold, in [1, 2^48], may be
@@ -347,7 +348,13 @@ std::string gemm_route_unavailable_reason(GemmRoute route, const at::Device& dev
              "(see kernels/torch/README.md, 'native MXFP4 seam')";
     case GemmRoute::kMXFP4AsFP8:
       if (!gpu_kernels_here) return "the mxfp4-as-fp8 path needs a CUDA device and the GPU kernels";
-      [[fallthrough]];  // and FP8 tensor cores with tensor-wise scaling, as fp8-tensorwise
+      if (!MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM)
+        return "the mxfp4-as-fp8 path needs LibTorch >= 2.5, this is " + std::string(compat::torch_version());
+#if MXABLATE_KERNELS_TORCH_CUDA
+      return detail::fp8_rowwise_unavailable_reason(device);
+#else
+      return {};
+#endif
     case GemmRoute::kFP8Tensorwise:
       if (!gpu_kernels_here)
         return "FP8 tensor cores need a CUDA device and the GPU kernels, this is " + device.str() +

@@ -163,6 +163,14 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
 #endif
 }
 
+std::string fp8_rowwise_unavailable_reason(const at::Device& device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (prop->major < 9)
+    return "the mxfp4-as-fp8 path needs compute capability 9.0 or later (row-wise scaled FP8 GEMMs), " +
+           std::string(prop->name) + " has " + std::to_string(prop->major) + "." + std::to_string(prop->minor);
+  return {};
+}
+
 std::string fp8_tensorwise_unavailable_reason(const at::Device& device) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
   if (prop->major * 10 + prop->minor < 89)

@@ -57,6 +57,10 @@ MxAsFp8Operands mx_as_fp8_gpu(const at::Tensor& x, const AxisQuantization* rows,
                               QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
                               at::ScalarType values_dtype);
 
+// Empty when `device` runs FP8 GEMMs with row-wise scales (at::_scaled_mm's row-wise kernels:
+// compute capability 9.0 and later), else why not.
+std::string fp8_rowwise_unavailable_reason(const at::Device& device);
+
 // Empty when `device` has FP8 tensor cores for per-tensor FP8 GEMMs (compute capability 8.9 and
 // later), else why not.
 std::string fp8_tensorwise_unavailable_reason(const at::Device& device);
