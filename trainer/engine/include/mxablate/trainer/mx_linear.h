@@ -16,8 +16,9 @@
 // returns it); dY is taken in whatever dtype it arrives; dX has x's dtype and dW the weight's
 // (float32). See docs/design.md §4 for the trainer's dtype convention.
 // GEMMs routed to FP8 tensor cores multiply the same values: per-tensor FP8 codes
-// (fp8-tensorwise, BF16 result) or MXFP4 re-expressed as E4M3 (hopper-fp8, float32 result),
-// FP32 accumulation.
+// (fp8-tensorwise, BF16 result), MXFP4 re-expressed as E4M3 with 1x128 scales (hopper-fp8,
+// float32 result) or with one scale per line where exact (mxfp4-as-fp8, BF16 result; the
+// emulation's BF16 GEMM of the values where not), FP32 accumulation.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -60,7 +61,8 @@ class QuantSession {
   const uint32_t* device_step = nullptr;
   // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer
   // before the model is built: FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on
-  // the Hopper FP8 path, the rest (and everything by default) the exact emulation. Read when a
+  // the Hopper FP8 path or on mxfp4-as-fp8, the rest (and everything by default) the exact
+  // emulation. Read when a
   // LinearState is made (it picks its engines then), not per GEMM.
   contract::GemmRoutes routes;
   // While true, every low-precision operand quantization appends a Record.
