@@ -37,18 +37,6 @@ contract::RunConfig delayed_config() {
   return c;
 }
 
-std::vector<double> losses(const std::vector<json>& events) {
-  std::vector<double> out;
-  for (const json& e : events_of_kind(events, "train")) out.push_back(e["loss"].get<double>());
-  return out;
-}
-
-std::vector<double> grad_norms(const std::vector<json>& events) {
-  std::vector<double> out;
-  for (const json& e : events_of_kind(events, "train")) out.push_back(e["grad_norm"].get<double>());
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("An FP8 delayed-scaling run killed and resumed equals the uninterrupted run bit for bit",
@@ -59,7 +47,8 @@ TEST_CASE("An FP8 delayed-scaling run killed and resumed equals the uninterrupte
   INFO(s.output);
   REQUIRE(s.exit_code == 0);
   const auto reference = effective_events(straight);
-  REQUIRE(losses(reference).size() == 16);
+  const Trajectory want = trajectory_of(straight);
+  REQUIRE(want.loss.size() == 16);
   const auto starts = events_of_kind(reference, "run_start");
   REQUIRE(starts.size() == 1);
   CHECK(starts[0]["fp8_scaling"] == json({{"mode", "delayed"}, {"amax_history", 3}, {"margin", 1}}));
@@ -73,9 +62,10 @@ TEST_CASE("An FP8 delayed-scaling run killed and resumed equals the uninterrupte
   const auto events = effective_events(dir);
   REQUIRE(events_of_kind(events, "resume").size() == 1);
   CHECK(events_of_kind(events, "resume")[0]["step"] == 5);
-  CHECK(losses(events) == losses(reference));  // bit for bit
-  CHECK(grad_norms(events) == grad_norms(reference));
-  CHECK(eval_curve(events) == eval_curve(reference));
+  const Trajectory got = trajectory_of(dir);
+  CHECK(got.loss == want.loss);  // bit for bit
+  CHECK(got.grad_norm == want.grad_norm);
+  CHECK(got.evals == want.evals);
 
   // The same run under current scaling computes something else: the history was in use.
   contract::RunConfig current = c;
@@ -85,8 +75,9 @@ TEST_CASE("An FP8 delayed-scaling run killed and resumed equals the uninterrupte
   const std::string plain = fresh_run_dir("fp8_current");
   REQUIRE(run_train(plain, &current).exit_code == 0);
   const auto current_events = effective_events(plain);
-  CHECK(losses(current_events).front() != losses(reference).front());  // margin 1 from the first step
-  CHECK(losses(current_events) != losses(reference));
+  const Trajectory other = trajectory_of(plain);
+  CHECK(other.loss.front() != want.loss.front());  // margin 1 from the first step
+  CHECK(other.loss != want.loss);
   CHECK(events_of_kind(current_events, "run_start")[0]["fp8_scaling"] == json({{"mode", "current"}}));
 }
 

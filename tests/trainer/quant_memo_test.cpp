@@ -173,13 +173,23 @@ TEST_CASE("An input changed in place, or a new step, is quantized afresh", "[tra
   // A view of the same storage with other strides is another operand.
   const QuantSpec spec{QuantFormat::kMXFP4};
   using Form = mxablate::kernels::QuantizedOperand::Form;
-  session->memo.store(3, x, Axis::kRows, spec, at::kFloat,
+  session->memo.store(3, x, Axis::kRows, spec, Form::kValues, at::kFloat,
                       {mxablate::kernels::QuantizedOperand::values(x, Axis::kRows, spec, {}), std::nullopt});
   CHECK(session->memo.find(3, x, Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
   CHECK_FALSE(session->memo.find(3, x.t(), Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
   CHECK_FALSE(session->memo.find(3, x, Axis::kCols, spec, Form::kValues, at::kFloat, false).has_value());
   // Another engine's form (FP8 codes) is another result.
   CHECK_FALSE(session->memo.find(3, x, Axis::kRows, spec, Form::kFP8Tensorwise, at::kFloat, false).has_value());
+  // An entry is keyed by the form its engine multiplies, not by what it holds: mxfp4-as-fp8's
+  // values of an operand E4M3 could not hold are found again by that engine (once per step, not
+  // once per micro-batch), and by no other.
+  const at::Tensor y = x + 1;
+  session->memo.store(3, y, Axis::kRows, spec, Form::kFP8Rowwise, at::kFloat,
+                      {mxablate::kernels::QuantizedOperand::values(y, Axis::kRows, spec, {}), std::nullopt});
+  const auto found = session->memo.find(3, y, Axis::kRows, spec, Form::kFP8Rowwise, at::kFloat, false);
+  REQUIRE(found.has_value());
+  CHECK(found->operand.form == Form::kValues);
+  CHECK_FALSE(session->memo.find(3, y, Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
   CHECK_FALSE(session->memo.find(3, x, Axis::kRows, spec, Form::kValues, at::kFloat, /*need_telemetry=*/true).has_value());
   CHECK_FALSE(session->memo.find(4, x, Axis::kRows, spec, Form::kValues, at::kFloat, false).has_value());
 }

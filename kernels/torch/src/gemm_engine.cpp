@@ -38,6 +38,15 @@ void check_forms(const GemmEngine& engine, const QuantizedOperand& a, const Quan
                                 " GEMM engine was given operands quantized by another engine");
 }
 
+// The MXFP4 routes' operand_problem: both operands MXFP4.
+std::string mxfp4_operands_problem(const GemmEngine& engine, const QuantSpec& a, const QuantSpec& b) {
+  for (const QuantSpec* s : {&a, &b})
+    if (s->format != QuantFormat::kMXFP4)
+      return "the " + std::string(to_string(engine.route())) + " GEMM path needs MXFP4 operands, got " +
+             std::string(to_string(s->format));
+  return {};
+}
+
 class EmulatedEngine final : public GemmEngine {
  public:
   GemmRoute route() const override { return GemmRoute::kEmulated; }
@@ -120,10 +129,7 @@ class HopperFp8Engine final : public GemmEngine {
   Form form() const override { return Form::kFP8Chunks; }
 
   std::string operand_problem(const QuantSpec& a, const QuantSpec& b) const override {
-    for (const QuantSpec* s : {&a, &b})
-      if (s->format != QuantFormat::kMXFP4)
-        return "the hopper-fp8 GEMM path needs MXFP4 operands, got " + std::string(to_string(s->format));
-    return {};
+    return mxfp4_operands_problem(*this, a, b);
   }
 
   std::string shape_problem(int64_t m, int64_t n, int64_t k) const override {
@@ -202,10 +208,7 @@ class MxfpAsFp8Engine final : public GemmEngine {
   Form form() const override { return Form::kFP8Rowwise; }
 
   std::string operand_problem(const QuantSpec& a, const QuantSpec& b) const override {
-    for (const QuantSpec* s : {&a, &b})
-      if (s->format != QuantFormat::kMXFP4)
-        return "the mxfp4-as-fp8 GEMM path needs MXFP4 operands, got " + std::string(to_string(s->format));
-    return {};
+    return mxfp4_operands_problem(*this, a, b);
   }
 
   std::string shape_problem(int64_t, int64_t, int64_t) const override {

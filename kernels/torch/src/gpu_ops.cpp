@@ -86,6 +86,15 @@ gpu::QuantizeJob job_for(const at::Tensor& contiguous, const Scratch& s) {
   return job;
 }
 
+// Empty when `device` has compute capability major.minor or later, else "<needs> compute
+// capability M.m or later, <name> has X.y": the one check behind each tensor-core route's reason.
+std::string capability_problem(const at::Device& device, int major, int minor, const std::string& needs) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (prop->major * 10 + prop->minor >= major * 10 + minor) return {};
+  return needs + " compute capability " + std::to_string(major) + "." + std::to_string(minor) + " or later, " +
+         std::string(prop->name) + " has " + std::to_string(prop->major) + "." + std::to_string(prop->minor);
+}
+
 }  // namespace
 
 at::Tensor fake_quantize_gpu(const at::Tensor& x, Axis axis, const AxisQuantization& q, QuantTelemetry* telemetry,
@@ -123,11 +132,7 @@ BothAxes fake_quantize_both_gpu(const at::Tensor& x, const AxisQuantization& row
 }
 
 std::string hopper_fp8_unavailable_reason(const at::Device& device) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
-  if (prop->major < 9)
-    return "the hopper-fp8 path needs compute capability 9.0 or later (FP8 tensor cores), " +
-           std::string(prop->name) + " has " + std::to_string(prop->major) + "." + std::to_string(prop->minor);
-  return {};
+  return capability_problem(device, 9, 0, "the hopper-fp8 path (FP8 tensor cores) needs");
 }
 
 Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telemetry, bool want_counts) {
@@ -164,20 +169,13 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
 }
 
 std::string fp8_rowwise_unavailable_reason(const at::Device& device) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
-  if (prop->major < 9)
-    return "the mxfp4-as-fp8 path needs compute capability 9.0 or later (row-wise scaled FP8 GEMMs), " +
-           std::string(prop->name) + " has " + std::to_string(prop->major) + "." + std::to_string(prop->minor);
-  return {};
+  return capability_problem(device, 9, 0, "the mxfp4-as-fp8 path (row-wise scaled FP8 GEMMs) needs");
 }
 
 std::string fp8_tensorwise_unavailable_reason(const at::Device& device) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
-  if (prop->major * 10 + prop->minor < 89)
-    return "FP8 tensor cores need compute capability 8.9 or later, " + std::string(prop->name) + " has " +
-           std::to_string(prop->major) + "." + std::to_string(prop->minor);
-  return {};
+  return capability_problem(device, 8, 9, "FP8 tensor cores need");
 }
+
 
 Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
                        QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry) {

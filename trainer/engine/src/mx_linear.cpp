@@ -244,7 +244,7 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     }
     if (memoized(u)) {
       const QuantSpec& spec = spec_of(s, *u);
-      memo->store(epoch, t, axis, spec, dtype,
+      memo->store(epoch, t, axis, spec, s.engine(u->gemm).form(), dtype,
                   {op, wants_telemetry(s, spec) ? std::optional<QuantTelemetry>(tel) : std::nullopt});
     }
   };

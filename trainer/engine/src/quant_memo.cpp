@@ -35,8 +35,8 @@ std::optional<QuantMemo::Result> QuantMemo::find(uint64_t epoch, const at::Tenso
   return std::nullopt;
 }
 
-void QuantMemo::store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis,
-                      const kernels::QuantSpec& spec, at::ScalarType dtype, Result result) {
+void QuantMemo::store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
+                      kernels::QuantizedOperand::Form form, at::ScalarType dtype, Result result) {
   if (!enabled || !reuses(spec) || !x.defined() || !x.has_storage() || x.is_inference()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!holds(epoch, x)) {
@@ -45,7 +45,6 @@ void QuantMemo::store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis,
     input_ = x;
     version_ = x._version();
   }
-  const kernels::QuantizedOperand::Form form = result.operand.form;
   for (Entry& e : entries_) {
     if (e.axis == axis && e.form == form && e.dtype == dtype && same_quantization(e.spec, spec)) {
       e.result = std::move(result);  // now with telemetry

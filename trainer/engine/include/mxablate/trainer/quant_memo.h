@@ -54,10 +54,12 @@ class QuantMemo {
   std::optional<Result> find(uint64_t epoch, const at::Tensor& x, kernels::Axis axis,
                              const kernels::QuantSpec& spec, kernels::QuantizedOperand::Form form,
                              at::ScalarType dtype, bool need_telemetry);
-  // Remembers `result` under its operand's form (a spec that is not memoizable is ignored). A
-  // new input, version or epoch first forgets everything stored before.
+  // Remembers `result` under `form`, the form its engine multiplies (GemmEngine::form()), which
+  // is what find asks for: an engine that hands back another form for some tensors (mxfp4-as-fp8:
+  // values where E4M3 cannot hold them) finds them under its own. A spec that is not memoizable
+  // is ignored. A new input, version or epoch first forgets everything stored before.
   void store(uint64_t epoch, const at::Tensor& x, kernels::Axis axis, const kernels::QuantSpec& spec,
-             at::ScalarType dtype, Result result);
+             kernels::QuantizedOperand::Form form, at::ScalarType dtype, Result result);
   void clear();
   // Results reused so far (tests and diagnostics).
   int64_t hits() const;
