@@ -9,6 +9,8 @@ Each arm:
   label      what the report prints
   precision  the config's precision of all three GEMMs (fprop, dgrad, wgrad)
   quant      the config's `quant` section ({} where the defaults are meant)
+  train      (optional) execution keys of the config's `train` section: the same numerics run
+             another way (mxfp4+h16+producers: SwiGLU's kernels quantize h, dg and du)
   peer       the peer's implementation of the same numerics: "bf16", "fp8" (per-tensor E4M3
              X and W, E5M2 dY, current scaling: the peer has no delayed scaling, so the
              fp8+delayed arm is compared with its current-scaling FP8), "fdw" (MXFP4 on all three
@@ -43,6 +45,8 @@ ARMS = {
                   routes={"mxfp4": "emulated"}),
     "mxfp4+h16": dict(label="MXFP4 F+D+W+H16", precision="mxfp4", quant=H16, peer="fdw+h16",
                       routes={"mxfp4": "emulated"}),
+    "mxfp4+h16+producers": dict(label="MXFP4 F+D+W+H16, fused producers", precision="mxfp4", quant=H16,
+                                train={"fused_producers": True}, peer="fdw+h16", routes={"mxfp4": "emulated"}),
     "mxfp4+h16+fp8path": dict(label="MXFP4 F+D+W+H16, gemm_path fp8", precision="mxfp4",
                               quant={**H16, "gemm_path": "fp8"}, peer="fdw+h16",
                               routes={"mxfp4": "hopper-fp8"}),
@@ -80,12 +84,14 @@ def parse_list(text):
 
 def config(name):
     """The config keys that make a trainer run this arm: `arm`, `precision` and, where the arm
-    sets any, `quant`."""
+    sets any, `quant` and `train`."""
     a = arm(name)
     p = a["precision"]
     c = {"arm": name, "precision": {"fprop": p, "dgrad": p, "wgrad": p}}
     if a["quant"]:
         c["quant"] = json.loads(json.dumps(a["quant"]))  # a copy: callers merge into it
+    if a.get("train"):
+        c["train"] = dict(a["train"])
     return c
 
 

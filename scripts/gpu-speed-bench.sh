@@ -7,8 +7,8 @@
 #   - our trainer, mxablate-train, on llama-20m (seq 256, 16,384 tokens/step), llama-125m
 #     (seq 512, 65,536 tokens/step as 4 micro-batches) and llama-1.3b (seq 2048, 65,536
 #     tokens/step as 4 micro-batches, activation checkpointing), in the arms of
-#     scripts/bench_arms.py: bf16, fp8, mxfp4 (F+D+W), mxfp4+h16, mxfp4+h16+fp8path and
-#     mxfp4+h16+exact
+#     scripts/bench_arms.py: bf16, fp8, fp8+delayed, mxfp4 (F+D+W), mxfp4+h16, mxfp4+h16+fp8path,
+#     mxfp4+h16+exact, and mxfp4+h16+producers (train.fused_producers on)
 #     (quant.gemm_path: fp8). The rate is the median tokens/s of the train events after step 3,
 #     peak GPU memory from run_end; shapes and steps from scripts/llama_shapes.py;
 #   - the compiled PyTorch peer on the same shapes (peer_llama.py: once per distinct fake

@@ -41,6 +41,7 @@ def merge(base, over):
     for k, v in over.items():
         base[k] = merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return base
+c = merge(c, {"train": a["train"]} if "train" in a else {})  # the arm's execution keys
 print(json.dumps(merge(c, json.loads(extra)), indent=1))
 PYEOF
 }

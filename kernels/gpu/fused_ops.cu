@@ -16,6 +16,7 @@
 #include "mxablate/kernels/gpu/fused_ops_gpu.h"
 #include "mxablate/kernels/minifloat.h"
 #include "online_lse.h"
+#include "swiglu_math.h"
 
 namespace mxablate::kernels::gpu {
 namespace {
@@ -314,17 +315,10 @@ __global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t p
   }
 }
 
-// ---- SwiGLU (ATen's silu and silu_backward formulas, operation for operation) -----------------
+// ---- SwiGLU (swiglu_math.h: ATen's silu and silu_backward formulas) ----------------------------
 
-// The per-element formulas, shared by the vector and the scalar loops.
-__device__ __forceinline__ float swiglu_h(float gv, float uv) { return (gv / (1.0f + expf(-gv))) * uv; }
-
-__device__ __forceinline__ void swiglu_grads(float d, float gv, float uv, float& dg, float& du) {
-  const float e = 1.0f + expf(-gv);
-  const float sig = 1.0f / e;
-  dg = ((d * uv) * sig) * (1.0f + gv * (1.0f - sig));
-  du = d * (gv / e);
-}
+using detail::swiglu_grads;
+using detail::swiglu_h;
 
 // Elements [0, vec_n) in kVec-element vectors (vec_n a multiple of kVec, 0 when a pointer is not
 // 16-byte aligned), then [vec_n, n) one at a time; both grid-stride.

@@ -8,8 +8,8 @@
 
 namespace mxablate::kernels::gpu::detail {
 
-template <typename Kernel>
-void launch_tile_kernel(Kernel kernel, int smem, const KernelParams& p, dim3 grid, gpuStream_t stream,
+template <typename Kernel, typename Params>
+void launch_tile_kernel(Kernel kernel, int smem, const Params& p, dim3 grid, gpuStream_t stream,
                         const char* what) {
   // More than 48 KB of dynamic shared memory (a float32 tile, or two tiles) must be opted into
   // per kernel; ask for the most any launch of it uses.

@@ -13,6 +13,10 @@ template <typename InT, QuantFormat F>
 void launch_format(const KernelParams& p, dim3 grid, KernelVariant variant, gpuStream_t stream);
 
 // Enqueues the per-tensor amax pass (NVFP4, FP8) that the format kernels read.
+// The kernel parameters of one axis of a job (disabled for a null job); `amax_slot` is used by
+// the per-tensor formats only. Shared by the quantizer and the fused producers.
+AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot);
+
 template <typename InT>
 void launch_amax(const KernelParams& p, dim3 grid, gpuStream_t stream);
 

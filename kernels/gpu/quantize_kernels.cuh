@@ -537,17 +537,13 @@ __device__ void finish_axis(const KernelParams& p, const AxisParams& a, const In
 // spilling, which hide more memory latency; stochastic rounding needs twice the registers.
 constexpr int min_blocks(bool telemetry, bool stochastic) { return telemetry ? 1 : stochastic ? 2 : 3; }
 
+// Quantizes the tile at (r0, c0), already staged in shared memory (`tile`, with room for a
+// second tile after it) and synchronized, along the enabled axes of `p`, writing every requested
+// output. Shared by the quantizer, which reads its tile from `p.input`, and the fused producers,
+// which compute it (produce_kernels.cuh). The caller synchronizes before reusing `tile`.
 template <typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
-__global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
-    quantize_kernel(const KernelParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ ReductionScratch scratch;
-  __shared__ unsigned int tile_slots[kMaxTileSlots];  // 2-D blocks: the scale tiles' amax
-  InT* tile = reinterpret_cast<InT*>(smem);
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  load_tile<InT>(p, r0, c0, tile);
-  __syncthreads();
+__device__ void quantize_staged_tile(const KernelParams& p, InT* tile, int64_t r0, int64_t c0,
+                                     ReductionScratch& scratch, unsigned int* tile_slots) {
   if constexpr (block_size_of(F) != 0) {
     // Uniform over the block (kernel parameters). Both axes share F, hence the tile side.
     if ((p.axes[0].enabled && p.axes[0].spec.blocks == BlockShape::k2D) ||
@@ -577,6 +573,20 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
   if (cols_stage != nullptr)
     store_tile(p, r0, c0, cols_stage, reinterpret_cast<InT*>(kBf16In ? static_cast<void*>(p.axes[1].out.dequant_bf16)
                                                                       : static_cast<void*>(p.axes[1].out.dequant)));
+}
+
+template <typename InT, QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes>
+__global__ void __launch_bounds__(kThreads, min_blocks(kTelemetry, kStochastic))
+    quantize_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ ReductionScratch scratch;
+  __shared__ unsigned int tile_slots[kMaxTileSlots];  // 2-D blocks: the scale tiles' amax
+  InT* tile = reinterpret_cast<InT*>(smem);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  load_tile<InT>(p, r0, c0, tile);
+  __syncthreads();
+  quantize_staged_tile<InT, F, kTelemetry, kStochastic, kCodes>(p, tile, r0, c0, scratch, tile_slots);
 }
 
 template <Axis kAxis, typename InT>

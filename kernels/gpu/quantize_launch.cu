@@ -13,6 +13,7 @@ namespace mxablate::kernels::gpu {
 namespace {
 
 using detail::AxisParams;
+using detail::axis_params;
 using detail::KernelParams;
 using detail::kThreads;
 using detail::kTile;
@@ -62,20 +63,6 @@ void check_job(const QuantizeJob& job) {
   for (const AxisJob* a : {job.along_rows, job.down_cols})
     if (a && detail::is_per_tensor(a->spec.format) && job.workspace == nullptr)
       throw std::invalid_argument("quantize: per-tensor formats (nvfp4, fp8) need the workspace");
-}
-
-AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
-  AxisParams a;
-  if (job == nullptr) return a;
-  a.enabled = true;
-  a.axis = axis;
-  a.spec = job->spec;
-  a.key = job->key;
-  a.signs = hadamard_signs(job->spec.hadamard, job->key);
-  a.out = job->out;
-  a.delayed = job->delayed;
-  if (detail::is_per_tensor(job->spec.format)) a.amax_slot = amax_slot;
-  return a;
 }
 
 // Both axes of one launch can share one per-tensor amax when neither is rotated: they then
@@ -131,6 +118,24 @@ void launch(KernelParams p, gpuStream_t stream) {
 }
 
 }  // namespace
+
+namespace detail {
+
+AxisParams axis_params(const AxisJob* job, Axis axis, unsigned int* amax_slot) {
+  AxisParams a;
+  if (job == nullptr) return a;
+  a.enabled = true;
+  a.axis = axis;
+  a.spec = job->spec;
+  a.key = job->key;
+  a.signs = hadamard_signs(job->spec.hadamard, job->key);
+  a.out = job->out;
+  a.delayed = job->delayed;
+  if (detail::is_per_tensor(job->spec.format)) a.amax_slot = amax_slot;
+  return a;
+}
+
+}  // namespace detail
 
 void quantize(const QuantizeJob& job, void* stream_handle) {
   check_job(job);

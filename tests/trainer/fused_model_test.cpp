@@ -28,15 +28,24 @@ contract::RunConfig mxfp4_config() {
   return c;
 }
 
+// FDW+H16 with stochastic rounding of the gradients: dg and du keyed by their own layers.
+contract::RunConfig mxfp4_sr_config() {
+  contract::RunConfig c = mxfp4_config();
+  c.quant.stochastic_rounding.add(contract::OperandClass::kGrad);
+  c.quant.sr_prescale = 0.75;
+  return c;
+}
+
 struct Pass {
   at::Tensor loss;
   std::vector<std::string> names;
   std::vector<at::Tensor> grads;  // on the CPU
+  int64_t made_ahead = 0;         // operands layers took from a fused producer
 };
 
 // One forward and backward pass of the smoke model on `device`.
 Pass forward_backward(FusedOps fused, const at::Device& device, bool checkpointing = false,
-                      const contract::RunConfig& config = {}) {
+                      const contract::RunConfig& config = {}, bool producers = true) {
   ModelOptions o;
   o.shape = *find_model_preset("smoke");
   o.vocab_size = kVocab;
@@ -45,6 +54,7 @@ Pass forward_backward(FusedOps fused, const at::Device& device, bool checkpointi
   o.session = std::make_shared<QuantSession>();
   o.session->seed = 17;
   o.session->step = 3;
+  o.session->fused_producers = producers;
   o.activation_checkpointing = checkpointing;
   o.fused_ops = fused;
   o.device = device;
@@ -60,6 +70,7 @@ Pass forward_backward(FusedOps fused, const at::Device& device, bool checkpointi
     p.names.push_back(item.key());
     p.grads.push_back(item.value().grad().cpu());
   }
+  p.made_ahead = o.session->made_ahead.hits();
   return p;
 }
 
@@ -156,4 +167,38 @@ TEST_CASE("On CUDA the fused MXFP4 model repeats bit for bit, checkpointed or no
   const Pass first = forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config());
   check_identical(first, forward_backward(FusedOps::kOnCuda, at::kCUDA, false, mxfp4_config()));
   check_identical(first, forward_backward(FusedOps::kOnCuda, at::kCUDA, true, mxfp4_config()));
+}
+
+TEST_CASE("Fused producers make h, dg and du for their layers ahead and change no bit",
+          "[trainer][fused][produce]") {
+  // Per block, each layer takes what it asked for: down Q(h) along rows and down columns, gate
+  // and up Q(dY) along rows and down columns; a checkpointed block's first forward pass takes
+  // Q(h) along rows once more.
+  const int64_t blocks = find_model_preset("smoke")->n_layers;
+  for (const bool checkpointing : {false, true}) {
+    for (const contract::RunConfig& config : {mxfp4_config(), mxfp4_sr_config()}) {
+      INFO("checkpointing " << checkpointing << ", SR " << !config.quant.stochastic_rounding.empty());
+      const Pass on = forward_backward(FusedOps::kAlways, at::kCPU, checkpointing, config, true);
+      const Pass off = forward_backward(FusedOps::kAlways, at::kCPU, checkpointing, config, false);
+      check_identical(on, off);
+      CHECK(off.made_ahead == 0);
+      CHECK(on.made_ahead == blocks * (checkpointing ? 7 : 6));
+    }
+  }
+  // BF16 GEMMs quantize nothing: nothing is made ahead.
+  CHECK(forward_backward(FusedOps::kAlways, at::kCPU).made_ahead == 0);
+}
+
+TEST_CASE("On CUDA the fused producers' kernels change no bit of the MXFP4 model", "[trainer][fused][produce][gpu]") {
+  const std::string why = no_cuda_reason();
+  if (!why.empty()) MXABLATE_SKIP(why);
+  const int64_t blocks = find_model_preset("smoke")->n_layers;
+  for (const contract::RunConfig& config : {mxfp4_config(), mxfp4_sr_config()}) {
+    const Pass off = forward_backward(FusedOps::kOnCuda, at::kCUDA, true, config, false);
+    if (!identical(off, forward_backward(FusedOps::kOnCuda, at::kCUDA, true, config, false)))
+      MXABLATE_SKIP("the MXFP4 model does not repeat bit for bit on this GPU");
+    const Pass on = forward_backward(FusedOps::kOnCuda, at::kCUDA, true, config, true);
+    check_identical(on, off);
+    CHECK(on.made_ahead == blocks * 7);
+  }
 }

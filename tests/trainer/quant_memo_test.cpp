@@ -350,3 +350,43 @@ TEST_CASE("A new weight generation makes the weight operands again though W's ve
   CHECK_FALSE(at::equal(want, before));
   CHECK(at::equal(mx_linear(x, w, state), want));
 }
+
+TEST_CASE("The made-ahead memo keeps two inputs, and a result taken is gone", "[trainer][quant_memo][produce]") {
+  using Form = mxablate::kernels::QuantizedOperand::Form;
+  QuantSpec sr{QuantFormat::kMXFP4};
+  sr.rounding = Rounding::kStochastic;  // a keyed spec: one consumer's own
+  QuantMemo memo(/*one_key=*/true, /*inputs=*/2);
+  at::Generator gen = at::detail::createCPUGenerator(8);
+  const at::Tensor dg = at::randn({kM, kK}, gen), du = at::randn({kM, kK}, gen), next = at::randn({kM, kK}, gen);
+  const auto result = [&](const at::Tensor& t) {
+    return QuantMemo::Result{mxablate::kernels::QuantizedOperand::values(t * 2, Axis::kRows, sr, {}), std::nullopt};
+  };
+  const auto take = [&](uint64_t epoch, const at::Tensor& t, Axis axis) {
+    return memo.take(epoch, t, axis, sr, Form::kValues, at::kFloat, false);
+  };
+  memo.store(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, result(dg));
+  memo.store(4, dg, Axis::kCols, sr, Form::kValues, at::kFloat, result(dg));
+  memo.store(4, du, Axis::kRows, sr, Form::kValues, at::kFloat, result(du));
+  // Both inputs are held: du's result did not push dg's out (a one-input memo would have).
+  const auto got = take(4, dg, Axis::kRows);
+  REQUIRE(got.has_value());
+  CHECK(at::equal(got->operand.data, dg * 2));
+  CHECK_FALSE(take(4, dg, Axis::kRows).has_value());  // taken: gone
+  CHECK(take(4, dg, Axis::kCols).has_value());
+  // dg, with nothing left, was let go: another input fits beside du.
+  memo.store(4, next, Axis::kRows, sr, Form::kValues, at::kFloat, result(next));
+  CHECK(take(4, du, Axis::kRows).has_value());
+  // Two held (next, dg): a third pushes out the oldest.
+  memo.store(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, result(dg));
+  memo.store(4, du, Axis::kRows, sr, Form::kValues, at::kFloat, result(du));
+  CHECK_FALSE(take(4, next, Axis::kRows).has_value());
+  // Another epoch forgets everything.
+  memo.store(5, next, Axis::kRows, sr, Form::kValues, at::kFloat, result(next));
+  CHECK_FALSE(take(5, dg, Axis::kRows).has_value());
+  CHECK_FALSE(take(4, du, Axis::kRows).has_value());
+  CHECK(memo.hits() == 3);
+  // The shared memo (one input, deterministic specs only) refuses a keyed spec.
+  QuantMemo shared;
+  shared.store(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, result(dg));
+  CHECK_FALSE(shared.take(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, false).has_value());
+}

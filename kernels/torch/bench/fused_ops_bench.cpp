@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "mxablate/kernels/torch/produced_operands.h"
 
 namespace mxablate::bench {
 namespace {
@@ -25,9 +26,59 @@ std::function<void()> autograd_backward(const at::Tensor& y, std::vector<at::Ten
   return [=] { (void)torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/true); };
 }
 
+// The fused producers (produced_operands.h) at llama-1.3b's MLP width, as the MXFP4+H16 arm asks
+// for them: MXFP4 values, round to nearest, the 16-point Hadamard rotation down columns (Wgrad).
+void producers_bench(const FusedBenchContext& c) {
+  const int64_t tokens = c.quick ? 4096 : 16384, ffn = 5504;
+  const auto bf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  at::manual_seed(3);
+  const at::Tensor g = at::randn({tokens, ffn}, bf16), u = at::randn({tokens, ffn}, bf16), dh = at::randn({tokens, ffn}, bf16);
+  mk::QuantSpec rows_spec{mk::QuantFormat::kMXFP4};
+  mk::QuantSpec cols_spec = rows_spec;
+  cols_spec.hadamard = mk::HadamardMode::kDeterministic;
+  cols_spec.hadamard_size = 16;
+  const mk::AxisQuantization rq{rows_spec, mk::RngKey{1, 1, 1, mk::GemmKind::kFprop, mk::Operand::kA}};
+  const mk::AxisQuantization cq{cols_spec, mk::RngKey{1, 1, 1, mk::GemmKind::kWgrad, mk::Operand::kB}};
+  const at::Tensor h = mk::swiglu_forward(g, u, at::kBFloat16);
+  const mk::SwiGluGrads grads = mk::swiglu_backward(dh, g, u);
+  struct ProducerRow {
+    std::string name;
+    std::function<void()> fused, plain, quantizer;
+  };
+  const mk::ProducedAxes rows_only{&rq, nullptr}, both{&rq, &cq};
+  const std::vector<ProducerRow> table = {
+      {"SwiGLU forward, Q(h) along rows", [&] { (void)mk::swiglu_forward_quantized(g, u, at::kBFloat16, rows_only, at::kBFloat16); },
+       [&] { (void)mk::swiglu_forward(g, u, at::kBFloat16); },
+       [&] { (void)mk::fake_quantize(h, mk::Axis::kRows, rq, nullptr, at::kBFloat16); }},
+      {"SwiGLU forward, Q(h) along rows and down columns (H16)",
+       [&] { (void)mk::swiglu_forward_quantized(g, u, at::kBFloat16, both, at::kBFloat16); },
+       [&] { (void)mk::swiglu_forward(g, u, at::kBFloat16); },
+       [&] { (void)mk::fake_quantize_both(h, rq, cq, nullptr, nullptr, at::kBFloat16); }},
+      {"SwiGLU backward, Q(dg) and Q(du) along rows and down columns (H16)",
+       [&] { (void)mk::swiglu_backward_quantized(dh, g, u, both, both, at::kBFloat16); },
+       [&] { (void)mk::swiglu_backward(dh, g, u); },
+       [&] {
+         (void)mk::fake_quantize_both(grads.dg, rq, cq, nullptr, nullptr, at::kBFloat16);
+         (void)mk::fake_quantize_both(grads.du, rq, cq, nullptr, nullptr, at::kBFloat16);
+       }},
+  };
+  c.line("## Fused producers, llama-1.3b MLP (" + std::to_string(tokens) + " x " + std::to_string(ffn) +
+         ", MXFP4 values; docs/design.md §4)");
+  c.line("");
+  c.line("| producer | fused ms | plain op ms | quantizer ms | composed ms | fused ÷ composed |");
+  c.line("|---|---:|---:|---:|---:|---:|");
+  for (const ProducerRow& r : table) {
+    const double fused = c.median_ms(r.fused), plain = c.median_ms(r.plain), quantizer = c.median_ms(r.quantizer);
+    c.line("| " + r.name + " | " + fixed(fused, 3) + " | " + fixed(plain, 3) + " | " + fixed(quantizer, 3) + " | " +
+           fixed(plain + quantizer, 3) + " | " + fixed(fused / (plain + quantizer), 2) + "x |");
+  }
+  c.line("");
+}
+
 }  // namespace
 
 void fused_ops_bench(const FusedBenchContext& c) {
+  producers_bench(c);
   // llama-125m as the trainer runs it: d 768, 12 heads of 64, ffn 3072, the default corpus's
   // 4096-token vocabulary; 16384 tokens a micro-batch (32 sequences of 512), so RMSNorm is
   // 16384 x 768, SwiGLU 16384 x 3072 and RoPE (32, 512, 12, 64).

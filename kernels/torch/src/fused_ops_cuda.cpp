@@ -4,9 +4,13 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "mxablate/kernels/gpu/fused_ops_gpu.h"
+#include "mxablate/kernels/gpu/produce_quantize_gpu.h"
 #include "torch_compat.h"
 
 namespace mxablate::kernels::detail {
@@ -23,7 +27,113 @@ std::vector<int64_t> rows_shape(const at::Tensor& x) {
   return std::vector<int64_t>(x.sizes().begin(), x.sizes().end() - 1);
 }
 
+// ---- Fused producers ----
+
+bool bf16_aligned(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+uint16_t* bf16_bits(const at::Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
+// Whether the fused kernel takes every quantization asked for of rows x cols tensors, all
+// rounding alike (it is compiled per rounding).
+bool producer_takes(std::initializer_list<const ProducedAxes*> tensors, int64_t rows, int64_t cols) {
+  std::optional<Rounding> rounding;
+  for (const ProducedAxes* t : tensors) {
+    for (const auto& [axis, q] : {std::pair{Axis::kRows, t->rows}, std::pair{Axis::kCols, t->cols}}) {
+      if (q == nullptr) continue;
+      if (!gpu::produced_axis_problem(q->spec, axis, rows, cols).empty() || q->delayed.window != nullptr) return false;
+      if (rounding && *rounding != q->spec.rounding) return false;
+      rounding = q->spec.rounding;
+    }
+  }
+  return true;
+}
+
+// The inputs as the kernel reads them, or nullopt where it cannot (another dtype, shape or
+// alignment, or a row length that is not a multiple of 8).
+std::optional<std::vector<at::Tensor>> producer_inputs(std::initializer_list<at::Tensor> inputs) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : inputs) {
+    if (t.dim() < 1 || t.sizes() != inputs.begin()->sizes() || t.device() != inputs.begin()->device() ||
+        t.numel() == 0 || t.size(-1) % 8 != 0)
+      return std::nullopt;
+    out.push_back(t.contiguous());
+    if (!bf16_aligned(out.back())) return std::nullopt;
+  }
+  return out;
+}
+
+// The outputs of one produced tensor and its part of the kernel's job.
+struct ProducedJob {
+  gpu::AxisJob rows, cols;
+  gpu::ProducedTensor tensor;
+};
+
+void prepare(const ProducedAxes& axes, const at::Tensor& like, Produced& p, ProducedJob& job) {
+  const int64_t cols = like.size(-1), rows = like.numel() / cols;
+  p.tensor = at::empty(like.sizes(), like.options());
+  p.one_pass = true;
+  job.tensor.out = bf16_bits(p.tensor);
+  const auto axis = [&](const AxisQuantization* q, at::Tensor& values, gpu::AxisJob& axis_job, const gpu::AxisJob*& slot) {
+    if (q == nullptr) return;
+    values = at::empty({rows, cols}, like.options());
+    axis_job = gpu::AxisJob{q->spec, q->key, {}, {}};
+    axis_job.out.dequant_bf16 = bf16_bits(values);
+    slot = &axis_job;
+  };
+  axis(axes.rows, p.rows, job.rows, job.tensor.along_rows);
+  axis(axes.cols, p.cols, job.cols, job.tensor.down_cols);
+}
+
 }  // namespace
+
+std::optional<Produced> swiglu_forward_quantized_cuda(const at::Tensor& g, const at::Tensor& u,
+                                                      at::ScalarType out_dtype, const ProducedAxes& h,
+                                                      at::ScalarType values_dtype) {
+  if (out_dtype != at::kBFloat16 || values_dtype != at::kBFloat16) return std::nullopt;
+  const std::optional<std::vector<at::Tensor>> in = producer_inputs({g, u});
+  if (!in) return std::nullopt;
+  const int64_t cols = g.size(-1), rows = g.numel() / cols;
+  if (!producer_takes({&h}, rows, cols)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(g.device());
+  Produced out;
+  ProducedJob job;
+  prepare(h, (*in)[0], out, job);
+  gpu::SwiGluQuantizeJob k;
+  k.g = bf16_bits((*in)[0]);
+  k.u = bf16_bits((*in)[1]);
+  k.rows = rows;
+  k.cols = cols;
+  k.h = job.tensor;
+  gpu::swiglu_forward_quantize(k, compat::current_stream((*in)[0]));
+  return out;
+}
+
+std::optional<ProducedGrads> swiglu_backward_quantized_cuda(const at::Tensor& dh, const at::Tensor& g,
+                                                            const at::Tensor& u, const ProducedAxes& dg,
+                                                            const ProducedAxes& du, at::ScalarType values_dtype) {
+  if (values_dtype != at::kBFloat16) return std::nullopt;
+  const std::optional<std::vector<at::Tensor>> in = producer_inputs({dh, g, u});
+  if (!in) return std::nullopt;
+  const int64_t cols = g.size(-1), rows = g.numel() / cols;
+  if (!producer_takes({&dg, &du}, rows, cols)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(g.device());
+  ProducedGrads out;
+  ProducedJob dg_job, du_job;
+  prepare(dg, (*in)[1], out.dg, dg_job);
+  prepare(du, (*in)[1], out.du, du_job);
+  gpu::SwiGluBackwardQuantizeJob k;
+  k.dh = bf16_bits((*in)[0]);
+  k.g = bf16_bits((*in)[1]);
+  k.u = bf16_bits((*in)[2]);
+  k.rows = rows;
+  k.cols = cols;
+  k.dg = dg_job.tensor;
+  k.du = du_job.tensor;
+  gpu::swiglu_backward_quantize(k, compat::current_stream((*in)[1]));
+  return out;
+}
 
 RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
                                     at::ScalarType out_dtype) {

@@ -5,7 +5,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "mxablate/kernels/torch/produced_operands.h"
 
 namespace mxablate::kernels::detail {
 
@@ -15,6 +18,15 @@ RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, c
                                     const at::Tensor& rstd);
 at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
 SwiGluGrads swiglu_backward_cuda(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u);
+// The fused producers (produce_quantize_gpu.h) where they take every quantization asked for and
+// the tensors fit (bf16 throughout, rows a multiple of 8 long, 16-byte aligned); nullopt
+// otherwise, and the caller composes the plain op and fake_quantize.
+std::optional<Produced> swiglu_forward_quantized_cuda(const at::Tensor& g, const at::Tensor& u,
+                                                      at::ScalarType out_dtype, const ProducedAxes& h,
+                                                      at::ScalarType values_dtype);
+std::optional<ProducedGrads> swiglu_backward_quantized_cuda(const at::Tensor& dh, const at::Tensor& g,
+                                                            const at::Tensor& u, const ProducedAxes& dg,
+                                                            const ProducedAxes& du, at::ScalarType values_dtype);
 void rope_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse,
                const at::Tensor& out);
 CrossEntropyOutput cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& targets);

@@ -103,6 +103,7 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
   };
   out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
   out["train"]["cuda_graphs"] = name_json(to_string(c.train.cuda_graphs));
+  out["train"]["fused_producers"] = c.train.fused_producers;
   {
     json phases = json::array();
     for (const PrecisionPhase& p : c.precision_schedule)

@@ -1,9 +1,11 @@
 // Autograd functions pairing the fused ops' forward and backward adapters (docs/design.md §4).
 #include <torch/autograd.h>
 
+#include <utility>
 #include <vector>
 
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "mxablate/kernels/torch/produced_operands.h"
 #include "mxablate/trainer/fused_ops.h"
 
 namespace mxablate::trainer {
@@ -29,18 +31,40 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// The made-ahead plan rides in autograd's saved data (IValues only).
+struct MadeAheadCapsule : torch::CustomClassHolder {
+  explicit MadeAheadCapsule(std::shared_ptr<const SwiGluMadeAhead> a) : ahead(std::move(a)) {}
+  std::shared_ptr<const SwiGluMadeAhead> ahead;
+};
+
 class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype,
+                            std::shared_ptr<const SwiGluMadeAhead> ahead) {
     ctx->save_for_backward({g, u});
-    return kernels::swiglu_forward(g, u, out_dtype);
+    if (ahead && (ahead->dg.any() || ahead->du.any()))
+      ctx->saved_data["ahead"] = c10::IValue::make_capsule(c10::make_intrusive<MadeAheadCapsule>(ahead));
+    if (!ahead || !ahead->h.any()) return kernels::swiglu_forward(g, u, out_dtype);
+    kernels::Produced h =
+        kernels::swiglu_forward_quantized(g, u, out_dtype, ahead->h.axes(), gemm_input_dtype(g.device()));
+    offer_made_ahead(*ahead->session, h.tensor, ahead->h, h);
+    return h.tensor;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const variable_list saved = ctx->get_saved_variables();
-    kernels::SwiGluGrads g = kernels::swiglu_backward(grads[0], saved[0], saved[1]);
-    return {g.dg, g.du, at::Tensor()};
+    if (ctx->saved_data.find("ahead") == ctx->saved_data.end()) {
+      kernels::SwiGluGrads g = kernels::swiglu_backward(grads[0], saved[0], saved[1]);
+      return {g.dg, g.du, at::Tensor(), at::Tensor()};
+    }
+    const auto capsule = c10::static_intrusive_pointer_cast<MadeAheadCapsule>(ctx->saved_data["ahead"].toCapsule());
+    const SwiGluMadeAhead& ahead = *capsule->ahead;
+    kernels::ProducedGrads g = kernels::swiglu_backward_quantized(grads[0], saved[0], saved[1], ahead.dg.axes(),
+                                                                  ahead.du.axes(), gemm_input_dtype(saved[0].device()));
+    offer_made_ahead(*ahead.session, g.dg.tensor, ahead.dg, g.dg);
+    offer_made_ahead(*ahead.session, g.du.tensor, ahead.du, g.du);
+    return {g.dg.tensor, g.du.tensor, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -102,8 +126,10 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
   return RmsNormFunction::apply(x, weight, eps, out_dtype);
 }
 
-at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
-  return SwiGluFunction::apply(g, u, out_dtype);
+at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype,
+                        std::shared_ptr<const SwiGluMadeAhead> ahead) {
+  if (ahead && !ahead->any()) ahead = nullptr;
+  return SwiGluFunction::apply(g, u, out_dtype, std::move(ahead));
 }
 
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

@@ -82,7 +82,23 @@ at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
   if (!use_fused(fused_ops_, x.device())) return down->forward(at::silu(gate->forward(x)) * up->forward(x));
   const at::Tensor g = gate->forward(x);
   const at::Tensor u = up->forward(x);
-  return down->forward(fused_swiglu(g, u, gemm_input_dtype(x.device())));
+  return down->forward(fused_swiglu(g, u, gemm_input_dtype(x.device()), made_ahead(x)));
+}
+
+std::shared_ptr<const SwiGluMadeAhead> SwiGLUImpl::made_ahead(const at::Tensor& x) const {
+  const std::shared_ptr<QuantSession>& session = gate->state()->session;
+  if (!session || !session->fused_producers) return nullptr;
+  // As MXLinear decides what its backward wants (want_dx, want_dw): from the grad mode and what
+  // requires a gradient. gate and up read x; down reads h, which requires one when x does.
+  const bool grad = at::GradMode::is_enabled();
+  const bool want_dx = grad && x.requires_grad();
+  auto ahead = std::make_shared<SwiGluMadeAhead>();
+  ahead->session = session;
+  ahead->h = input_made_ahead(*down->state(), grad && down->weight.requires_grad());
+  ahead->dg = output_grad_made_ahead(*gate->state(), want_dx, grad && gate->weight.requires_grad());
+  ahead->du = output_grad_made_ahead(*up->state(), want_dx, grad && up->weight.requires_grad());
+  if (!ahead->any()) return nullptr;
+  return ahead;
 }
 
 BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,

@@ -186,6 +186,8 @@ at::Tensor multiply(const LinearState& s, GemmKind gemm, const kernels::Quantize
 struct MemoUse {
   QuantMemo* memo = nullptr;
   uint64_t epoch = 0;
+  // X and dY: first look for what a fused producer made ahead for this layer (made_ahead_use).
+  bool made_ahead = false;
 };
 
 // `memo`: a reused result is still recorded for this layer.
@@ -204,9 +206,16 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     return memo && u && !(across_layers && delayed_fp8(s, spec_of(s, *u)));
   };
   const auto find = [&](std::optional<OperandUse> u, Axis axis) -> std::optional<QuantMemo::Result> {
-    if (!memoized(u)) return std::nullopt;
+    if (!u) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);
-    return memo->find(epoch, t, axis, spec, s.engine(u->gemm).form(), dtype, wants_telemetry(s, spec));
+    const kernels::QuantizedOperand::Form form = s.engine(u->gemm).form();
+    if (memo_use.made_ahead && s.session) {
+      std::optional<QuantMemo::Result> made =
+          s.session->made_ahead.take(s.session->step, t, axis, spec, form, dtype, wants_telemetry(s, spec));
+      if (made) return made;
+    }
+    if (!memoized(u)) return std::nullopt;
+    return memo->find(epoch, t, axis, spec, form, dtype, wants_telemetry(s, spec));
   };
   const std::optional<QuantMemo::Result> rows_hit = find(rows, Axis::kRows);
   const std::optional<QuantMemo::Result> cols_hit = find(cols, Axis::kCols);
@@ -350,7 +359,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // its two GEMMs share an engine. Backward keeps the column-wise ones.
     Quantized qx = quantize_uses(xq, s, OperandUse{GemmKind::kFprop, Operand::kA},
                                  use_if(saved.want_dw, GemmKind::kWgrad, Operand::kB), occ_fraction,
-                                 {&s.session->memo, s.session->step});
+                                 {&s.session->memo, s.session->step, /*made_ahead=*/!occ});
     // W's operands are the same bits for every micro-batch and recompute of a step.
     Quantized qw = quantize_uses(w, s, OperandUse{GemmKind::kFprop, Operand::kB},
                                  use_if(saved.want_dx, GemmKind::kDgrad, Operand::kB), std::nullopt,
@@ -379,7 +388,8 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // Wgrad, in one pass where both GEMMs share an engine.
     const at::Tensor dy = grads[0].contiguous();
     const Quantized qdy = quantize_uses(dy, s, use_if(saved.want_dx, GemmKind::kDgrad, Operand::kA),
-                                        use_if(saved.want_dw, GemmKind::kWgrad, Operand::kA));
+                                        use_if(saved.want_dw, GemmKind::kWgrad, Operand::kA), std::nullopt,
+                                        {nullptr, 0, /*made_ahead=*/true});
     at::Tensor dx, dw;
     if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
       dx = multiply(s, GemmKind::kDgrad, qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
@@ -399,7 +409,43 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
   }
 };
 
+// The one rule for what a producer may make ahead of a layer (mx_linear.h, MadeAhead): a use
+// the layer would quantize itself on the emulated engine, with its own spec and key.
+std::optional<kernels::AxisQuantization> made_ahead_use(const LinearState& s, std::optional<OperandUse> u) {
+  if (!u || !s.session) return std::nullopt;
+  const QuantSpec& spec = spec_of(s, *u);
+  if (!is_low_precision(spec) || wants_telemetry(s, spec) || delayed_fp8(s, spec) ||
+      s.engine(u->gemm).form() != kernels::QuantizedOperand::Form::kValues)
+    return std::nullopt;
+  return kernels::AxisQuantization{spec, s.key(u->gemm, u->operand)};
+}
+
 }  // namespace
+
+MadeAhead input_made_ahead(const LinearState& s, bool want_dw) {
+  if (s.plan.occ) return {};  // OCC quantizes X clamped, which only the layer makes
+  return {made_ahead_use(s, OperandUse{GemmKind::kFprop, Operand::kA}),
+          made_ahead_use(s, use_if(want_dw, GemmKind::kWgrad, Operand::kB))};
+}
+
+MadeAhead output_grad_made_ahead(const LinearState& s, bool want_dx, bool want_dw) {
+  return {made_ahead_use(s, use_if(want_dx, GemmKind::kDgrad, Operand::kA)),
+          made_ahead_use(s, use_if(want_dw, GemmKind::kWgrad, Operand::kA))};
+}
+
+void offer_made_ahead(QuantSession& session, const at::Tensor& produced, const MadeAhead& asked,
+                      const kernels::Produced& made) {
+  // The layer sees its input (and its output's gradient) as a 2-D view of the same storage.
+  const at::Tensor matrix = produced.reshape({-1, produced.size(-1)});
+  const auto offer = [&](Axis axis, const std::optional<kernels::AxisQuantization>& q, const at::Tensor& values) {
+    if (!q || !values.defined()) return;
+    session.made_ahead.store(session.step, matrix, axis, q->spec, kernels::QuantizedOperand::Form::kValues,
+                             values.scalar_type(),
+                             {kernels::QuantizedOperand::values(values, axis, q->spec, q->key), std::nullopt});
+  };
+  offer(Axis::kRows, asked.rows, made.rows);
+  offer(Axis::kCols, asked.cols, made.cols);
+}
 
 at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
                      const std::shared_ptr<const LinearState>& state) {

@@ -96,6 +96,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   s.routes = resolve_gemm_routes(config, s.device, s.layers, s.shape.n_layers,
                                  s.plan.micro_batch_tokens, rank.rank == 0);
   session->routes = s.routes;
+  session->fused_producers = config.train.fused_producers;
   if (config.quant.fp8_scaling == contract::Fp8Scaling::kDelayed)
     session->fp8_history = std::make_shared<Fp8AmaxHistory>(static_cast<int64_t>(s.layers.size()),
                                                             config.quant.fp8_amax_history,

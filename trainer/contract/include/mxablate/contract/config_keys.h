@@ -53,6 +53,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"train.activation_checkpointing", kWrittenWhenSet | kExecution},
     // Replays each step as a captured CUDA graph: the same bits, fewer launches.
     {"train.cuda_graphs", kWrittenWhenSet | kExecution},
+    {"train.fused_producers", kWrittenWhenSet | kExecution},
     {"eval", kDescribesArm},
     {"precision", kTrajectory | kDescribesArm},
     {"quant", kTrajectory | kDescribesArm},

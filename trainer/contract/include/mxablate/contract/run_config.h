@@ -55,6 +55,10 @@ struct TrainConfig {
   bool activation_checkpointing = false;
   // Each step's passes as one replayed CUDA graph (quant_settings.h, CudaGraphs): the same bits.
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;
+  // SwiGLU's kernels quantize h, dg and du for the linears that consume them as they write them
+  // (docs/design.md §4, "Quantization in the producers"): the same bits. Off by default: measured
+  // slower than the plain kernels followed by the quantizer (docs/performance.md).
+  bool fused_producers = false;
 };
 
 struct EvalConfig {

@@ -8,6 +8,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
+
+#include "mxablate/trainer/mx_linear.h"
 
 namespace mxablate::trainer {
 
@@ -27,8 +30,19 @@ at::ScalarType gemm_input_dtype(const at::Device& device);
 // x * rstd * weight over the last dimension; dx comes back float32 (the residual stream's dtype).
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype);
 
-// silu(g) * u.
-at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
+// What SwiGLU's fused producers make ahead of the MLP's linears (docs/design.md §4, "Quantization
+// in the producers"; mx_linear.h, MadeAhead): Q(h) for down in the forward pass, Q(dg) for gate
+// and Q(du) for up in the backward pass, handed over through the session's made-ahead memo.
+struct SwiGluMadeAhead {
+  std::shared_ptr<QuantSession> session;
+  MadeAhead h, dg, du;
+  bool any() const { return h.any() || dg.any() || du.any(); }
+};
+
+// silu(g) * u; with `ahead`, the quantizations it names are made by the same kernel (on CUDA
+// where kernels::swiglu_forward_quantized takes them) and offered to their layers.
+at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype,
+                        std::shared_ptr<const SwiGluMadeAhead> ahead = nullptr);
 
 // Rotate-half RoPE of x (B, H, T, D) (any strides) with cos, sin (T, D/2): a contiguous
 // (B, H, T, D) result in x's dtype; the gradient comes back in x's own layout.

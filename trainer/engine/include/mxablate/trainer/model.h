@@ -90,6 +90,10 @@ class SwiGLUImpl : public torch::nn::Module {
   MXLinear gate{nullptr}, up{nullptr}, down{nullptr};
 
  private:
+  // What the fused SwiGLU makes ahead of the three linears for input x (fused_ops.h), or null:
+  // nothing wanted, or the session's fused_producers off.
+  std::shared_ptr<const SwiGluMadeAhead> made_ahead(const at::Tensor& x) const;
+
   FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
 TORCH_MODULE(SwiGLU);

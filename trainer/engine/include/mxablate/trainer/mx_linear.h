@@ -35,6 +35,7 @@
 #include "mxablate/contract/gemm_route.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
+#include "mxablate/kernels/torch/produced_operands.h"
 #include "mxablate/trainer/fp8_history.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/quant_memo.h"
@@ -70,6 +71,14 @@ class QuantSession {
   // Deterministic quantizations of a layer input shared by the layers that consume it (q, k, v;
   // gate, up) within a step; `memo.enabled = false` turns reuse off (quant_memo.h).
   QuantMemo memo;
+  // Quantizations a fused producer made ahead of the one layer that consumes them (SwiGLU's h
+  // for down; dg and du for gate and up; docs/design.md §4, "Quantization in the producers"),
+  // keyed by the produced tensor and taken by that layer, so any spec (its own random key) fits.
+  // Two inputs at once: dg and du are made before either consumer runs.
+  QuantMemo made_ahead{/*one_key=*/true, /*inputs=*/2};
+  // Whether fused producers make their consumers' quantizations (train.fused_producers, default
+  // off): the same bits either way, so it is an execution setting.
+  bool fused_producers = false;
   // FP8 delayed scaling (quant.fp8_scaling: delayed; docs/design.md §3): every FP8 operand takes
   // its decode scale from its instance's window and records its amax there. Null: current scaling.
   std::shared_ptr<Fp8AmaxHistory> fp8_history;
@@ -134,6 +143,26 @@ struct LinearState {
 // check_dge/check_occ (plan_rules.h) is refused with std::invalid_argument, here and in MXLinear.
 at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
                      const std::shared_ptr<const LinearState>& state);
+
+// Quantizations a fused producer may make ahead of a layer (docs/design.md §4, "Quantization in
+// the producers"): of its input X (Fprop's X along rows; Wgrad's X down columns when dW is
+// wanted) or of its output's gradient dY (Dgrad's dY along rows when dX is wanted; Wgrad's dY
+// down columns when dW is wanted), each with the layer's own spec and random key. Only those the
+// layer would otherwise quantize itself on the emulated engine with no telemetry wanted this
+// step: not plain BF16 roundings, not OCC's clamped X, not another engine's forms.
+struct MadeAhead {
+  std::optional<kernels::AxisQuantization> rows, cols;
+  bool any() const { return rows.has_value() || cols.has_value(); }
+  kernels::ProducedAxes axes() const { return {rows ? &*rows : nullptr, cols ? &*cols : nullptr}; }
+};
+
+MadeAhead input_made_ahead(const LinearState& s, bool want_dw);
+MadeAhead output_grad_made_ahead(const LinearState& s, bool want_dx, bool want_dw);
+
+// Puts a producer's results where the layer that asked for them takes them
+// (QuantSession::made_ahead), under `produced` as the layer will see it (a 2-D view).
+void offer_made_ahead(QuantSession& session, const at::Tensor& produced, const MadeAhead& asked,
+                      const kernels::Produced& made);
 
 class MXLinearImpl : public torch::nn::Module {
  public:
