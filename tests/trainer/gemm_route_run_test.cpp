@@ -155,6 +155,13 @@ TEST_CASE("On CUDA an MXFP4 arm under fp8-where-exact counts its GEMMs by engine
   }
   CHECK(on_tensor_cores > 0);
   INFO("GEMM calls on FP8 tensor cores: " << on_tensor_cores << " of " << total);
+  // Training passes only: every MXFP4 layer's forward has its Dgrad and Wgrad (the evaluation
+  // that ends the run adds Fprop calls, which run_end does not count).
+  const auto all = [&](const char* g) {
+    return calls[g]["tensor_cores"].get<int64_t>() + calls[g]["emulated"].get<int64_t>();
+  };
+  CHECK(all("fprop") == all("wgrad"));
+  CHECK(all("dgrad") == all("wgrad"));
 
   const std::string emu_dir = fresh_run_dir("mxfp4_where_exact_cuda_emulated");
   const TrainResult emu = run_train(emu_dir, &emulated);

@@ -29,6 +29,7 @@ void QuantSession::record(int layer, GemmKind gemm, Operand operand, const Quant
 }
 
 void QuantSession::count_mxfp4_as_fp8(GemmKind gemm, bool on_tensor_cores) {
+  if (!count_route_calls) return;
   mxfp4_as_fp8_calls_[static_cast<size_t>(gemm)][on_tensor_cores ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -284,6 +284,12 @@ class TrainingRun::Loop {
   double evaluate() {
     torch::NoGradGuard no_grad;
     s_.model->session().collect_telemetry = false;
+    // run_end's mxfp4_as_fp8_calls are the training passes' (an evaluation adds Fprop calls only).
+    struct NotCounted {
+      QuantSession& s;
+      explicit NotCounted(QuantSession& session) : s(session) { s.count_route_calls = false; }
+      ~NotCounted() { s.count_route_calls = true; }
+    } not_counted(s_.model->session());
     ++s_.model->session().weights_generation;  // the weights may have changed since the last pass
     // Summed on the device in double, in the order and with the roundings the host sum had
     // (each loss widened, times its batch's sequences, then added): the same bits, but one

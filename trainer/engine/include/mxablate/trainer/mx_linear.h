@@ -93,8 +93,11 @@ class QuantSession {
   uint64_t weight_epoch() const { return (weights_generation << 32) | step; }
 
   // GEMM calls of one kind on the mxfp4-as-fp8 route, by the engine that ran them
-  // (kernels::mxfp4_as_fp8_on_tensor_cores): counted by MXLinear, reported at run_end.
+  // (kernels::mxfp4_as_fp8_on_tensor_cores): counted by MXLinear while `count_route_calls` is set
+  // (the trainer clears it while it evaluates: run_end reports the training passes' calls), and
+  // reported at run_end.
   using RouteCalls = trainer::RouteCalls;
+  bool count_route_calls = true;
   void count_mxfp4_as_fp8(kernels::GemmKind gemm, bool on_tensor_cores);
   std::array<RouteCalls, 3> mxfp4_as_fp8_calls() const;  // indexed by kernels::GemmKind
 
