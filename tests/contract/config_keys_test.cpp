@@ -72,6 +72,7 @@ const std::map<std::string, std::string> kPinned = {
     {"train.data_seed", "trajectory"},
     {"train.activation_checkpointing", "set execution"},
     {"train.cuda_graphs", "set execution"},
+    {"train.fused_producers", "set execution"},
     {"eval.every_tokens", "arm"},
     {"eval.tokens", "arm"},
     {"precision.fprop", "trajectory arm"},
@@ -178,7 +179,8 @@ TEST_CASE("the identity JSON leaves out exactly the keys written when set, while
                                              "quant.dge", "quant.fp8_amax_history", "quant.fp8_margin",
                                              "quant.fp8_scaling", "quant.occ", "quant.sr_prescale",
                                              "quant.weight_blocks",
-                                             "train.activation_checkpointing", "train.cuda_graphs"});
+                                             "train.activation_checkpointing", "train.cuda_graphs",
+                                             "train.fused_producers"});
   CHECK_FALSE(compact.contains("parallel"));  // a section left empty goes too
 }
 
@@ -213,6 +215,7 @@ TEST_CASE("keys_with takes the keys with a trait, sections key by key where thei
   json train = full["train"];
   train.erase("activation_checkpointing");
   train.erase("cuda_graphs");
+  train.erase("fused_producers");
   CHECK(t["train"] == train);
   // Not a mapping, or a key without a row: taken as it is, or left out.
   CHECK(keys_with(json{{"train", 3}, {"no_such_key", 1}}, kTrajectory) == json{{"train", 3}});
@@ -222,5 +225,6 @@ TEST_CASE("keys_with takes the keys with a trait, sections key by key where thei
                           {"threads", 0},
                           {"mllog", false},
                           {"parallel", full["parallel"]},
-                          {"train", {{"activation_checkpointing", true}, {"cuda_graphs", "auto"}}}});
+                          {"train", {{"activation_checkpointing", true}, {"cuda_graphs", "auto"},
+                                     {"fused_producers", false}}}});
 }
