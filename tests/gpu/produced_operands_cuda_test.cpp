@@ -127,11 +127,16 @@ TEST_CASE("What the fused producers do not take is composed, with the same bits"
     CHECK(at::equal(p.tensor, swiglu_forward(g, u, at::kFloat)));
   }
   SECTION("a row length that is not a multiple of 8") {
+    // Down columns, 36 columns are fine for MXFP4 (the blocks run down the 64 rows), but the
+    // kernel's 16-byte vectors are not: composed.
     const at::Tensor g2 = bf16_input(64, 36, 8, 2.0), u2 = bf16_input(64, 36, 9, 1.0);
-    QuantSpec rows_only = rtn.spec;
-    const AxisQuantization q{rows_only, RngKey{}};
-    // 36 is no multiple of 32 either: MXFP4 along rows is refused by the quantizer's own check.
-    CHECK_THROWS_AS(swiglu_forward_quantized(g2, u2, at::kBFloat16, ProducedAxes{&q, nullptr}, at::kBFloat16),
+    const Produced p = swiglu_forward_quantized(g2, u2, at::kBFloat16, ProducedAxes{nullptr, &rtn}, at::kBFloat16);
+    CHECK_FALSE(p.one_pass);
+    const at::Tensor h2 = swiglu_forward(g2, u2, at::kBFloat16);
+    CHECK(same_bits(p.tensor, h2));
+    CHECK(same_bits(p.cols, reference_values(h2, Axis::kCols, rtn)));
+    // Along rows, 36 is no multiple of 32: refused by the quantizer's own check, as without fusion.
+    CHECK_THROWS_AS(swiglu_forward_quantized(g2, u2, at::kBFloat16, ProducedAxes{&rtn, nullptr}, at::kBFloat16),
                     std::invalid_argument);
   }
   SECTION("the backward pass, two roundings") {

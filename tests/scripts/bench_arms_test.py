@@ -77,6 +77,10 @@ class BenchArms(unittest.TestCase):
                 self.assertIn(prec, precisions, name)
                 self.assertIn(route, routes, name)
             self.assertIn(a["peer"], PEER_MODES, name)
+            # An arm's train keys only say how it runs: execution keys of the contract's table.
+            keys = source("trainer/contract/include/mxablate/contract/config_keys.h")
+            for key in a.get("train", {}):
+                self.assertRegex(keys, rf'\{{"train\.{re.escape(key)}", [^}}]*kExecution', name)
         # The arms the issue names, each once.
         self.assertEqual(ARMS["mxfp4+h16+fp8path"]["quant"].get("gemm_path"), "fp8")
         self.assertEqual(ARMS["mxfp4+h16"]["quant"]["hadamard"],
@@ -105,6 +109,11 @@ class BenchArms(unittest.TestCase):
             self.assertEqual(c["precision"], {"fprop": p, "dgrad": p, "wgrad": p})
             self.assertEqual(c.get("quant", {}), a["quant"], name)
             self.assertEqual(c["model"], "llama-1.3b")
+            # The arm's train keys join the bench's train section without replacing it.
+            for key, value in a.get("train", {}).items():
+                self.assertEqual(c["train"][key], value, name)
+            self.assertIn("global_batch_tokens", c["train"], name)
+        self.assertEqual(ARMS["mxfp4+h16+producers"]["train"], {"fused_producers": True})
         # EXTRA merges over the arm's quant settings instead of replacing them.
         out = trainer_config("mxfp4+h16", '{"quant": {"gemm_path": "emulated"}, "train": {"activation_checkpointing": true}}')
         c = json.loads(out.stdout)

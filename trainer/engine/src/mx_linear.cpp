@@ -210,7 +210,9 @@ Quantized quantize_uses(const at::Tensor& t, const LinearState& s, std::optional
     if (!u) return std::nullopt;
     const QuantSpec& spec = spec_of(s, *u);
     const kernels::QuantizedOperand::Form form = s.engine(u->gemm).form();
-    if (memo_use.made_ahead && s.session) {
+    // Only where producers may have made something: otherwise every lookup would lock a memo
+    // that is always empty.
+    if (memo_use.made_ahead && s.session && s.session->fused_producers) {
       std::optional<QuantMemo::Result> made =
           s.session->made_ahead.take(s.session->step, t, axis, spec, form, dtype, wants_telemetry(s, spec));
       if (made) return made;
