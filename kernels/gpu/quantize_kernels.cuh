@@ -555,15 +555,24 @@ __device__ void quantize_staged_tile(const KernelParams& p, InT* tile, int64_t r
   const bool both = p.axes[0].enabled && p.axes[1].enabled;
   InT* rows_stage = p.axes[0].staged ? (both ? tile + kTile * kTile : tile) : nullptr;
   InT* cols_stage = p.axes[1].staged ? tile : nullptr;
-  if (p.axes[0].enabled)
-    finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0, scratch,
-                                                                      tile_slots);
-  // The columns pass stages its output over the input tile, which the rows pass reads: every
-  // thread must be done with the rows pass before any thread writes there.
-  if (p.axes[0].enabled && cols_stage == tile) __syncthreads();
-  if (p.axes[1].enabled)
-    finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0, scratch,
-                                                                      tile_slots);
+  // The two passes are iterations of a loop that is not unrolled, so that only one pass's
+  // values are live at a time. Written one after the other, each pass fits the variant's register
+  // budget on its own, but ptxas kept values of both alive and spilled 256 to 324 bytes per thread
+  // to local memory in the MXFP4 variants (`-Xptxas -v`); as loop iterations they spill none.
+MXABLATE_NO_UNROLL
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!p.axes[pass].enabled) continue;
+    if (pass == 0) {
+      finish_axis<Axis::kRows, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[0], tile, rows_stage, r0, c0,
+                                                                        scratch, tile_slots);
+      // The columns pass stages its output over the input tile, which the rows pass reads:
+      // every thread must be done with the rows pass before any thread writes there.
+      if (p.axes[1].enabled && cols_stage == tile) __syncthreads();
+    } else {
+      finish_axis<Axis::kCols, InT, F, kTelemetry, kStochastic, kCodes>(p, p.axes[1], tile, cols_stage, r0, c0,
+                                                                        scratch, tile_slots);
+    }
+  }
   if (rows_stage == nullptr && cols_stage == nullptr) return;
   __syncthreads();
   constexpr bool kBf16In = sizeof(InT) == 2;

@@ -211,6 +211,8 @@ std::vector<QuantConfig> quant_configs() {
       {"mxfp4 cols, SR", at::kBFloat16, {{Axis::kCols, mx_sr}}},
       {"mxfp4 rows, H16", at::kBFloat16, {{Axis::kRows, mx_h16}}},
       {"mxfp4 cols, H16", at::kBFloat16, {{Axis::kCols, mx_h16}}},
+      // The MXFP4+H16 arm's X and dY: rows for Fprop / Dgrad, columns rotated for Wgrad.
+      {"mxfp4 rows + cols H16 (X, dY)", at::kBFloat16, {{Axis::kRows, mx}, {Axis::kCols, mx_h16}}},
       {"mxfp4 rows, RHT128", at::kBFloat16, {{Axis::kRows, mx_h128}}},
       {"mxfp4 rows + cols SR H16 (dY)", at::kBFloat16, {{Axis::kRows, mx_sr}, {Axis::kCols, mx_sr_h16}}},
       {"mxfp4 rows -> packed+E8M0", at::kBFloat16, {{Axis::kRows, mx, O::kPacked}}},
