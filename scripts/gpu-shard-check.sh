@@ -16,7 +16,7 @@
 #      and 141 GB GPUs.
 #   5. llama-8b as part 3 on up to 4 ranks (2 × H200 hold it too) in BF16, the paper's FP8
 #      baseline (F+D+W in FP8, per-tensor current scaling) and MXFP4 F+D+W+H16, 2 micro-batches
-#      per rank: tokens/s per GPU and each arm's step against BF16's in the same run (the rates
+#      per rank, 8 steps (the median of steps 3-8): tokens/s per GPU and each arm's step against BF16's in the same run (the rates
 #      the README's cost of the paper's experiment uses).
 #   4. (one GPU of 80 GB) llama-8b unsharded on one rank: the trainer must end with its one-line
 #      out-of-memory reason and exit 5 (what it tried to allocate, the prediction, the setting).
@@ -170,7 +170,7 @@ if [[ " $PARTS " == *" 5 "* ]]; then
   echo "== 5. llama-8b, seq 8192, $RANKS ranks, shard gradients: BF16, the FP8 baseline, MXFP4 F+D+W+H16"
   DATA=$SYNTH
   for prec in bf16 fp8 mxfp4+h16; do
-    run "p5-$prec" cuda llama-8b $prec 8192 $((RANKS * 16384)) 8192 5 1000 8192 0 \
+    run "p5-$prec" cuda llama-8b $prec 8192 $((RANKS * 16384)) 8192 8 1000 8192 0 \
       "{\"train\": {\"activation_checkpointing\": true}, \"parallel\": {\"data\": $RANKS, \"shard\": \"gradients\"}}" ||
       failures=$((failures + 1))
     summary "$OUT/p5-$prec"

@@ -33,7 +33,8 @@
 #   --results     the results file to append to (default OUT/results.jsonl); point it under the
 #                 device tool's $OUT to have it come back
 #   --profile     also writes a Kineto trace of steps 6-8 of each of our runs and prints
-#                 profile-summary.py's tables (the profiled run is separate from the timed one)
+#                 profile-summary.py's tables, our kernels also by launch shape (the profiled run
+#                 is separate from the timed one)
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, shared with gpu-check.sh), MXABLATE_BENCH_OUT
 #        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (our steps for every model, instead
 #        of llama_shapes.py's), MXABLATE_BENCH_EAGER=1 (each of our runs also with
@@ -160,7 +161,7 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
         --profile-steps 6:8 --profile-trace "$pdir/trace.json")
       if [ "$prc" = 0 ]; then
         echo "  profile of $name, steps 6-8:"
-        $PY scripts/profile-summary.py "$pdir/trace.json" --steps 3 --top 15 || echo "  profile-summary failed"
+        $PY scripts/profile-summary.py "$pdir/trace.json" --steps 3 --top 15 --by-launch 'mxablate::' || echo "  profile-summary failed"
       else
         echo "  profile of $name failed: $(tail -1 "$pdir/output.txt")"
       fi

@@ -4,10 +4,15 @@
 Prints where the GPU time of the profiled steps went: wall time of the window, time the GPU was
 busy (union of kernel/copy intervals) and idle, GPU time per category (GEMM, attention, our
 quantizers, fused ops, elementwise, reductions, optimizer, copies, NCCL) and the top kernels.
-Usage: profile-summary.py TRACE.json [--steps N] [--top K] [--json]
-Only the standard library; runs on either machine.
+With --by-launch, the kernels whose name matches REGEX are also grouped by launch shape (grid,
+block, shared memory: for our quantizer and fused ops the grid is the tensor's shape in tiles),
+with each group's launches per step, mean and median duration: what one launch of a kernel at
+one shape costs in the step, to set beside the same kernel timed alone (mxablate-bench).
+Usage: profile-summary.py TRACE.json [--steps N] [--top K] [--json] [--by-launch REGEX]
+A trace may be gzip-compressed (TRACE.json.gz). Only the standard library; runs on either machine.
 """
 import argparse
+import gzip
 import json
 import re
 import sys
@@ -61,15 +66,24 @@ def main():
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps in the window (per-step figures)")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
+    ap.add_argument("--by-launch", metavar="REGEX",
+                    help="also group the kernels whose name matches REGEX by grid, block and shared memory")
     args = ap.parse_args()
     try:
-        with open(args.trace) as f:
+        match = re.compile(args.by_launch) if args.by_launch is not None else None
+    except re.error as e:
+        sys.exit(f"profile-summary: --by-launch: not a regular expression ({e})")
+    try:
+        opener = gzip.open if args.trace.endswith(".gz") else open
+        with opener(args.trace, "rt") as f:
             trace = json.load(f)
         events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not isinstance(events, list):
+            raise TypeError("traceEvents is not a list")
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         sys.exit(f"profile-summary: {args.trace}: not a Kineto trace ({e})")
 
-    gpu, cpu_ops, launches = [], [], 0
+    gpu, cpu_ops, launches, shaped = [], [], 0, []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
@@ -80,6 +94,8 @@ def main():
         cat = str(e.get("cat", "")).lower()
         if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             gpu.append((ts, ts + dur, str(e.get("name", "?"))))
+            if match is not None and cat == "kernel" and match.search(gpu[-1][2]):
+                shaped.append((gpu[-1][2], launch_shape(e.get("args")), dur))
         elif cat == "cpu_op":
             cpu_ops.append((ts, ts + dur))
         elif cat == "cuda_runtime" and "launch" in str(e.get("name", "")).lower():
@@ -106,6 +122,8 @@ def main():
         "top": [{"name": n, "ms": t / 1e3, "count": k} for n, (t, k) in
                 sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]],
     }
+    if match is not None:
+        summary["by_launch"] = by_launch(shaped, steps)
     if args.json:
         print(json.dumps(summary, indent=1))
         return
@@ -122,6 +140,46 @@ def main():
     print("|---|---:|---:|---|")
     for n, (t, k) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"| `{short(n).replace('|', '/')}` | {t / 1e3 / steps:.2f} | {k / steps:.0f} | {category(n)} |")
+    if match is not None:
+        print()
+        print(f"kernels matching `{args.by_launch}` by launch shape:")
+        print()
+        print("| kernel | grid | block | shared bytes | ms/step | launches/step | mean µs | median µs |")
+        print("|---|---|---|---:|---:|---:|---:|---:|")
+        for g in summary["by_launch"]:
+            print(f"| `{short(compact(g['name'])).replace('|', '/')}` | {g['grid']} | {g['block']} | {g['shared_bytes']} | "
+                  f"{g['ms_per_step']:.2f} | {g['launches_per_step']:.0f} | {g['mean_us']:.1f} | {g['median_us']:.1f} |")
+        if not summary["by_launch"]:
+            print("| (no kernel matched) | | | | | | | |")
+
+
+def compact(name):
+    """A kernel name without `void ` and our kernels' namespaces, so that a short cell keeps the
+    template arguments (input type, format, variant) that tell one of our instances from another."""
+    name = re.sub(r"^void\s+", "", name)
+    return re.sub(r"mxablate::kernels::(gpu::)?((detail|\(anonymous namespace\))::)?", "", name)
+
+
+def launch_shape(args):
+    """(grid, block, shared memory) of a kernel event as Kineto records them; '?' where absent."""
+    args = args if isinstance(args, dict) else {}
+    dims = lambda v: "x".join(str(d) for d in v) if isinstance(v, list) and v else "?"  # noqa: E731
+    shared = args.get("shared memory")
+    return dims(args.get("grid")), dims(args.get("block")), shared if isinstance(shared, int) else "?"
+
+
+def by_launch(shaped, steps):
+    """Groups (name, shape, duration µs) by name and shape, most GPU time first."""
+    groups = {}
+    for name, shape, dur in shaped:
+        groups.setdefault((name, shape), []).append(dur)
+    out = []
+    for (name, (grid, block, shared)), durs in groups.items():
+        durs.sort()
+        out.append({"name": name, "grid": grid, "block": block, "shared_bytes": shared,
+                    "ms_per_step": sum(durs) / 1e3 / steps, "launches_per_step": len(durs) / steps,
+                    "mean_us": sum(durs) / len(durs), "median_us": durs[len(durs) // 2]})
+    return sorted(out, key=lambda g: -g["ms_per_step"])
 
 
 if __name__ == "__main__":
