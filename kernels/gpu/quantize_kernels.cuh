@@ -558,7 +558,9 @@ __device__ void quantize_staged_tile(const KernelParams& p, InT* tile, int64_t r
   // The two passes are iterations of a loop that is not unrolled, so that only one pass's
   // values are live at a time. Written one after the other, each pass fits the variant's register
   // budget on its own, but ptxas kept values of both alive and spilled 256 to 324 bytes per thread
-  // to local memory in the MXFP4 variants (`-Xptxas -v`); as loop iterations they spill none.
+  // to local memory in the MXFP4 variants (`-Xptxas -v`); as loop iterations the round-to-nearest
+  // ones spill nothing and the others a few bytes. Alone the spills cost nothing measurable; in a
+  // training step they made the MXFP4 arm 5 % slower (docs/performance.md, issue 20).
 MXABLATE_NO_UNROLL
   for (int pass = 0; pass < 2; ++pass) {
     if (!p.axes[pass].enabled) continue;
