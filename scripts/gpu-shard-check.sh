@@ -16,8 +16,8 @@
 #      and 141 GB GPUs.
 #   5. llama-8b as part 3 on up to 4 ranks (2 × H200 hold it too) in BF16, the paper's FP8
 #      baseline (F+D+W in FP8, per-tensor current scaling) and MXFP4 F+D+W+H16, 2 micro-batches
-#      per rank, 8 steps (the median of steps 3-8): tokens/s per GPU and each arm's step against BF16's in the same run (the rates
-#      the README's cost of the paper's experiment uses).
+#      per rank, 8 steps (the median of steps 3-8): tokens/s per GPU and each arm's step against
+#      BF16's in the same run (the rates the README's cost of the paper's experiment uses).
 #   4. (one GPU of 80 GB) llama-8b unsharded on one rank: the trainer must end with its one-line
 #      out-of-memory reason and exit 5 (what it tried to allocate, the prediction, the setting).
 # The data are uniform random tokens (scripts/synthetic-megatron.py): speed, memory and the
