@@ -163,7 +163,10 @@ def compact(name):
 def launch_shape(args):
     """(grid, block, shared memory) of a kernel event as Kineto records them; '?' where absent."""
     args = args if isinstance(args, dict) else {}
-    dims = lambda v: "x".join(str(d) for d in v) if isinstance(v, list) and v else "?"  # noqa: E731
+
+    def dims(v):
+        return "x".join(str(d) for d in v) if isinstance(v, list) and v else "?"
+
     shared = args.get("shared memory")
     return dims(args.get("grid")), dims(args.get("block")), shared if isinstance(shared, int) else "?"
 

@@ -1,25 +1,33 @@
-// Sets QuantSession::collect_telemetry for a scope and restores it after, also when the scope
-// throws: the passes that run a forward twice (a checkpointed block, the chunked loss;
-// docs/design.md §4) record a quantization's telemetry in one of the two only.
+// Scoped settings of a QuantSession: a bool setting changed for a scope and restored after, also
+// when the scope throws.
 #pragma once
 
 #include "mxablate/trainer/mx_linear.h"
 
 namespace mxablate::trainer {
 
-class TelemetrySetting {
+class SessionFlagSetting {
  public:
-  TelemetrySetting(QuantSession& session, bool collect)
-      : session_(session), before_(session.collect_telemetry) {
-    session_.collect_telemetry = collect;
+  SessionFlagSetting(QuantSession& session, bool QuantSession::*flag, bool value)
+      : session_(session), flag_(flag), before_(session.*flag) {
+    session_.*flag_ = value;
   }
-  ~TelemetrySetting() { session_.collect_telemetry = before_; }
-  TelemetrySetting(const TelemetrySetting&) = delete;
-  TelemetrySetting& operator=(const TelemetrySetting&) = delete;
+  ~SessionFlagSetting() { session_.*flag_ = before_; }
+  SessionFlagSetting(const SessionFlagSetting&) = delete;
+  SessionFlagSetting& operator=(const SessionFlagSetting&) = delete;
 
  private:
   QuantSession& session_;
+  bool QuantSession::*flag_;
   bool before_;
+};
+
+// collect_telemetry: the passes that run a forward twice (a checkpointed block, the chunked loss;
+// docs/design.md §4) record a quantization's telemetry in one of the two only.
+class TelemetrySetting : public SessionFlagSetting {
+ public:
+  TelemetrySetting(QuantSession& session, bool collect)
+      : SessionFlagSetting(session, &QuantSession::collect_telemetry, collect) {}
 };
 
 }  // namespace mxablate::trainer

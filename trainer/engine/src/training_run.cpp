@@ -44,6 +44,7 @@
 #include "run_setup.h"
 #include "error_line.h"
 #include "step_profiler.h"
+#include "telemetry_setting.h"
 #include "torch_compat.h"
 
 namespace mxablate::trainer {
@@ -285,11 +286,7 @@ class TrainingRun::Loop {
     torch::NoGradGuard no_grad;
     s_.model->session().collect_telemetry = false;
     // run_end's mxfp4_as_fp8_calls are the training passes' (an evaluation adds Fprop calls only).
-    struct NotCounted {
-      QuantSession& s;
-      explicit NotCounted(QuantSession& session) : s(session) { s.count_route_calls = false; }
-      ~NotCounted() { s.count_route_calls = true; }
-    } not_counted(s_.model->session());
+    const SessionFlagSetting not_counted(s_.model->session(), &QuantSession::count_route_calls, false);
     ++s_.model->session().weights_generation;  // the weights may have changed since the last pass
     // Summed on the device in double, in the order and with the roundings the host sum had
     // (each loss widened, times its batch's sequences, then added): the same bits, but one
