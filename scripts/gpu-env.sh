@@ -7,6 +7,8 @@
 #   gpu_configure BUILD_DIR LOG [CMAKE-ARGS…]   configure BUILD_DIR as every GPU script does
 #   gpu_build BUILD_DIR LOG TARGET…             configure if needed, then build the targets
 #                                               (one that is already built is not rebuilt)
+# both of ROOT's sources, refused (one line, return 1) when called from inside another tree of the
+# project or on a build directory configured from another source tree (gpu_same_tree).
 #
 # What the image lacks travels in .carry/debs (scripts/gpu-check.sh's header lists them). The
 # carry is copied afresh on every call while a warm machine keeps its build directories, so the
@@ -37,9 +39,34 @@ export TORCH_CUDA_ARCH_LIST=9.0
 # NVLink multicast off (the machine's notes say why), also for the trainers a sweep starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
+# The functions build ROOT, the tree whose gpu-env.sh was sourced, whatever the caller's directory.
+# A caller inside another tree of this project (a before/after comparison's second tree) would get
+# ROOT's sources built there and compare a tree with itself; such a caller, or a build directory
+# configured from another source tree, is refused with one line (return 1).
+gpu_same_tree() {
+  local build_dir=$1 here="" dir=$PWD home
+  # The tree the caller is in: the nearest directory up from here with a scripts/gpu-env.sh.
+  while [ -n "$dir" ] && [ "$dir" != / ]; do
+    if [ -f "$dir/scripts/gpu-env.sh" ]; then here=$dir; break; fi
+    dir=$(dirname "$dir")
+  done
+  if [ -n "$here" ] && [ "$(cd "$here" && pwd -P)" != "$(cd "$ROOT" && pwd -P)" ]; then
+    echo "gpu-env: called from $here, another tree than $ROOT whose gpu-env.sh was sourced; source $here/scripts/gpu-env.sh there" >&2
+    return 1
+  fi
+  if [ -f "$build_dir/CMakeCache.txt" ]; then
+    home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
+    if [ -n "$home" ] && [ "$(cd "$home" 2>/dev/null && pwd -P)" != "$(cd "$ROOT" && pwd -P)" ]; then
+      echo "gpu-env: $build_dir was configured from $home, not $ROOT; use another build directory" >&2
+      return 1
+    fi
+  fi
+}
+
 gpu_configure() {
   local build_dir=$1 log=$2
   shift 2
+  gpu_same_tree "$build_dir" || return 1
   local torch_prefix generator=()
   torch_prefix=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -57,6 +84,7 @@ gpu_configure() {
 gpu_build() {
   local build_dir=$1 log=$2
   shift 2
+  gpu_same_tree "$build_dir" || return 1
   local missing=() t
   for t in "$@"; do [ -x "$build_dir/bin/$t" ] || missing+=("$t"); done
   [ ${#missing[@]} -eq 0 ] && return 0

@@ -138,37 +138,90 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
+// Elements of a row one lane loads before it uses any (RMSNorm's forward): enough loads in flight
+// to keep memory busy with one warp per row.
+constexpr int kNormForwardUnroll = 8;
+
 // One warp per row (grid-stride over rows): sum of squares by lane-strided partials and a
-// butterfly, then y = (x * rstd) * w, the unfused formula's order.
-template <typename XT, typename YT>
-__global__ void rmsnorm_forward_kernel(const XT* __restrict__ x, const float* __restrict__ w, int64_t rows,
-                                       int64_t cols, float eps, YT* __restrict__ y, float* __restrict__ rstd) {
+// butterfly, then y = (x * rstd) * w, the unfused formula's order. Lane l adds the squares of its
+// columns l, l + warpSize, ... in that order, whatever the unrolling (which only batches the
+// loads). With a branch (x float32), the row normalized is h = x + branch, which the first pass
+// writes and the second reads back (the same lane's own stores).
+template <typename XT, typename YT, typename BT>
+__global__ void rmsnorm_forward_kernel(const XT* __restrict__ x, const BT* __restrict__ branch,
+                                       const float* __restrict__ w, int64_t rows, int64_t cols, float eps,
+                                       YT* __restrict__ y, float* __restrict__ rstd, float* __restrict__ h) {
   const int lane = static_cast<int>(threadIdx.x % warpSize);
   const int64_t warps_per_block = blockDim.x / warpSize;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int64_t chunk = static_cast<int64_t>(kNormForwardUnroll) * warpSize;
   for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / warpSize; r < rows; r += stride) {
     const XT* xr = x + r * cols;
+    const BT* br = branch == nullptr ? nullptr : branch + r * cols;
+    float* hr = branch == nullptr ? nullptr : h + r * cols;
     float ss = 0.0f;
-    for (int64_t j = lane; j < cols; j += warpSize) {
-      const float v = to_float(xr[j]);
-      ss += v * v;
+    for (int64_t j0 = lane; j0 < cols; j0 += chunk) {
+      float v[kNormForwardUnroll];
+#pragma unroll
+      for (int u = 0; u < kNormForwardUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * warpSize;
+        v[u] = j < cols ? to_float(xr[j]) : 0.0f;
+      }
+      if (br != nullptr) {
+#pragma unroll
+        for (int u = 0; u < kNormForwardUnroll; ++u) {
+          const int64_t j = j0 + static_cast<int64_t>(u) * warpSize;
+          if (j < cols) {
+            v[u] = v[u] + to_float(br[j]);
+            hr[j] = v[u];
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kNormForwardUnroll; ++u)
+        if (j0 + static_cast<int64_t>(u) * warpSize < cols) ss += v[u] * v[u];
     }
     ss = warp_sum(ss);
     const float rs = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
     if (lane == 0) rstd[r] = rs;
-    for (int64_t j = lane; j < cols; j += warpSize) store(y, r * cols + j, (to_float(xr[j]) * rs) * w[j]);
+    for (int64_t j0 = lane; j0 < cols; j0 += chunk) {
+      float v[kNormForwardUnroll], wv[kNormForwardUnroll];
+#pragma unroll
+      for (int u = 0; u < kNormForwardUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * warpSize;
+        v[u] = j >= cols ? 0.0f : hr != nullptr ? hr[j] : to_float(xr[j]);
+        wv[u] = j < cols ? w[j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kNormForwardUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * warpSize;
+        if (j < cols) store(y, r * cols + j, (v[u] * rs) * wv[u]);
+      }
+    }
   }
+}
+
+// The residual stream's gradient at one element of the norm's input: the norm's own dx plus dres
+// (the other readers' gradient, when given; one float32 add, autograd's sum), stored as dx and,
+// when asked, as dbranch in its storage type.
+template <typename BT>
+__device__ __forceinline__ float residual_grad(float own, const float* __restrict__ dres, int64_t i,
+                                               BT* __restrict__ dbranch) {
+  const float total = dres == nullptr ? own : dres[i] + own;
+  if (dbranch != nullptr) store(dbranch, i, total);
+  return total;
 }
 
 // One block per chunk of rows; thread t owns the columns j = t (mod blockDim) and accumulates
 // their dweight in shared memory, so no two threads ever add into one place. Per row:
 //   g = dy * w,  dot = sum(g * x),  dx = rstd * g - x * (rstd^3 * dot / cols)
 // and the block's dweight partial += dy * x * rstd, written out at the end.
-template <typename DT, typename XT>
+template <typename DT, typename XT, typename BT>
 __global__ void rmsnorm_backward_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
                                         const float* __restrict__ w, const float* __restrict__ rstd,
                                         int64_t rows, int64_t cols, int64_t rows_per_block,
-                                        float* __restrict__ dx, float* __restrict__ partial) {
+                                        float* __restrict__ dx, float* __restrict__ partial,
+                                        const float* __restrict__ dres, BT* __restrict__ dbranch) {
   extern __shared__ float acc[];  // cols
   __shared__ float scratch[kMaxWarps];
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) acc[j] = 0.0f;
@@ -184,7 +237,7 @@ __global__ void rmsnorm_backward_kernel(const DT* __restrict__ dy, const XT* __r
     const float coef = ((rs * rs) * rs) * (dot / static_cast<float>(cols));
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const float d = to_float(dyr[j]), v = to_float(xr[j]);
-      dx[r * cols + j] = rs * (d * w[j]) - v * coef;
+      dx[r * cols + j] = residual_grad(rs * (d * w[j]) - v * coef, dres, r * cols + j, dbranch);
       acc[j] += (d * v) * rs;
     }
   }
@@ -214,11 +267,12 @@ __device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int64_
 // block_sum. dweight: each column's partial adds its rows in row order, as in the scalar kernel
 // (which thread owns a column does not change a bit). Needs cols % kNormVec == 0 and 16-byte
 // aligned dy, x, weight and dx.
-template <typename DT, typename XT, int kSlots>
+template <typename DT, typename XT, typename BT, int kSlots>
 __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
                                             const float* __restrict__ w, const float* __restrict__ rstd,
                                             int64_t rows, int64_t cols, int64_t rows_per_block,
-                                            float* __restrict__ dx, float* __restrict__ partial) {
+                                            float* __restrict__ dx, float* __restrict__ partial,
+                                            const float* __restrict__ dres, BT* __restrict__ dbranch) {
   extern __shared__ float smem[];  // acc[cols], then prod[cols]
   float* acc = smem;
   float* prod = smem + cols;
@@ -271,7 +325,15 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
           out[e] = rs * (d * wv[k][e]) - v * coef;
           acc[sv * kNormVec + e] += (d * v) * rs;
         }
-        store_vec(dx + r * cols + sv * kNormVec, out);
+        const int64_t at = r * cols + sv * kNormVec;
+        if (dres != nullptr) {
+          float other[kNormVec];
+          load_vec(dres + at, other);
+#pragma unroll
+          for (int e = 0; e < kNormVec; ++e) out[e] = other[e] + out[e];
+        }
+        store_vec(dx + at, out);
+        if (dbranch != nullptr) store_vec(dbranch + at, out);
       }
 #pragma unroll
       for (int e = 0; e < kNormVec; ++e) {
@@ -288,6 +350,24 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
       for (int e = 0; e < kNormVec; ++e) partial[blockIdx.x * cols + sv * kNormVec + e] = acc[sv * kNormVec + e];
     }
   }
+}
+
+// out = x + branch over n elements: kVec per thread through 16-byte accesses when aligned, the
+// scalar loop for the rest (the same per-element add either way).
+template <typename BT>
+__global__ void residual_add_kernel(const float* __restrict__ x, const BT* __restrict__ branch, int64_t n,
+                                    int64_t vec_n, float* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t v = tid; v < vec_n / kVec; v += stride) {
+    float xv[kVec], bv[kVec];
+    load_vec(x + v * kVec, xv);
+    load_vec(branch + v * kVec, bv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) xv[k] = xv[k] + bv[k];
+    store_vec(out + v * kVec, xv);
+  }
+  for (int64_t i = vec_n + tid; i < n; i += stride) out[i] = x[i] + to_float(branch[i]);
 }
 
 // dweight[j] = the sum of column j's partials, in a fixed order: a block covers kSumCols columns
@@ -536,14 +616,30 @@ void rmsnorm_forward(const RmsNormForwardJob& job, void* stream) {
           "the input is empty (" + std::to_string(job.rows) + " x " + std::to_string(job.cols) + ")");
   require_type(job.x_type, where, "x");
   require_type(job.y_type, where, "y");
+  require((job.branch == nullptr) == (job.h == nullptr), where, "a fused residual add needs both branch and h");
+  const bool residual = job.branch != nullptr;
+  if (residual) {
+    require(job.x_type == FloatType::kFloat32, where, "a fused residual add needs a float32 x");
+    require_type(job.branch_type, where, "branch");
+  }
   const auto s = static_cast<gpuStream_t>(stream);
   const unsigned grid = blocks_for(job.rows, kThreads / 32);
   with_type(job.x_type, [&](auto xt) {
     using XT = decltype(xt);
     with_type(job.y_type, [&](auto yt) {
       using YT = decltype(yt);
-      rmsnorm_forward_kernel<XT, YT><<<grid, kThreads, 0, s>>>(
-          static_cast<const XT*>(job.x), job.weight, job.rows, job.cols, job.eps, static_cast<YT*>(job.y), job.rstd);
+      const auto launch = [&](auto bt) {
+        using BT = decltype(bt);
+        rmsnorm_forward_kernel<XT, YT, BT><<<grid, kThreads, 0, s>>>(
+            static_cast<const XT*>(job.x), static_cast<const BT*>(job.branch), job.weight, job.rows, job.cols, job.eps,
+            static_cast<YT*>(job.y), job.rstd, job.h);
+      };
+      // A bf16 x never has a branch (refused above): one instantiation for it.
+      if constexpr (std::is_same_v<XT, float>) {
+        with_type(job.branch_type, launch);
+      } else {
+        launch(float{});
+      }
     });
   });
   check_launch("rmsnorm_forward");
@@ -564,6 +660,10 @@ void rmsnorm_backward(const RmsNormBackwardJob& job, void* stream) {
           "rows longer than " + std::to_string(kRmsNormMaxCols) + " are not supported, got " + std::to_string(job.cols));
   require_type(job.dy_type, where, "dy");
   require_type(job.x_type, where, "x");
+  if (job.dres != nullptr || job.dbranch != nullptr) {
+    require(job.x_type == FloatType::kFloat32, where, "a fused residual gradient needs a float32 x");
+    require_type(job.dbranch_type, where, "dbranch");
+  }
   const auto s = static_cast<gpuStream_t>(stream);
   const int64_t parts = rmsnorm_parts(job.rows);
   const int64_t rows_per_block = (job.rows + parts - 1) / parts;
@@ -575,32 +675,59 @@ void rmsnorm_backward(const RmsNormBackwardJob& job, void* stream) {
   // thread cover (cols <= 4096 at 256 threads); both kernels give the same bits.
   const int64_t slots = (job.cols / kNormVec + threads - 1) / threads;
   const bool vectorized = job.cols % kNormVec == 0 && slots <= kNormMaxSlots && aligned16(job.dy) &&
-                          aligned16(job.x) && aligned16(job.weight) && aligned16(job.dx);
+                          aligned16(job.x) && aligned16(job.weight) && aligned16(job.dx) && aligned16(job.dres) &&
+                          aligned16(job.dbranch);
   with_type(job.dy_type, [&](auto dt) {
     using DT = decltype(dt);
     with_type(job.x_type, [&](auto xt) {
       using XT = decltype(xt);
-      const auto* dy = static_cast<const DT*>(job.dy);
-      const auto* x = static_cast<const XT*>(job.x);
-      const auto grid = static_cast<unsigned>(parts);
-      if (!vectorized) {
-        rmsnorm_backward_kernel<DT, XT><<<grid, threads, shared, s>>>(dy, x, job.weight, job.rstd, job.rows, job.cols,
-                                                                      rows_per_block, job.dx, partial);
-      } else if (slots == 1) {
-        rmsnorm_backward_vec_kernel<DT, XT, 1><<<grid, threads, 2 * shared, s>>>(
-            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
-      } else if (slots == 2) {
-        rmsnorm_backward_vec_kernel<DT, XT, 2><<<grid, threads, 2 * shared, s>>>(
-            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
+      const auto launch = [&](auto bt) {
+        using BT = decltype(bt);
+        const auto* dy = static_cast<const DT*>(job.dy);
+        const auto* x = static_cast<const XT*>(job.x);
+        auto* dbranch = static_cast<BT*>(job.dbranch);
+        const auto grid = static_cast<unsigned>(parts);
+        if (!vectorized) {
+          rmsnorm_backward_kernel<DT, XT, BT><<<grid, threads, shared, s>>>(
+              dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial, job.dres, dbranch);
+        } else if (slots == 1) {
+          rmsnorm_backward_vec_kernel<DT, XT, BT, 1><<<grid, threads, 2 * shared, s>>>(
+              dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial, job.dres, dbranch);
+        } else if (slots == 2) {
+          rmsnorm_backward_vec_kernel<DT, XT, BT, 2><<<grid, threads, 2 * shared, s>>>(
+              dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial, job.dres, dbranch);
+        } else {
+          rmsnorm_backward_vec_kernel<DT, XT, BT, kNormMaxSlots><<<grid, threads, 2 * shared, s>>>(
+              dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial, job.dres, dbranch);
+        }
+      };
+      // A bf16 x never has a residual gradient (refused above): one instantiation for it.
+      if constexpr (std::is_same_v<XT, float>) {
+        with_type(job.dbranch_type, launch);
       } else {
-        rmsnorm_backward_vec_kernel<DT, XT, kNormMaxSlots><<<grid, threads, 2 * shared, s>>>(
-            dy, x, job.weight, job.rstd, job.rows, job.cols, rows_per_block, job.dx, partial);
+        launch(float{});
       }
     });
   });
   check_launch("rmsnorm_backward");
   sum_partials_kernel<<<blocks_for(job.cols, kSumCols), kThreads, 0, s>>>(partial, parts, job.cols, job.dweight);
   check_launch("rmsnorm_backward (dweight)");
+}
+
+void residual_add(const ResidualAddJob& job, void* stream) {
+  const std::string where = "residual_add";
+  require(job.x && job.branch && job.out, where, "a pointer is null");
+  require(job.n > 0, where, "the input is empty");
+  require_type(job.branch_type, where, "branch");
+  const auto s = static_cast<gpuStream_t>(stream);
+  const bool vectorized = aligned16(job.x) && aligned16(job.branch) && aligned16(job.out);
+  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
+  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
+  with_type(job.branch_type, [&](auto bt) {
+    using BT = decltype(bt);
+    residual_add_kernel<BT><<<grid, kThreads, 0, s>>>(job.x, static_cast<const BT*>(job.branch), job.n, vec_n, job.out);
+  });
+  check_launch("residual_add");
 }
 
 void swiglu_forward(const SwiGluForwardJob& job, void* stream) {

@@ -10,6 +10,7 @@
 // kernels' 16-byte vector paths give the same bits as their scalar fallbacks (taken for views one
 // element off a 16-byte boundary, strides that are not whole vectors, and short rows/tails).
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -77,7 +78,73 @@ at::Tensor misaligned_copy(const at::Tensor& t) {
   return view;
 }
 
+// RMSNorm's forward as the kernel computes it, in float32 on the CPU: lane l of a warp of `lanes`
+// adds the squares of columns l, l + lanes, ... in that order, the butterfly adds lane l ^ offset
+// for offsets lanes/2 down to 1, then rstd = 1 / sqrtf(sum / cols + eps), y = (x * rstd) * w.
+// (Each operation one rounding: the kernels are built without FMA contraction, and so is this
+// test's float arithmetic on x86-64 without -mfma.)
+std::pair<std::vector<float>, std::vector<float>> emulated_rms_norm(const at::Tensor& x, const at::Tensor& w, float eps,
+                                                                     int lanes) {
+  const at::Tensor xc = x.cpu().contiguous(), wc = w.cpu().contiguous();
+  const int64_t rows = xc.size(0), cols = xc.size(1);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  std::vector<float> y(static_cast<size_t>(rows * cols)), rstd(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> part(static_cast<size_t>(lanes), 0.0f);
+    for (int l = 0; l < lanes; ++l)
+      for (int64_t j = l; j < cols; j += lanes) {
+        const float v = xp[r * cols + j];
+        const float sq = v * v;
+        part[static_cast<size_t>(l)] = part[static_cast<size_t>(l)] + sq;
+      }
+    for (int offset = lanes / 2; offset > 0; offset >>= 1) {
+      std::vector<float> next(part.size());
+      for (int l = 0; l < lanes; ++l)
+        next[static_cast<size_t>(l)] = part[static_cast<size_t>(l)] + part[static_cast<size_t>(l ^ offset)];
+      part = next;
+    }
+    const float mean = part[0] / static_cast<float>(cols);
+    const float rs = 1.0f / std::sqrt(mean + eps);
+    rstd[static_cast<size_t>(r)] = rs;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float scaled = xp[r * cols + j] * rs;
+      y[static_cast<size_t>(r * cols + j)] = scaled * wp[j];
+    }
+  }
+  return {y, rstd};
+}
+
+bool equals_bits(const at::Tensor& t, const std::vector<float>& want) {
+  const at::Tensor c = t.cpu().contiguous();
+  return c.numel() == static_cast<int64_t>(want.size()) &&
+         std::memcmp(c.data_ptr<float>(), want.data(), want.size() * sizeof(float)) == 0;
+}
+
 }  // namespace
+
+TEST_CASE("fused RMSNorm forward on CUDA is its lane-strided reduction, bit for bit", "[gpu][fused]") {
+  // The reduction's order is the kernel's contract with every earlier run (its bits are the
+  // model's): however the loads are batched, lane l adds its columns in column order. Rows
+  // shorter than a warp, not a multiple of it, and longer than the kernel's unrolled chunk.
+  const int lanes = at::cuda::getCurrentDeviceProperties()->warpSize;
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {5, 4}, {7, 100}, {37, 768}, {9, 2048}, {3, 4100}, {2, 8192}}) {
+    INFO(rows << " x " << cols);
+    const at::Tensor x = norm_input(rows, cols, 91);
+    const at::Tensor w = randn({cols}, 92, 0.1) + 1.0;
+    const auto [y, rstd] = emulated_rms_norm(x, w, 1e-5f, lanes);
+    const RmsNormOutput out = rms_norm_forward(x, w, 1e-5, at::kFloat);
+    CHECK(equals_bits(out.rstd, rstd));
+    CHECK(equals_bits(out.y, y));
+    // The fused add normalizes x + branch the same way.
+    const at::Tensor b = randn({rows, cols}, 93).to(at::kBFloat16);
+    const auto [yh, rstd_h] = emulated_rms_norm(x + b, w, 1e-5f, lanes);
+    const AddRmsNormOutput added = add_rms_norm_forward(x, b, w, 1e-5, at::kFloat);
+    CHECK(equals_bits(added.norm.rstd, rstd_h));
+    CHECK(equals_bits(added.norm.y, yh));
+  }
+}
 
 TEST_CASE("fused RMSNorm backward: the vector and the scalar kernels give the same bits", "[gpu][fused]") {
   // cols % 4 == 0 and one, two or four 4-column vectors per thread take the vector kernel
@@ -111,6 +178,46 @@ TEST_CASE("fused RMSNorm backward: the vector and the scalar kernels give the sa
     const RmsNormGrads scalar = rms_norm_backward(dy, misaligned_copy(xb), w, rstd_b);
     CHECK(same_bits(scalar.dx, vec.dx));
     CHECK(same_bits(scalar.dweight, vec.dweight));
+  }
+}
+
+TEST_CASE("the residual stream's fused ops on CUDA are the composed CUDA ops bit for bit", "[gpu][fused]") {
+  // The same shapes as above: the vector and the scalar backward kernels, the forward's one.
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {37, 768}, {3000, 768}, {5, 4}, {9, 1028}, {3, 4096}, {2, 4100}, {6, 771}}) {
+    const at::Tensor x = norm_input(rows, cols, 81);
+    const at::Tensor w = randn({cols}, 82, 0.1) + 1.0;
+    for (at::ScalarType branch_type : {at::kFloat, at::kBFloat16}) {
+      INFO(rows << " x " << cols << ", branch " << c10::toString(branch_type));
+      const at::Tensor b = randn({rows, cols}, 83).to(branch_type);
+      const at::Tensor sum = x + b;
+      for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
+        const AddRmsNormOutput f = add_rms_norm_forward(x, b, w, 1e-5, out_type);
+        const RmsNormOutput want = rms_norm_forward(sum, w, 1e-5, out_type);
+        CHECK(same_bits(f.h, sum));
+        CHECK(same_bits(f.norm.y, want.y));
+        CHECK(same_bits(f.norm.rstd, want.rstd));
+      }
+      CHECK(same_bits(residual_add(x, b), sum));
+      CHECK(same_bits(residual_add(misaligned_copy(x), b), sum));
+
+      const at::Tensor rstd = rms_norm_forward(sum, w, 1e-5, at::kFloat).rstd;
+      const at::Tensor dy = randn({rows, cols}, 84).to(at::kBFloat16);
+      const at::Tensor dres = randn({rows, cols}, 85, 0.01);
+      const RmsNormGrads plain = rms_norm_backward(dy, sum, w, rstd);
+      const at::Tensor want_dx = dres + plain.dx;
+      const RmsNormGrads g = residual_rms_norm_backward(dy, sum, w, rstd, dres, branch_type);
+      CHECK(same_bits(g.dx, want_dx));
+      CHECK(same_bits(g.dbranch, want_dx.to(branch_type)));
+      CHECK(same_bits(g.dweight, plain.dweight));
+      // A misaligned dres sends every shape to the scalar kernel: the same bits.
+      const RmsNormGrads scalar = residual_rms_norm_backward(dy, sum, w, rstd, misaligned_copy(dres), branch_type);
+      CHECK(same_bits(scalar.dx, want_dx));
+      CHECK(same_bits(scalar.dbranch, want_dx.to(branch_type)));
+      const RmsNormGrads alone = residual_rms_norm_backward(dy, sum, w, rstd, at::Tensor(), std::nullopt);
+      CHECK(same_bits(alone.dx, plain.dx));
+      CHECK_FALSE(alone.dbranch.defined());
+    }
   }
 }
 

@@ -69,6 +69,37 @@ TEST_CASE("rms_norm_backward on CPU equals autograd of the unfused formula", "[f
   }
 }
 
+TEST_CASE("the residual stream's fused ops on CPU are the unfused composition bit for bit", "[fused][cpu]") {
+  const at::Tensor x = randn({3, 5, 96}, 21);
+  const at::Tensor w = randn({96}, 22, 0.1) + 1.0;
+  for (at::ScalarType branch_type : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor b = randn({3, 5, 96}, 23).to(branch_type);
+    const at::Tensor sum = x + b;
+    CHECK(sum.scalar_type() == at::kFloat);
+    for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
+      const AddRmsNormOutput f = add_rms_norm_forward(x, b, w, 1e-5, out_type);
+      const RmsNormOutput want = rms_norm_forward(sum, w, 1e-5, out_type);
+      CHECK(same_bits(f.h, sum));
+      CHECK(same_bits(f.norm.y, want.y));
+      CHECK(same_bits(f.norm.rstd, want.rstd));
+    }
+    CHECK(same_bits(residual_add(x, b), sum));
+
+    const RmsNormOutput fwd = rms_norm_forward(sum, w, 1e-5, at::kFloat);
+    const at::Tensor dy = randn({3, 5, 96}, 24).to(at::kBFloat16);
+    const at::Tensor dres = randn({3, 5, 96}, 25, 0.01);
+    const RmsNormGrads plain = rms_norm_backward(dy, sum, w, fwd.rstd);
+    const RmsNormGrads g = residual_rms_norm_backward(dy, sum, w, fwd.rstd, dres, branch_type);
+    CHECK(same_bits(g.dx, dres + plain.dx));
+    CHECK(same_bits(g.dbranch, (dres + plain.dx).to(branch_type)));
+    CHECK(same_bits(g.dweight, plain.dweight));
+    // Without the other readers' gradient, no sum; without a branch, no cast.
+    const RmsNormGrads alone = residual_rms_norm_backward(dy, sum, w, fwd.rstd, at::Tensor(), std::nullopt);
+    CHECK(same_bits(alone.dx, plain.dx));
+    CHECK_FALSE(alone.dbranch.defined());
+  }
+}
+
 TEST_CASE("swiglu on CPU: forward is silu(g) * u bit for bit, backward equals autograd", "[fused][cpu]") {
   const at::Tensor g = randn({4, 33}, 6, 3.0).requires_grad_(true);
   const at::Tensor u = randn({4, 33}, 7).requires_grad_(true);
@@ -140,6 +171,22 @@ TEST_CASE("the fused ops refuse bad arguments with one sentence", "[fused][cpu]"
         "rms_norm_forward: weight has shape (7), expected (8)");
   CHECK(message_of([&] { rms_norm_forward(x, w, 1e-5, at::kHalf); }) ==
         "rms_norm_forward: the output dtype must be float32 or bfloat16, got Half");
+  CHECK(message_of([&] { add_rms_norm_forward(x.to(at::kBFloat16), x, w, 1e-5, at::kFloat); }) ==
+        "add_rms_norm_forward: the input must be a float32 tensor");
+  CHECK(message_of([&] { add_rms_norm_forward(x, randn({4, 7}, 14), w, 1e-5, at::kFloat); }) ==
+        "add_rms_norm_forward: branch has shape (4, 7), expected (4, 8)");
+  CHECK(message_of([&] { residual_add(x, x.to(at::kDouble)); }) ==
+        "residual_add branch must be float32 or bfloat16, got Double");
+  CHECK(message_of([&] { residual_add(randn({0, 8}, 14), randn({0, 8}, 14)); }) == "residual_add input is empty");
+  {
+    const RmsNormOutput f = rms_norm_forward(x, w, 1e-5, at::kFloat);
+    CHECK(message_of([&] { residual_rms_norm_backward(x, x, w, f.rstd, randn({4, 8}, 14).to(at::kBFloat16), {}); }) ==
+          "residual_rms_norm_backward: dres must be a float32 tensor");
+    CHECK(message_of([&] { residual_rms_norm_backward(x, x, w, f.rstd, randn({8, 4}, 14), {}); }) ==
+          "residual_rms_norm_backward: dres has shape (8, 4), expected (4, 8)");
+    CHECK(message_of([&] { residual_rms_norm_backward(x, x, w, f.rstd, at::Tensor(), at::kHalf); }) ==
+          "residual_rms_norm_backward: the output dtype must be float32 or bfloat16, got Half");
+  }
   CHECK(message_of([&] { swiglu_forward(x, randn({4, 9}, 14), at::kFloat); }) ==
         "swiglu_forward: up has shape (4, 9), expected (4, 8)");
   CHECK(message_of([&] { swiglu_forward(x, x.to(at::kBFloat16), at::kFloat); }) ==

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/trainer/fused_ops.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model.h"
 
@@ -127,7 +128,51 @@ std::string no_cuda_reason() {
   return {};
 }
 
+// A block's residual arithmetic, forward and backward, on `device`: the fused residual norms and
+// add (fused_ops.h), or the composition they replace (x + branch, fused_rms_norm, autograd's
+// sums and casts). The branches are elementwise functions of the norms' outputs, so every
+// gradient path of a block is there: x read by the first norm and the add, h by the second norm
+// and the last add.
+std::vector<at::Tensor> residual_pass(bool fused, const at::Device& device, at::ScalarType branch_type) {
+  at::Generator gen = at::detail::createCPUGenerator(31);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor x = at::randn({2, 6, 64}, gen, f32).to(device).requires_grad_(true);
+  const at::Tensor w1 = (at::randn({64}, gen, f32) * 0.1 + 1.0).to(device).requires_grad_(true);
+  const at::Tensor w2 = (at::randn({64}, gen, f32) * 0.1 + 1.0).to(device).requires_grad_(true);
+  const at::Tensor k1 = at::randn({64}, gen, f32).to(device), k2 = at::randn({64}, gen, f32).to(device);
+  const at::Tensor dout = at::randn({2, 6, 64}, gen, f32).to(device);
+  const at::ScalarType normed_type = branch_type;
+  at::Tensor out;
+  if (fused) {
+    const ResidualNormed in = fused_residual_rms_norm(x, at::Tensor(), w1, 1e-5, normed_type);
+    const ResidualNormed h = fused_residual_rms_norm(in.stream, (in.normed * k1).to(branch_type), w2, 1e-5, normed_type);
+    out = fused_residual_add(h.stream, (h.normed * k2).to(branch_type));
+  } else {
+    const at::Tensor h = x + (fused_rms_norm(x, w1, 1e-5, normed_type) * k1).to(branch_type);
+    out = h + (fused_rms_norm(h, w2, 1e-5, normed_type) * k2).to(branch_type);
+  }
+  out.backward(dout);
+  return {out.detach().cpu(), x.grad().cpu(), w1.grad().cpu(), w2.grad().cpu()};
+}
+
+void check_residual_fusion(const at::Device& device, at::ScalarType branch_type) {
+  const std::vector<at::Tensor> fused = residual_pass(true, device, branch_type);
+  const std::vector<at::Tensor> composed = residual_pass(false, device, branch_type);
+  const char* names[] = {"block output", "dx", "dw (first norm)", "dw (second norm)"};
+  for (size_t i = 0; i < fused.size(); ++i) {
+    INFO(names[i] << " on " << device.str() << ", branch " << c10::toString(branch_type));
+    CHECK(at::equal(fused[i], composed[i]));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("The residual stream's fused norms and add give the composed ops' bits, gradients too",
+          "[trainer][fused]") {
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) check_residual_fusion(at::kCPU, t);
+  if (!no_cuda_reason().empty()) return;  // the CUDA half runs where there is one
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) check_residual_fusion(at::kCUDA, t);
+}
 
 TEST_CASE("On the CPU the model keeps the unfused ops by default, bit for bit", "[trainer][fused]") {
   check_identical(forward_backward(FusedOps::kOnCuda, at::kCPU), forward_backward(FusedOps::kNever, at::kCPU));

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,7 +77,16 @@ RmsNormGrads rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, co
   const at::Tensor dot = (g * xf).sum(-1, /*keepdim=*/true);
   const at::Tensor dx = r * g - xf * (r * r * r * (dot / static_cast<double>(d)));
   const at::Tensor dweight = (dyf * xf * r).reshape({-1, d}).sum(0);
-  return {dx, dweight};
+  return {dx, dweight, at::Tensor()};
+}
+
+// The residual stream's sum and the branch's cast that autograd does after the norm's backward:
+// the residual ops' CPU references are the unfused composition op for op, whose bits the CUDA
+// kernels must give too (fused_ops.h).
+RmsNormGrads with_residual_cpu(RmsNormGrads g, const at::Tensor& dres, std::optional<at::ScalarType> branch_dtype) {
+  if (dres.defined()) g.dx = dres + g.dx;
+  if (branch_dtype) g.dbranch = g.dx.to(*branch_dtype);
+  return g;
 }
 
 // silu(g) = g sigmoid(g), silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
@@ -151,6 +161,25 @@ void check_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, co
   if (targets.is_cpu()) check_targets_in_range(targets, logits.size(1));
 }
 
+void check_residual_branch(const at::Tensor& x, const at::Tensor& branch, const char* op, const char* name) {
+  check_float32(x, op, "the input");
+  detail::check_float_activation(branch, (std::string(op) + " " + name).c_str());
+  check_same_device(x, branch, op, name);
+  check_same_shape(x, branch, op, name);
+}
+
+void check_rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& rstd, const char* op) {
+  check_rms_norm(x, weight, op);
+  detail::check_float_activation(dy, (std::string(op) + " dy").c_str());
+  check_same_device(x, dy, op, "dy");
+  check_same_shape(x, dy, op, "dy");
+  check_float32(rstd, op, "rstd");
+  check_same_device(x, rstd, op, "rstd");
+  if (rstd.numel() * x.size(-1) != x.numel() || rstd.dim() != x.dim() - 1)
+    refuse(std::string(op) + ": rstd has shape " + shape_of(rstd) + ", expected one value per row of " + shape_of(x));
+}
+
 }  // namespace
 
 RmsNormOutput rms_norm_forward(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype) {
@@ -164,19 +193,55 @@ RmsNormOutput rms_norm_forward(const at::Tensor& x, const at::Tensor& weight, do
 
 RmsNormGrads rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& rstd) {
-  const char* op = "rms_norm_backward";
-  check_rms_norm(x, weight, op);
-  detail::check_float_activation(dy, "rms_norm_backward dy");
-  check_same_device(x, dy, op, "dy");
-  check_same_shape(x, dy, op, "dy");
-  check_float32(rstd, op, "rstd");
-  check_same_device(x, rstd, op, "rstd");
-  if (rstd.numel() * x.size(-1) != x.numel() || rstd.dim() != x.dim() - 1)
-    refuse(std::string(op) + ": rstd has shape " + shape_of(rstd) + ", expected one value per row of " + shape_of(x));
+  check_rms_norm_backward(dy, x, weight, rstd, "rms_norm_backward");
 #if MXABLATE_KERNELS_TORCH_CUDA
-  if (x.is_cuda()) return detail::rms_norm_backward_cuda(dy, x, weight, rstd);
+  if (x.is_cuda()) return detail::rms_norm_backward_cuda(dy, x, weight, rstd, at::Tensor(), std::nullopt);
 #endif
   return rms_norm_backward_cpu(dy, x, weight, rstd);
+}
+
+AddRmsNormOutput add_rms_norm_forward(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                      double eps, at::ScalarType out_dtype) {
+  const char* op = "add_rms_norm_forward";
+  check_rms_norm(x, weight, op);
+  check_residual_branch(x, branch, op, "branch");
+  check_out_dtype(out_dtype, op);
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (x.is_cuda()) return detail::add_rms_norm_forward_cuda(x, branch, weight, eps, out_dtype);
+#endif
+  AddRmsNormOutput out;
+  out.h = x + branch;
+  out.norm = rms_norm_forward_cpu(out.h, weight, eps, out_dtype);
+  return out;
+}
+
+RmsNormGrads residual_rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& rstd, const at::Tensor& dres,
+                                        std::optional<at::ScalarType> branch_dtype) {
+  const char* op = "residual_rms_norm_backward";
+  check_rms_norm_backward(dy, x, weight, rstd, op);
+  check_float32(x, op, "the input");
+  if (dres.defined()) {
+    check_float32(dres, op, "dres");
+    check_same_device(x, dres, op, "dres");
+    check_same_shape(x, dres, op, "dres");
+  }
+  if (branch_dtype) check_out_dtype(*branch_dtype, op);
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (x.is_cuda()) return detail::rms_norm_backward_cuda(dy, x, weight, rstd, dres, branch_dtype);
+#endif
+  return with_residual_cpu(rms_norm_backward_cpu(dy, x, weight, rstd), dres, branch_dtype);
+}
+
+at::Tensor residual_add(const at::Tensor& x, const at::Tensor& branch) {
+  const char* op = "residual_add";
+  detail::check_float_activation(x, "residual_add input");
+  detail::check_device_supported(x);
+  check_residual_branch(x, branch, op, "branch");
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (x.is_cuda()) return detail::residual_add_cuda(x, branch);
+#endif
+  return x + branch;
 }
 
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {

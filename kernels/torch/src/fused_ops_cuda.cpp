@@ -135,10 +135,12 @@ std::optional<ProducedGrads> swiglu_backward_quantized_cuda(const at::Tensor& dh
   return out;
 }
 
-RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                    at::ScalarType out_dtype) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor in = x.contiguous(), w = weight.contiguous();
+namespace {
+
+// The norm of x, or of x + branch (then h gets that sum) when branch is defined.
+RmsNormOutput launch_rms_norm_forward(const at::Tensor& in, const at::Tensor& branch, const at::Tensor& h,
+                                      const at::Tensor& weight, double eps, at::ScalarType out_dtype) {
+  const at::Tensor w = weight.contiguous();
   RmsNormOutput out{at::empty(in.sizes(), in.options().dtype(out_dtype)),
                     at::empty(rows_shape(in), in.options().dtype(at::kFloat))};
   gpu::RmsNormForwardJob job;
@@ -151,17 +153,41 @@ RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weigh
   job.y = out.y.data_ptr();
   job.y_type = float_type(out_dtype);
   job.rstd = out.rstd.data_ptr<float>();
+  if (branch.defined()) {
+    job.branch = branch.data_ptr();
+    job.branch_type = float_type(branch);
+    job.h = h.data_ptr<float>();
+  }
   gpu::rmsnorm_forward(job, compat::current_stream(in));
   return out;
 }
 
+}  // namespace
+
+RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                    at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  return launch_rms_norm_forward(x.contiguous(), at::Tensor(), at::Tensor(), weight, eps, out_dtype);
+}
+
+AddRmsNormOutput add_rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                           double eps, at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous(), b = branch.contiguous();
+  AddRmsNormOutput out;
+  out.h = at::empty(in.sizes(), in.options().dtype(at::kFloat));
+  out.norm = launch_rms_norm_forward(in, b, out.h, weight, eps, out_dtype);
+  return out;
+}
+
 RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
-                                    const at::Tensor& rstd) {
+                                    const at::Tensor& rstd, const at::Tensor& dres,
+                                    std::optional<at::ScalarType> branch_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor d = dy.contiguous(), in = x.contiguous(), w = weight.contiguous(), r = rstd.contiguous();
   const int64_t cols = in.size(-1), rows = in.numel() / cols;
   RmsNormGrads out{at::empty(in.sizes(), in.options().dtype(at::kFloat)),
-                   at::empty({cols}, in.options().dtype(at::kFloat))};
+                   at::empty({cols}, in.options().dtype(at::kFloat)), at::Tensor()};
   const auto bytes = static_cast<int64_t>(gpu::rmsnorm_backward_workspace_bytes(rows, cols));
   const at::Tensor workspace = at::empty({bytes / static_cast<int64_t>(sizeof(float))}, in.options().dtype(at::kFloat));
   gpu::RmsNormBackwardJob job;
@@ -176,7 +202,28 @@ RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, c
   job.dx = out.dx.data_ptr<float>();
   job.dweight = out.dweight.data_ptr<float>();
   job.workspace = workspace.data_ptr();
+  const at::Tensor other = dres.defined() ? dres.contiguous() : at::Tensor();
+  if (other.defined()) job.dres = other.data_ptr<float>();
+  if (branch_dtype) {
+    out.dbranch = at::empty(in.sizes(), in.options().dtype(*branch_dtype));
+    job.dbranch = out.dbranch.data_ptr();
+    job.dbranch_type = float_type(*branch_dtype);
+  }
   gpu::rmsnorm_backward(job, compat::current_stream(in));
+  return out;
+}
+
+at::Tensor residual_add_cuda(const at::Tensor& x, const at::Tensor& branch) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous(), b = branch.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options().dtype(at::kFloat));
+  gpu::ResidualAddJob job;
+  job.x = in.data_ptr<float>();
+  job.branch = b.data_ptr();
+  job.branch_type = float_type(b);
+  job.n = in.numel();
+  job.out = out.data_ptr<float>();
+  gpu::residual_add(job, compat::current_stream(in));
   return out;
 }
 

@@ -14,8 +14,13 @@ namespace mxablate::kernels::detail {
 
 RmsNormOutput rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
                                     at::ScalarType out_dtype);
+// dres and branch_dtype as residual_rms_norm_backward's (undefined / nullopt: the plain norm).
 RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
-                                    const at::Tensor& rstd);
+                                    const at::Tensor& rstd, const at::Tensor& dres,
+                                    std::optional<at::ScalarType> branch_dtype);
+AddRmsNormOutput add_rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                           double eps, at::ScalarType out_dtype);
+at::Tensor residual_add_cuda(const at::Tensor& x, const at::Tensor& branch);
 at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
 SwiGluGrads swiglu_backward_cuda(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u);
 // The fused producers (produce_quantize_gpu.h) where they take every quantization asked for and

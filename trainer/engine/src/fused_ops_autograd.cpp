@@ -1,6 +1,7 @@
 // Autograd functions pairing the fused ops' forward and backward adapters (docs/design.md §4).
 #include <torch/autograd.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,70 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const variable_list saved = ctx->get_saved_variables();
     kernels::RmsNormGrads g = kernels::rms_norm_backward(grads[0], saved[0], saved[1], saved[2]);
     return {g.dx, g.dweight, at::Tensor(), at::Tensor()};
+  }
+};
+
+// The residual norms' backward: dres (the stream's gradient from its other readers) summed into
+// the norm's own inside its kernel; the branch's gradient (when there is a branch) cast there too.
+// Returns {dx, dweight, dbranch}.
+variable_list residual_norm_backward(AutogradContext* ctx, const variable_list& grads,
+                                     std::optional<at::ScalarType> branch_dtype) {
+  const at::Tensor& dres = grads[0];
+  const at::Tensor& dy = grads[1];
+  if (!dy.defined()) {  // only the stream was read: the add's gradients alone
+    const at::Tensor dbranch = dres.defined() && branch_dtype ? dres.to(*branch_dtype) : at::Tensor();
+    return {dres, at::Tensor(), dbranch};
+  }
+  const variable_list saved = ctx->get_saved_variables();
+  kernels::RmsNormGrads g = kernels::residual_rms_norm_backward(dy, saved[0], saved[1], saved[2], dres, branch_dtype);
+  return {g.dx, g.dweight, g.dbranch};
+}
+
+// Outputs (x, norm(x)): x returned as it is, which autograd turns into a view whose gradient comes
+// back here as dres, so the sum of the stream's gradients from the norm and from its other
+// readers is the norm kernel's, not a separate pass.
+class NormedStreamFunction : public torch::autograd::Function<NormedStreamFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps,
+                               at::ScalarType out_dtype) {
+    kernels::RmsNormOutput out = kernels::rms_norm_forward(x, weight, eps, out_dtype);
+    ctx->save_for_backward({x, weight, out.rstd});
+    return {x, out.y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list g = residual_norm_backward(ctx, grads, std::nullopt);
+    return {g[0], g[1], at::Tensor(), at::Tensor()};
+  }
+};
+
+// Outputs (h, norm(h)) with h = x + branch.
+class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& branch,
+                               const at::Tensor& weight, double eps, at::ScalarType out_dtype) {
+    kernels::AddRmsNormOutput out = kernels::add_rms_norm_forward(x, branch, weight, eps, out_dtype);
+    ctx->save_for_backward({out.h, weight, out.norm.rstd});
+    ctx->saved_data["branch_dtype"] = branch.scalar_type();
+    return {out.h, out.norm.y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list g = residual_norm_backward(ctx, grads, ctx->saved_data["branch_dtype"].toScalarType());
+    return {g[0], g[2], g[1], at::Tensor(), at::Tensor()};
+  }
+};
+
+class ResidualAddFunction : public torch::autograd::Function<ResidualAddFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& branch) {
+    ctx->saved_data["branch_dtype"] = branch.scalar_type();
+    return kernels::residual_add(x, branch);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    return {grads[0], grads[0].to(ctx->saved_data["branch_dtype"].toScalarType())};
   }
 };
 
@@ -124,6 +189,19 @@ at::ScalarType gemm_input_dtype(const at::Device& device) { return device.is_cud
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype) {
   return RmsNormFunction::apply(x, weight, eps, out_dtype);
+}
+
+ResidualNormed fused_residual_rms_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                       double eps, at::ScalarType out_dtype) {
+  // Two functions, not one with an undefined branch: LibTorch 1.13's custom functions refuse
+  // undefined inputs.
+  const variable_list out = branch.defined() ? AddNormFunction::apply(x, branch, weight, eps, out_dtype)
+                                             : NormedStreamFunction::apply(x, weight, eps, out_dtype);
+  return {out[0], out[1]};
+}
+
+at::Tensor fused_residual_add(const at::Tensor& x, const at::Tensor& branch) {
+  return ResidualAddFunction::apply(x, branch);
 }
 
 at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype,

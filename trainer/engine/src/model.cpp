@@ -23,6 +23,13 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
 }
 
+ResidualNormed RMSNormImpl::forward_residual(const at::Tensor& x, const at::Tensor& branch) {
+  if (use_fused(fused_ops_, x.device()))
+    return fused_residual_rms_norm(x, branch, weight, eps_, gemm_input_dtype(x.device()));
+  const at::Tensor stream = branch.defined() ? x + branch : x;
+  return {stream, forward(stream)};
+}
+
 at::Tensor RotaryEmbedding::apply(const at::Tensor& x) {
   const int64_t t = x.size(2);
   auto key = std::make_pair(t, x.device().str());
@@ -122,8 +129,20 @@ at::Tensor BlockImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor BlockImpl::compute(const at::Tensor& x) {
-  const at::Tensor h = x + attn->forward(attn_norm->forward(x));
-  return h + mlp->forward(mlp_norm->forward(h));
+  // The residual stream goes through the norms, which on the fused path add the attention's
+  // output into it and sum its gradients (docs/design.md §4, "The residual stream's glue"): the
+  // same arithmetic as x + attn(norm(x)), then h + mlp(norm(h)).
+  const ResidualNormed in = attn_norm->forward_residual(x, at::Tensor());
+  const ResidualNormed h = mlp_norm->forward_residual(in.stream, attn->forward(in.normed));
+  const at::Tensor out = mlp->forward(h.normed);
+  return use_fused(fused_ops_, x.device()) ? fused_residual_add(h.stream, out) : h.stream + out;
+}
+
+void BlockImpl::set_fused_ops(FusedOps mode) {
+  fused_ops_ = mode;
+  attn_norm->set_fused_ops(mode);
+  mlp_norm->set_fused_ops(mode);
+  mlp->set_fused_ops(mode);
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) {
@@ -141,9 +160,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   rope->set_fused_ops(options.fused_ops);
   for (int b = 0; b < s.n_layers; ++b) {
     Block block(s, b, bf16, options.session, rope, build, options.activation_checkpointing);
-    block->attn_norm->set_fused_ops(options.fused_ops);
-    block->mlp_norm->set_fused_ops(options.fused_ops);
-    block->mlp->set_fused_ops(options.fused_ops);
+    block->set_fused_ops(options.fused_ops);
     blocks->push_back(block);
   }
   final_norm = register_module("final_norm", RMSNorm(s.d_model, s.norm_eps, f32));

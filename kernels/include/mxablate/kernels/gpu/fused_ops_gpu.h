@@ -3,7 +3,8 @@
 // stream (a cudaStream_t / hipStream_t as void*; null = the default stream), like quantize_gpu.h.
 // Torch-free: kernels/torch/fused_ops.h adapts them to at::Tensor and holds their CPU references.
 //
-// Every kernel reads its inputs once (RMSNorm's dweight partials aside) and does all arithmetic in
+// Every kernel reads its inputs once (RMSNorm: its forward reads a row again for the output, from
+// cache; its backward also reads the dweight partials) and does all arithmetic in
 // float32 without FMA contraction (--fmad=false), whatever the storage type; a bf16 output is the
 // float32 result rounded to nearest-even (minifloat.h float_to_bf16_bits). No float atomics
 // anywhere: two calls with the same inputs give the same bits, which the trainer's kill/resume
@@ -35,6 +36,13 @@ struct RmsNormForwardJob {
   void* y = nullptr;  // rows x cols, contiguous
   FloatType y_type = FloatType::kFloat32;
   float* rstd = nullptr;  // rows: saved for backward
+  // The residual add fused in front (optional; both or neither): the kernel normalizes
+  // h = x + branch instead of x and writes h (float32, the residual stream's dtype, what the
+  // backward reads as its x). Needs x float32; h = float32(x) + float32(branch), one rounding,
+  // the unfused add's bits.
+  const void* branch = nullptr;  // rows x cols, contiguous
+  FloatType branch_type = FloatType::kFloat32;
+  float* h = nullptr;  // rows x cols
 };
 
 void rmsnorm_forward(const RmsNormForwardJob& job, void* stream);
@@ -58,6 +66,13 @@ struct RmsNormBackwardJob {
   // summed afterwards in a fixed order (deterministic, no atomics). Its contents on entry do not
   // matter.
   void* workspace = nullptr;
+  // The residual stream's gradient sums fused behind (each optional; both need x float32):
+  // dres, the gradient that reaches the normalized tensor from its other readers, is added
+  // to the norm's own (dx = dres + norm's dx, one float32 add: the bits of autograd's sum), and
+  // dbranch gets dx in its storage type (the gradient of the branch a fused forward added).
+  const float* dres = nullptr;  // rows x cols
+  void* dbranch = nullptr;      // rows x cols
+  FloatType dbranch_type = FloatType::kFloat32;
 };
 
 // The number of dweight partials depends on the shape only, so the summation order (and the
@@ -65,6 +80,20 @@ struct RmsNormBackwardJob {
 size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
 void rmsnorm_backward(const RmsNormBackwardJob& job, void* stream);
+
+// ---- The residual add: out = x + branch, elementwise ------------------------------------------
+
+// The block's last add (the one no norm follows inside the block), float32 out; the bits of
+// float32(x) + float32(branch) with one rounding.
+struct ResidualAddJob {
+  const float* x = nullptr;  // n elements, contiguous
+  const void* branch = nullptr;
+  FloatType branch_type = FloatType::kFloat32;
+  int64_t n = 0;
+  float* out = nullptr;  // n elements, not overlapping x or branch
+};
+
+void residual_add(const ResidualAddJob& job, void* stream);
 
 // ---- SwiGLU: h = silu(g) * u, silu(g) = g / (1 + exp(-g)), elementwise ----------------------
 

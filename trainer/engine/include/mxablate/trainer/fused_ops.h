@@ -1,5 +1,6 @@
-// The model's fused common path (docs/design.md §4): autograd functions over the fused RMSNorm,
-// SwiGLU, RoPE and cross-entropy of kernels/torch (fused_ops.h), and the rule for when the model
+// The model's fused common path (docs/design.md §4): autograd functions over the fused RMSNorm
+// (alone and with the residual stream's add), SwiGLU, RoPE and cross-entropy of kernels/torch
+// (fused_ops.h), and the rule for when the model
 // uses them. Each function's forward and backward are one kernel each on CUDA (RMSNorm's backward
 // adds a small fixed-order reduction for dweight); all are deterministic, so a block recomputed
 // by activation checkpointing gives the same bits as its first pass.
@@ -29,6 +30,22 @@ at::ScalarType gemm_input_dtype(const at::Device& device);
 
 // x * rstd * weight over the last dimension; dx comes back float32 (the residual stream's dtype).
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType out_dtype);
+
+// A pre-norm block's residual stream around a norm (docs/design.md §4, "The residual stream's
+// glue"): stream = x + branch (branch undefined: x itself, as a view), normed = the norm of
+// stream. The backward sums the stream's gradient from its other readers into the norm's own and
+// casts the branch's gradient, inside the norm's kernel on CUDA: the bits of the unfused
+// `x + branch` and fused_rms_norm, with autograd's sum and cast. x float32.
+struct ResidualNormed {
+  at::Tensor stream;  // float32
+  at::Tensor normed;  // out_dtype
+};
+ResidualNormed fused_residual_rms_norm(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                       double eps, at::ScalarType out_dtype);
+
+// x + branch into a new float32 tensor (x float32, branch float32 or bf16): the bits of the
+// unfused add, forward and backward, with one vectorized kernel on CUDA.
+at::Tensor fused_residual_add(const at::Tensor& x, const at::Tensor& branch);
 
 // What SwiGLU's fused producers make ahead of the MLP's linears (docs/design.md §4, "Quantization
 // in the producers"; mx_linear.h, MadeAhead): Q(h) for down in the forward pass, Q(dg) for gate

@@ -43,6 +43,9 @@ class RMSNormImpl : public torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
   // Fused: the output is gemm_input_dtype (its consumer is a GEMM), the gradient float32.
   at::Tensor forward(const at::Tensor& x);
+  // The residual stream x (+ branch, when defined) and its norm; fused: fused_residual_rms_norm,
+  // whose kernels also do the stream's add, gradient sum and the branch's cast (fused_ops.h).
+  ResidualNormed forward_residual(const at::Tensor& x, const at::Tensor& branch);
   void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
   at::Tensor weight;
 
@@ -107,6 +110,8 @@ class BlockImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   // x + attention, + MLP: the block's arithmetic.
   at::Tensor compute(const at::Tensor& x);
+  // The fused ops for the norms, the MLP and the residual adds.
+  void set_fused_ops(FusedOps mode);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
   Attention attn{nullptr};
   SwiGLU mlp{nullptr};
@@ -114,6 +119,7 @@ class BlockImpl : public torch::nn::Module {
  private:
   std::shared_ptr<QuantSession> session_;
   bool checkpointed_;
+  FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
 TORCH_MODULE(Block);
 

@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace mxablate::kernels {
 
 // ---- RMSNorm over the last dimension: y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -29,11 +31,39 @@ RmsNormOutput rms_norm_forward(const at::Tensor& x, const at::Tensor& weight, do
 struct RmsNormGrads {
   at::Tensor dx;       // x's shape, float32 (the residual stream's dtype)
   at::Tensor dweight;  // (d) float32; deterministic: the same bits on every call
+  at::Tensor dbranch;  // residual_rms_norm_backward's, when asked; undefined otherwise
 };
 
 // dy (x's shape, float32 or bf16), and the forward's x, weight and rstd. On CUDA, d <= 8192.
 RmsNormGrads rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& rstd);
+
+// ---- RMSNorm fused with the residual stream around it --------------------------------------------
+// A pre-norm block reads its residual stream x as norm(x) and adds a branch to it: h = x + b,
+// then norm(h). Fused, the norm's kernels do the add and the backward's sums and cast that
+// autograd would otherwise run as separate passes over the stream (docs/design.md §4, "The
+// residual stream's glue"). Each is bit for bit its unfused composition, on the CPU and on CUDA.
+
+struct AddRmsNormOutput {
+  at::Tensor h;        // x + branch, float32: the residual stream after the add, the norm's input
+  RmsNormOutput norm;  // of h
+};
+
+// x (..., d) float32; branch x's shape, float32 or bf16. The bits of the add `x + branch` and
+// of rms_norm_forward(x + branch, weight, eps, out_dtype).
+AddRmsNormOutput add_rms_norm_forward(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                      double eps, at::ScalarType out_dtype);
+
+// rms_norm_backward with the residual stream's other gradient summed in: dx = dres + the norm's
+// dx (dres undefined: no sum), dweight as rms_norm_backward's, and dbranch = dx in branch_dtype
+// (float32 or bf16) when that is given. x float32; dres float32 of x's shape.
+RmsNormGrads residual_rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& rstd, const at::Tensor& dres,
+                                        std::optional<at::ScalarType> branch_dtype);
+
+// out = x + branch, float32: the block's last add, which no norm follows inside the block.
+// x float32; branch x's shape, float32 or bf16. The bits of `x + branch`.
+at::Tensor residual_add(const at::Tensor& x, const at::Tensor& branch);
 
 // ---- SwiGLU: h = silu(g) * u, elementwise --------------------------------------------------------
 
