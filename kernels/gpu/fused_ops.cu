@@ -266,7 +266,7 @@ __device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int64_
 // thread t adds those of its scalar columns t, t + blockDim, ... in that order and calls the same
 // block_sum. dweight: each column's partial adds its rows in row order, as in the scalar kernel
 // (which thread owns a column does not change a bit). Needs cols % kNormVec == 0 and 16-byte
-// aligned dy, x, weight and dx.
+// aligned dy, x, weight, dx and (where given) dres and dbranch.
 template <typename DT, typename XT, typename BT, int kSlots>
 __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
                                             const float* __restrict__ w, const float* __restrict__ rstd,
