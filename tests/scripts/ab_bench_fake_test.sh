@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# scripts/gpu-ab-bench.sh and scripts/ab-report.py on the CPU: two fake trainers (the before tree's
+# inside its archive, this tree's in its own build directory) that train at different rates, a fake
+# nvidia-smi and a fake torch that only names the GPU. Checks the table (each arm in each tree,
+# after ÷ before, each tree's step ÷ its own BF16), that two identical trainers are refused (the
+# comparison of a tree with itself this script exists to prevent), bad arguments (one line, exit
+# 2), and ab-report.py's refusals (results from two GPUs, a file that is no results file).
+#
+#   ab_bench_fake_test.sh REPO_ROOT
+set -euo pipefail
+REPO=$(cd "${1:?usage: ab_bench_fake_test.sh REPO_ROOT}" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+mkdir -p "$T/bin" "$T/py/torch" "$T/data" "$T/after/bin" "$T/tree/build-gpu/bin"
+
+cat >"$T/bin/nvidia-smi" <<'PYEOF'
+#!/bin/sh
+echo "GPU 0: NVIDIA H200 (UUID: GPU-fake)"
+PYEOF
+cat >"$T/py/torch/__init__.py" <<'PYEOF'
+__version__ = "0.0-fake"
+
+
+class cuda:
+    @staticmethod
+    def get_device_name():
+        return "NVIDIA H200"
+PYEOF
+# fake_trainer RATES: writes the events of a run at a rate per arm.
+fake_trainer() {
+  cat <<PYEOF
+#!/usr/bin/env python3
+import json, sys
+d = sys.argv[sys.argv.index("--run-dir") + 1]
+c = json.load(open(d + "/config.json"))
+rate = $1[c["arm"]]
+steps = c["train"]["max_tokens"] // c["train"]["global_batch_tokens"]
+with open(d + "/events.jsonl", "w") as f:
+    f.write(json.dumps({"kind": "run_start", "step": 0}) + "\n")
+    for s in range(1, steps + 1):
+        f.write(json.dumps({"kind": "train", "step": s, "tokens_per_s": rate if s > 3 else 10.0}) + "\n")
+    f.write(json.dumps({"kind": "run_end", "step": steps, "peak_gpu_bytes": 2 ** 30}) + "\n")
+print("mxablate-train: budget_exhausted (fake)")
+PYEOF
+}
+fake_trainer '{"bf16": 40000.0, "mxfp4+h16": 32000.0}' >"$T/tree/build-gpu/bin/mxablate-train"
+fake_trainer '{"bf16": 50000.0, "mxfp4+h16": 45000.0}' >"$T/after/bin/mxablate-train"
+chmod +x "$T/bin/nvidia-smi" "$T/tree/build-gpu/bin/mxablate-train" "$T/after/bin/mxablate-train"
+cp -r "$REPO/scripts" "$T/tree/scripts"
+tar -czf "$T/before.tar.gz" -C "$T/tree" .
+echo '{"tokenizer": {"vocab_size": 4096}}' >"$T/data/manifest.json"
+
+export PATH="$T/bin:$PATH" PYTHONPATH="$T/py" MXABLATE_GPU_BUILD_DIR="$T/after" MXABLATE_AB_DIR="$T/ab" OUT="$T/out"
+ab() { bash "$REPO/scripts/gpu-ab-bench.sh" "$@"; }
+
+for args in "$T/before.tar.gz $T/data" "$T/before.tar.gz $T/data --only llama-8b" \
+            "$T/before.tar.gz $T/data --only llama-125m --arms fdw" "$T/nope.tar.gz $T/data --only llama-125m" \
+            "$T/before.tar.gz $T/data --only llama-125m --frobnicate"; do
+  rc=0
+  # shellcheck disable=SC2086  # each is a list of arguments
+  ab $args >"$T/stdout" 2>"$T/stderr" || rc=$?
+  [ "$rc" = 2 ] || fail "[$args] exit $rc, wanted 2"
+  [ "$(wc -l <"$T/stderr")" = 1 ] || fail "[$args] stderr is not one line: $(cat "$T/stderr")"
+done
+
+ab "$T/before.tar.gz" "$T/data" --only llama-125m,llama-1.3b >"$T/ab.txt" 2>&1 || fail "the comparison exited $?: $(tail -5 "$T/ab.txt")"
+grep -qxF '| llama-125m | bf16 | 40,000 | 50,000 | 1.250× (+25.0 %) | 1.000× | 1.000× |' "$T/ab.txt" ||
+  fail "llama-125m bf16: $(cat "$T/ab.txt")"
+grep -qxF '| llama-1.3b | mxfp4+h16 | 32,000 | 45,000 | 1.406× (+40.6 %) | 1.250× | 1.111× |' "$T/ab.txt" ||
+  fail "llama-1.3b mxfp4+h16: $(cat "$T/ab.txt")"
+grep -q '^before: .*ab-before.jsonl, after: .*ab-after.jsonl; NVIDIA H200$' "$T/ab.txt" || fail "the table's header: $(cat "$T/ab.txt")"
+# The before runs ran the before tree's trainer: its configs sit in the before tree's run dirs.
+[ -f "$T/ab/runs-before/ours-llama-125m-bf16/config.json" ] || fail "no before run of llama-125m"
+
+# ab-report.py: two GPUs, and a file that is not a results file.
+sed 's/NVIDIA H200/NVIDIA H100 80GB HBM3/' "$T/out/ab-after.jsonl" >"$T/h100.jsonl" 2>/dev/null ||
+  fail "no after results file"
+rc=0; python3 "$REPO/scripts/ab-report.py" "$T/out/ab-before.jsonl" "$T/h100.jsonl" >/dev/null 2>"$T/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "different GPUs" "$T/err" || fail "two GPUs: exit $rc, $(cat "$T/err")"
+printf '{"who": "ours"\n' >"$T/bad.jsonl"
+rc=0; python3 "$REPO/scripts/ab-report.py" "$T/bad.jsonl" "$T/h100.jsonl" >/dev/null 2>"$T/err" || rc=$?
+[ "$rc" = 2 ] && [ "$(cat "$T/err")" = "ab-report: $T/bad.jsonl: line 1 is not JSON" ] || fail "bad file: exit $rc, $(cat "$T/err")"
+# The same trainer in both trees: refused before anything runs.
+cp "$T/tree/build-gpu/bin/mxablate-train" "$T/after/bin/mxablate-train"
+rc=0
+ab "$T/before.tar.gz" "$T/data" --only llama-125m >"$T/same.txt" 2>"$T/same.err" || rc=$?
+[ "$rc" = 2 ] || fail "identical trainers: exit $rc, wanted 2"
+[ "$(cat "$T/same.err")" = "gpu-ab-bench: the two trees built the same mxablate-train: nothing to compare" ] ||
+  fail "identical trainers said: $(cat "$T/same.err")"
+
+echo "ab_bench_fake_test: passed"
