@@ -8,6 +8,7 @@
 // warpSize, then warps in index order), so results are reproducible bit for bit; no atomics.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -607,6 +608,20 @@ int64_t rmsnorm_parts(int64_t rows) { return std::min(rows, kRmsNormPartials); }
 // scalar code otherwise (a narrowed or offset view, a custom allocator).
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// An elementwise job's split: the first vec_n elements kVec per thread through 16-byte accesses
+// when every pointer is aligned (none otherwise), the rest by the scalar loop; and its grid.
+struct ElementwiseSplit {
+  int64_t vec_n;
+  unsigned grid;
+};
+
+ElementwiseSplit elementwise_split(int64_t n, std::initializer_list<const void*> pointers) {
+  bool vectorized = true;
+  for (const void* p : pointers) vectorized = vectorized && aligned16(p);
+  const int64_t vec_n = vectorized ? n / kVec * kVec : 0;
+  return {vec_n, blocks_for(vec_n / kVec + (n - vec_n), kThreads)};
+}
+
 }  // namespace
 
 void rmsnorm_forward(const RmsNormForwardJob& job, void* stream) {
@@ -720,12 +735,11 @@ void residual_add(const ResidualAddJob& job, void* stream) {
   require(job.n > 0, where, "the input is empty");
   require_type(job.branch_type, where, "branch");
   const auto s = static_cast<gpuStream_t>(stream);
-  const bool vectorized = aligned16(job.x) && aligned16(job.branch) && aligned16(job.out);
-  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
-  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
+  const ElementwiseSplit split = elementwise_split(job.n, {job.x, job.branch, job.out});
   with_type(job.branch_type, [&](auto bt) {
     using BT = decltype(bt);
-    residual_add_kernel<BT><<<grid, kThreads, 0, s>>>(job.x, static_cast<const BT*>(job.branch), job.n, vec_n, job.out);
+    residual_add_kernel<BT><<<split.grid, kThreads, 0, s>>>(job.x, static_cast<const BT*>(job.branch), job.n,
+                                                            split.vec_n, job.out);
   });
   check_launch("residual_add");
 }
@@ -737,15 +751,13 @@ void swiglu_forward(const SwiGluForwardJob& job, void* stream) {
   require_type(job.in_type, where, "g/u");
   require_type(job.h_type, where, "h");
   const auto s = static_cast<gpuStream_t>(stream);
-  const bool vectorized = aligned16(job.g) && aligned16(job.u) && aligned16(job.h);
-  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
-  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
+  const ElementwiseSplit split = elementwise_split(job.n, {job.g, job.u, job.h});
   with_type(job.in_type, [&](auto it) {
     using IT = decltype(it);
     with_type(job.h_type, [&](auto ht) {
       using HT = decltype(ht);
-      swiglu_forward_kernel<IT, HT><<<grid, kThreads, 0, s>>>(static_cast<const IT*>(job.g),
-                                                              static_cast<const IT*>(job.u), job.n, vec_n,
+      swiglu_forward_kernel<IT, HT><<<split.grid, kThreads, 0, s>>>(static_cast<const IT*>(job.g),
+                                                                    static_cast<const IT*>(job.u), job.n, split.vec_n,
                                                               static_cast<HT*>(job.h));
     });
   });
@@ -760,19 +772,16 @@ void swiglu_backward(const SwiGluBackwardJob& job, void* stream) {
   require_type(job.in_type, where, "g/u");
   require_type(job.grad_type, where, "dg/du");
   const auto s = static_cast<gpuStream_t>(stream);
-  const bool vectorized =
-      aligned16(job.dh) && aligned16(job.g) && aligned16(job.u) && aligned16(job.dg) && aligned16(job.du);
-  const int64_t vec_n = vectorized ? job.n / kVec * kVec : 0;
-  const unsigned grid = blocks_for(vec_n / kVec + (job.n - vec_n), kThreads);
+  const ElementwiseSplit split = elementwise_split(job.n, {job.dh, job.g, job.u, job.dg, job.du});
   with_type(job.dh_type, [&](auto dt) {
     using DT = decltype(dt);
     with_type(job.in_type, [&](auto it) {
       using IT = decltype(it);
       with_type(job.grad_type, [&](auto gt) {
         using GT = decltype(gt);
-        swiglu_backward_kernel<DT, IT, GT><<<grid, kThreads, 0, s>>>(
+        swiglu_backward_kernel<DT, IT, GT><<<split.grid, kThreads, 0, s>>>(
             static_cast<const DT*>(job.dh), static_cast<const IT*>(job.g), static_cast<const IT*>(job.u), job.n,
-            vec_n, static_cast<GT*>(job.dg), static_cast<GT*>(job.du));
+            split.vec_n, static_cast<GT*>(job.dg), static_cast<GT*>(job.du));
       });
     });
   });

@@ -22,6 +22,7 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "residual_checks.h"
 #include "test_tensors.h"
 #include "unfused_ops.h"
 
@@ -187,36 +188,16 @@ TEST_CASE("the residual stream's fused ops on CUDA are the composed CUDA ops bit
            {37, 768}, {3000, 768}, {5, 4}, {9, 1028}, {3, 4096}, {2, 4100}, {6, 771}}) {
     const at::Tensor x = norm_input(rows, cols, 81);
     const at::Tensor w = randn({cols}, 82, 0.1) + 1.0;
+    const at::Tensor dy = randn({rows, cols}, 84).to(at::kBFloat16);
+    const at::Tensor dres = randn({rows, cols}, 85, 0.01);
     for (at::ScalarType branch_type : {at::kFloat, at::kBFloat16}) {
       INFO(rows << " x " << cols << ", branch " << c10::toString(branch_type));
       const at::Tensor b = randn({rows, cols}, 83).to(branch_type);
-      const at::Tensor sum = x + b;
-      for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
-        const AddRmsNormOutput f = add_rms_norm_forward(x, b, w, 1e-5, out_type);
-        const RmsNormOutput want = rms_norm_forward(sum, w, 1e-5, out_type);
-        CHECK(same_bits(f.h, sum));
-        CHECK(same_bits(f.norm.y, want.y));
-        CHECK(same_bits(f.norm.rstd, want.rstd));
-      }
-      CHECK(same_bits(residual_add(x, b), sum));
-      CHECK(same_bits(residual_add(misaligned_copy(x), b), sum));
-
-      const at::Tensor rstd = rms_norm_forward(sum, w, 1e-5, at::kFloat).rstd;
-      const at::Tensor dy = randn({rows, cols}, 84).to(at::kBFloat16);
-      const at::Tensor dres = randn({rows, cols}, 85, 0.01);
-      const RmsNormGrads plain = rms_norm_backward(dy, sum, w, rstd);
-      const at::Tensor want_dx = dres + plain.dx;
-      const RmsNormGrads g = residual_rms_norm_backward(dy, sum, w, rstd, dres, branch_type);
-      CHECK(same_bits(g.dx, want_dx));
-      CHECK(same_bits(g.dbranch, want_dx.to(branch_type)));
-      CHECK(same_bits(g.dweight, plain.dweight));
+      check_add_rms_norm_composes(x, b, w);
+      CHECK(same_bits(residual_add(misaligned_copy(x), b), x + b));  // the scalar loop
+      check_residual_backward_composes(x + b, w, dy, dres, dres, branch_type);
       // A misaligned dres sends every shape to the scalar kernel: the same bits.
-      const RmsNormGrads scalar = residual_rms_norm_backward(dy, sum, w, rstd, misaligned_copy(dres), branch_type);
-      CHECK(same_bits(scalar.dx, want_dx));
-      CHECK(same_bits(scalar.dbranch, want_dx.to(branch_type)));
-      const RmsNormGrads alone = residual_rms_norm_backward(dy, sum, w, rstd, at::Tensor(), std::nullopt);
-      CHECK(same_bits(alone.dx, plain.dx));
-      CHECK_FALSE(alone.dbranch.defined());
+      check_residual_backward_composes(x + b, w, dy, dres, misaligned_copy(dres), branch_type);
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fused_ops.h"
+#include "residual_checks.h"
 #include "test_tensors.h"
 #include "unfused_ops.h"
 
@@ -72,31 +73,13 @@ TEST_CASE("rms_norm_backward on CPU equals autograd of the unfused formula", "[f
 TEST_CASE("the residual stream's fused ops on CPU are the unfused composition bit for bit", "[fused][cpu]") {
   const at::Tensor x = randn({3, 5, 96}, 21);
   const at::Tensor w = randn({96}, 22, 0.1) + 1.0;
+  const at::Tensor dy = randn({3, 5, 96}, 24).to(at::kBFloat16);
+  const at::Tensor dres = randn({3, 5, 96}, 25, 0.01);
   for (at::ScalarType branch_type : {at::kFloat, at::kBFloat16}) {
+    INFO("branch " << c10::toString(branch_type));
     const at::Tensor b = randn({3, 5, 96}, 23).to(branch_type);
-    const at::Tensor sum = x + b;
-    CHECK(sum.scalar_type() == at::kFloat);
-    for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
-      const AddRmsNormOutput f = add_rms_norm_forward(x, b, w, 1e-5, out_type);
-      const RmsNormOutput want = rms_norm_forward(sum, w, 1e-5, out_type);
-      CHECK(same_bits(f.h, sum));
-      CHECK(same_bits(f.norm.y, want.y));
-      CHECK(same_bits(f.norm.rstd, want.rstd));
-    }
-    CHECK(same_bits(residual_add(x, b), sum));
-
-    const RmsNormOutput fwd = rms_norm_forward(sum, w, 1e-5, at::kFloat);
-    const at::Tensor dy = randn({3, 5, 96}, 24).to(at::kBFloat16);
-    const at::Tensor dres = randn({3, 5, 96}, 25, 0.01);
-    const RmsNormGrads plain = rms_norm_backward(dy, sum, w, fwd.rstd);
-    const RmsNormGrads g = residual_rms_norm_backward(dy, sum, w, fwd.rstd, dres, branch_type);
-    CHECK(same_bits(g.dx, dres + plain.dx));
-    CHECK(same_bits(g.dbranch, (dres + plain.dx).to(branch_type)));
-    CHECK(same_bits(g.dweight, plain.dweight));
-    // Without the other readers' gradient, no sum; without a branch, no cast.
-    const RmsNormGrads alone = residual_rms_norm_backward(dy, sum, w, fwd.rstd, at::Tensor(), std::nullopt);
-    CHECK(same_bits(alone.dx, plain.dx));
-    CHECK_FALSE(alone.dbranch.defined());
+    check_add_rms_norm_composes(x, b, w);
+    check_residual_backward_composes(x + b, w, dy, dres, dres, branch_type);
   }
 }
 
