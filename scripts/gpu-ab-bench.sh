@@ -3,7 +3,7 @@
 # `git archive REV -o .carry/ab/before.tar.gz`, carried) and this working tree. Each tree is built
 # by its own scripts/gpu-env.sh in its own build directory, the two trainers must differ (two
 # identical binaries would compare a tree with itself; refused), then for each model the trees run
-# scripts/gpu-speed-bench.sh in turn, before first, and scripts/ab-report.py prints the table:
+# scripts/gpu-speed-bench.sh in turn, before first, and scripts/speed-report.py --compare prints the table:
 # tokens/s of each arm in each tree, after ÷ before, and each tree's step ÷ its own BF16 step.
 #
 # Usage: scripts/gpu-ab-bench.sh BEFORE_ARCHIVE DATA_DIR --only MODEL[,MODEL…] [--arms LIST]
@@ -76,4 +76,4 @@ for model in $MODELS; do
   done
 done
 echo "== after against before"
-$PY scripts/ab-report.py "$OUT/ab-before.jsonl" "$OUT/ab-after.jsonl"
+$PY scripts/speed-report.py --compare "$OUT/ab-before.jsonl" "$OUT/ab-after.jsonl"

@@ -15,6 +15,9 @@ Usage: speed-report.py RESULTS [RESULTS…]   (a results.jsonl, or a directory h
        speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE
            prints the JSON line the bench appends for one of our runs (read from its events.jsonl,
            config.json and output.txt)
+       speed-report.py --compare BEFORE AFTER
+           before against after (scripts/gpu-ab-bench.sh): each arm in each tree's results file,
+           after ÷ before, and each tree's step ÷ its own BF16 step
 
 Plain python (no torch): its tests run on machines without it.
 """
@@ -480,7 +483,53 @@ def report(paths, out=sys.stdout):
     r.print_issue14(out)
 
 
+# ---- before against after (scripts/gpu-ab-bench.sh) --------------------------------------------
+
+def compare(before_path, after_path, out=sys.stdout):
+    """Two results files, one per tree, of one device call: each arm's tokens/s in each, after ÷
+    before, and each tree's step ÷ its own BF16 step at that model (numerator and denominator from
+    one tree). Refused (BadInput) as any report: files of different GPUs or vocabularies."""
+    before_calls, after_calls = load_calls([before_path]), load_calls([after_path])
+    for n in check_same_machine(before_calls + after_calls):
+        print(f"note: {n}", file=out)
+    before, after = collect(before_calls)["ours"], collect(after_calls)["ours"]
+
+    def rate(r):
+        return float(r["tokens_per_s"]) if usable(r) else None
+
+    def cell(r):
+        if r is None:
+            return "not run"
+        return f"{rate(r):,.0f}" if usable(r) else f"failed (exit {r.get('exit')})"
+
+    def step_ratio(runs, model, arm):  # = BF16 tokens/s ÷ the arm's
+        ours, base = rate(runs.get((model, arm))), rate(runs.get((model, "bf16")))
+        return f"{base / ours:.3f}×" if ours and base else "–"
+
+    gpu = before_calls[0]["gpu"] or after_calls[0]["gpu"] or "GPU not recorded"
+    print(f"before: {before_path}, after: {after_path}; {gpu}", file=out)
+    print("| model | arm | before tokens/s | after tokens/s | after ÷ before | step ÷ BF16, before | "
+          "step ÷ BF16, after |", file=out)
+    print("|---|---|---:|---:|---:|---:|---:|", file=out)
+    for model, arm in sorted(set(before) | set(after)):
+        b, a = before.get((model, arm)), after.get((model, arm))
+        rb, ra = rate(b), rate(a)
+        change = f"{ra / rb:.3f}× ({100 * (ra / rb - 1):+.1f} %)" if rb and ra else "–"
+        print(f"| {model} | {arm} | {cell(b)} | {cell(a)} | {change} | {step_ratio(before, model, arm)} | "
+              f"{step_ratio(after, model, arm)} |", file=out)
+
+
 def main(argv):
+    if argv[:1] == ["--compare"]:
+        if len(argv) != 3 or any(a.startswith("-") for a in argv[1:]):
+            print("usage: speed-report.py --compare BEFORE AFTER  (the two trees' results files)", file=sys.stderr)
+            return 2
+        try:
+            compare(argv[1], argv[2])
+        except BadInput as e:
+            print(f"speed-report: {e}", file=sys.stderr)
+            return 2
+        return 0
     if argv[:1] == ["--ours-line"]:
         if len(argv) != 5:
             print("usage: speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE", file=sys.stderr)

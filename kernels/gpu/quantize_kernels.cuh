@@ -559,8 +559,9 @@ __device__ void quantize_staged_tile(const KernelParams& p, InT* tile, int64_t r
   // values are live at a time. Written one after the other, each pass fits the variant's register
   // budget on its own, but ptxas kept values of both alive and spilled 256 to 324 bytes per thread
   // to local memory in the MXFP4 variants (`-Xptxas -v`); as loop iterations the round-to-nearest
-  // ones spill nothing and the others a few bytes. Alone the spills cost nothing measurable; in a
-  // training step they made the MXFP4 arm 5 % slower (docs/performance.md, issue 20).
+  // ones spill nothing and the others a few bytes. In a training step the spilling kernel's two-axis
+  // launches took 1.45x their time alone, and the MXFP4 arm went from 1.068x to 1.019x the BF16 step
+  // (docs/performance.md, issue 20; ratios from calls on different H200s).
 MXABLATE_NO_UNROLL
   for (int pass = 0; pass < 2; ++pass) {
     if (!p.axes[pass].enabled) continue;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# scripts/gpu-ab-bench.sh and scripts/ab-report.py on the CPU: two fake trainers (the before tree's
+# scripts/gpu-ab-bench.sh and speed-report.py --compare on the CPU: two fake trainers (the before tree's
 # inside its archive, this tree's in its own build directory) that train at different rates, a fake
 # nvidia-smi and a fake torch that only names the GPU. Checks the table (each arm in each tree,
 # after ÷ before, each tree's step ÷ its own BF16), that two identical trainers are refused (the
 # comparison of a tree with itself this script exists to prevent), bad arguments (one line, exit
-# 2), and ab-report.py's refusals (results from two GPUs, a file that is no results file).
+# 2), and --compare's refusals (results from two GPUs, a file that is no results file).
 #
 #   ab_bench_fake_test.sh REPO_ROOT
 set -euo pipefail
@@ -73,14 +73,18 @@ grep -q '^before: .*ab-before.jsonl, after: .*ab-after.jsonl; NVIDIA H200$' "$T/
 # The before runs ran the before tree's trainer: its configs sit in the before tree's run dirs.
 [ -f "$T/ab/runs-before/ours-llama-125m-bf16/config.json" ] || fail "no before run of llama-125m"
 
-# ab-report.py: two GPUs, and a file that is not a results file.
+# --compare: two GPUs, a file that is not a results file, wrong arguments.
 sed 's/NVIDIA H200/NVIDIA H100 80GB HBM3/' "$T/out/ab-after.jsonl" >"$T/h100.jsonl" 2>/dev/null ||
   fail "no after results file"
-rc=0; python3 "$REPO/scripts/ab-report.py" "$T/out/ab-before.jsonl" "$T/h100.jsonl" >/dev/null 2>"$T/err" || rc=$?
-[ "$rc" = 2 ] && grep -q "different GPUs" "$T/err" || fail "two GPUs: exit $rc, $(cat "$T/err")"
+compare() { python3 "$REPO/scripts/speed-report.py" --compare "$@" >/dev/null 2>"$T/err"; }
+rc=0; compare "$T/out/ab-before.jsonl" "$T/h100.jsonl" || rc=$?
+[ "$rc" = 2 ] && grep -q "figures of different GPUs are not compared" "$T/err" || fail "two GPUs: exit $rc, $(cat "$T/err")"
 printf '{"who": "ours"\n' >"$T/bad.jsonl"
-rc=0; python3 "$REPO/scripts/ab-report.py" "$T/bad.jsonl" "$T/h100.jsonl" >/dev/null 2>"$T/err" || rc=$?
-[ "$rc" = 2 ] && [ "$(cat "$T/err")" = "ab-report: $T/bad.jsonl: line 1 is not JSON" ] || fail "bad file: exit $rc, $(cat "$T/err")"
+rc=0; compare "$T/bad.jsonl" "$T/h100.jsonl" || rc=$?
+[ "$rc" = 2 ] && [ "$(cat "$T/err")" = "speed-report: $T/bad.jsonl:1: not a JSON line" ] || fail "bad file: exit $rc, $(cat "$T/err")"
+rc=0; compare "$T/out/ab-before.jsonl" || rc=$?
+[ "$rc" = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] || fail "one file: exit $rc, $(cat "$T/err")"
+
 # The same trainer in both trees: refused before anything runs.
 cp "$T/tree/build-gpu/bin/mxablate-train" "$T/after/bin/mxablate-train"
 rc=0

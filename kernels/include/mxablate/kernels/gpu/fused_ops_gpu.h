@@ -42,7 +42,7 @@ struct RmsNormForwardJob {
   // the unfused add's bits.
   const void* branch = nullptr;  // rows x cols, contiguous
   FloatType branch_type = FloatType::kFloat32;
-  float* h = nullptr;  // rows x cols
+  float* h = nullptr;  // rows x cols, overlapping neither x nor branch
 };
 
 void rmsnorm_forward(const RmsNormForwardJob& job, void* stream);
