@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "mxablate/kernels/torch/fused_ops.h"
 #include "mxablate/trainer/fused_ops.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model.h"
@@ -177,6 +178,23 @@ TEST_CASE("On CUDA the residual stream's fused kernels give the composed ops' bi
   const std::string why = no_cuda_reason();
   if (!why.empty()) MXABLATE_SKIP(why);
   for (at::ScalarType t : {at::kFloat, at::kBFloat16}) check_residual_fusion(at::kCUDA, t);
+}
+
+TEST_CASE("Fused RoPE keeps a dense input's layout, with the contiguous rotation's bits", "[trainer][fused]") {
+  at::Generator gen = at::detail::createCPUGenerator(41);
+  const at::Tensor proj = at::randn({2, 5, 3, 8}, gen, at::TensorOptions().dtype(at::kFloat));  // (B, T, H, D)
+  const at::Tensor x = proj.transpose(1, 2);                                                 // (B, H, T, D) view
+  const at::Tensor cos = at::randn({5, 4}, gen, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor sin = at::randn({5, 4}, gen, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor y = fused_rope(x, cos, sin);
+  CHECK(y.strides() == x.strides());
+  CHECK(y.transpose(1, 2).is_contiguous());  // merging the heads after attention is a view
+  const at::Tensor want = kernels::rope(x, cos, sin, kernels::RopeDirection::kForward, at::kFloat);
+  CHECK(want.is_contiguous());
+  CHECK(at::equal(y, want));
+  // A layout that is not dense with D contiguous: a contiguous result.
+  const at::Tensor strided = at::randn({2, 3, 5, 16}, gen, at::TensorOptions().dtype(at::kFloat)).narrow(3, 0, 8);
+  CHECK(fused_rope(strided, cos, sin).is_contiguous());
 }
 
 TEST_CASE("On the CPU the model keeps the unfused ops by default, bit for bit", "[trainer][fused]") {

@@ -144,7 +144,13 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
     const bool dense = x.is_non_overlapping_and_dense() && x.stride(3) == 1;
     ctx->saved_data["strides"] = dense ? x.strides().vec() : std::vector<int64_t>{};
     ctx->saved_data["dtype"] = x.scalar_type();
-    return kernels::rope(x, cos, sin, kernels::RopeDirection::kForward, x.scalar_type());
+    if (!dense) return kernels::rope(x, cos, sin, kernels::RopeDirection::kForward, x.scalar_type());
+    // The rotation in x's own layout too: a projection's (B, T, H, D) memory viewed as (B, H, T, D)
+    // stays so, attention reads q and k in the layout v already has, and its output comes back in
+    // it, so merging the heads after attention is a view, not a copy.
+    const at::Tensor out = at::empty_strided(x.sizes(), x.strides(), x.options());
+    kernels::rope_into(x, cos, sin, kernels::RopeDirection::kForward, out);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

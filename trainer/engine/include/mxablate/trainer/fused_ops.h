@@ -61,8 +61,9 @@ struct SwiGluMadeAhead {
 at::Tensor fused_swiglu(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype,
                         std::shared_ptr<const SwiGluMadeAhead> ahead = nullptr);
 
-// Rotate-half RoPE of x (B, H, T, D) (any strides) with cos, sin (T, D/2): a contiguous
-// (B, H, T, D) result in x's dtype; the gradient comes back in x's own layout.
+// Rotate-half RoPE of x (B, H, T, D) (any strides) with cos, sin (T, D/2): the result in x's dtype
+// and, where x is dense with D contiguous, in x's layout (else contiguous); the gradient comes back
+// in x's own layout.
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // Mean cross-entropy of logits (rows, vocab) against int64 targets (rows); the logits'

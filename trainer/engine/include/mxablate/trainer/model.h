@@ -59,7 +59,7 @@ TORCH_MODULE(RMSNorm);
 class RotaryEmbedding {
  public:
   RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
-  // x: (B, H, T, head_dim), any strides; fused: a contiguous result in x's dtype.
+  // x: (B, H, T, head_dim), any strides; fused: the result in x's dtype and layout (fused_ops.h).
   at::Tensor apply(const at::Tensor& x);
   void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
 
