@@ -202,6 +202,99 @@ __global__ void rmsnorm_forward_kernel(const XT* __restrict__ x, const BT* __res
   }
 }
 
+// rmsnorm_forward_kernel with 16-byte accesses, bit for bit. Lane l loads the kNormFwdVec
+// consecutive columns of its vector in each chunk of warpSize vectors, but the sum of squares must
+// stay lane-strided (lane l adds columns l, l + warpSize, ... in order), so each chunk passes
+// through the warp's slice of shared memory, from which lane l reads its strided columns back. The
+// second pass is elementwise, so it keeps the vectors. Needs cols % kNormFwdVec == 0 and every
+// pointer 16-byte aligned; shared memory: kNormFwdVec floats a thread.
+constexpr int kNormFwdVec = 8;
+// Chunks a lane loads before it uses any: 2 x 48 bytes in flight a lane with a bf16 branch.
+constexpr int kNormFwdBatch = 2;
+// Blocks a multiprocessor should hold at once (registers capped to fit; ptxas spills nothing).
+constexpr int kNormFwdBlocksPerSM = 4;
+
+// Where column i of a chunk sits in the warp's slice: bit 2 flipped by bit 5, so that the
+// 16-byte writes of eight consecutive lanes and the 4-byte reads of a warp's strided columns
+// both meet 32 distinct banks (a bijection on every aligned 64 columns).
+__device__ __forceinline__ int norm_stage_slot(int i) { return i ^ (((i >> 5) & 1) << 2); }
+
+template <typename XT, typename YT, typename BT>
+__global__ void __launch_bounds__(kThreads, kNormFwdBlocksPerSM) rmsnorm_forward_vec_kernel(const XT* __restrict__ x, const BT* __restrict__ branch,
+                                           const float* __restrict__ w, int64_t rows, int64_t cols, float eps,
+                                           YT* __restrict__ y, float* __restrict__ rstd, float* __restrict__ h) {
+  extern __shared__ float4 norm_stage_mem[];
+  const int lane = static_cast<int>(threadIdx.x % warpSize);
+  const int chunk = warpSize * kNormFwdVec;
+  float* stage = reinterpret_cast<float*>(norm_stage_mem) + static_cast<int64_t>(threadIdx.x / warpSize) * chunk;
+  const int64_t warps_per_block = blockDim.x / warpSize;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / warpSize; r < rows; r += stride) {
+    const XT* xr = x + r * cols;
+    const BT* br = branch == nullptr ? nullptr : branch + r * cols;
+    float* hr = branch == nullptr ? nullptr : h + r * cols;
+    float ss = 0.0f;
+    for (int64_t c0 = 0; c0 < cols; c0 += static_cast<int64_t>(kNormFwdBatch) * chunk) {
+      float v[kNormFwdBatch][kNormFwdVec];
+#pragma unroll
+      for (int b = 0; b < kNormFwdBatch; ++b) {
+        const int64_t j = c0 + b * chunk + lane * kNormFwdVec;
+        if (j < cols) {
+          load_vec(xr + j, v[b]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kNormFwdVec; ++e) v[b][e] = 0.0f;
+        }
+      }
+      if (br != nullptr) {
+#pragma unroll
+        for (int b = 0; b < kNormFwdBatch; ++b) {
+          const int64_t j = c0 + b * chunk + lane * kNormFwdVec;
+          if (j < cols) {
+            float bv[kNormFwdVec];
+            load_vec(br + j, bv);
+#pragma unroll
+            for (int e = 0; e < kNormFwdVec; ++e) v[b][e] = v[b][e] + bv[e];
+            store_vec(hr + j, v[b]);
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kNormFwdBatch; ++b) {
+        const int i0 = lane * kNormFwdVec;
+        warp_barrier();  // the lanes' reads of the last chunk are done
+        *reinterpret_cast<float4*>(stage + norm_stage_slot(i0)) = make_float4(v[b][0], v[b][1], v[b][2], v[b][3]);
+        *reinterpret_cast<float4*>(stage + norm_stage_slot(i0 + 4)) = make_float4(v[b][4], v[b][5], v[b][6], v[b][7]);
+        warp_barrier();
+        const int64_t base = c0 + b * chunk;
+#pragma unroll
+        for (int u = 0; u < kNormFwdVec; ++u) {
+          const int i = lane + u * warpSize;
+          if (base + i < cols) {
+            const float t = stage[norm_stage_slot(i)];
+            ss += t * t;
+          }
+        }
+      }
+    }
+    ss = warp_sum(ss);
+    const float rs = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+    if (lane == 0) rstd[r] = rs;
+    for (int64_t j = static_cast<int64_t>(lane) * kNormFwdVec; j < cols; j += chunk) {
+      float v[kNormFwdVec], wv[kNormFwdVec];
+      if (hr != nullptr) {
+        load_vec(hr + j, v);
+      } else {
+        load_vec(xr + j, v);
+      }
+      load_vec(w + j, wv);
+#pragma unroll
+      for (int e = 0; e < kNormFwdVec; ++e) v[e] = (v[e] * rs) * wv[e];
+      store_vec(y + r * cols + j, v);
+    }
+  }
+}
+
 // The residual stream's gradient at one element of the norm's input: the norm's own dx plus dres
 // (the other readers' gradient, when given; one float32 add, autograd's sum), stored as dx and,
 // when asked, as dbranch in its storage type.
@@ -250,13 +343,45 @@ constexpr int kNormVec = 4;
 // The most column vectors one thread holds in registers; longer rows take the scalar kernel.
 constexpr int kNormMaxSlots = 4;
 
+// Blocks of rmsnorm_backward_vec_kernel a multiprocessor should hold at once. The grid is
+// rmsnorm_parts(rows) blocks (1,024 at a training step's shapes), so at three blocks a
+// multiprocessor 132 multiprocessors run it in three waves, at four in two; the registers are
+// capped to fit (ptxas spills nothing). The weight is read from L1 each row, not held.
+template <int kSlots>
+inline constexpr int kNormBackBlocksPerSM = kSlots <= 2 ? 4 : 2;
+
+// One column vector of rmsnorm_backward_vec_kernel as loaded, unconverted (bf16 stays packed, so
+// the rows held for the next iteration take half the registers).
+template <typename T>
+struct NormRawVec;
+template <>
+struct NormRawVec<float> {
+  float4 v;
+  __device__ __forceinline__ void load(const float* __restrict__ p) { v = *reinterpret_cast<const float4*>(p); }
+  __device__ __forceinline__ void unpack(float (&out)[kNormVec]) const {
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  }
+};
+template <>
+struct NormRawVec<Bf16> {
+  uint2 v;
+  __device__ __forceinline__ void load(const Bf16* __restrict__ p) { v = *reinterpret_cast<const uint2*>(p); }
+  __device__ __forceinline__ void unpack(float (&out)[kNormVec]) const {
+    unpack_bf16(v.x, out);
+    unpack_bf16(v.y, out + 2);
+  }
+};
+
 // Loads the thread's column vectors sv = threadIdx.x + k * blockDim.x of one row.
 template <typename T, int kSlots>
-__device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int64_t nvec, float (&out)[kSlots][kNormVec]) {
+__device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int nvec, NormRawVec<T> (&out)[kSlots]) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
-    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (sv < nvec) load_vec(row + sv * kNormVec, out[k]);
+    const int sv = static_cast<int>(threadIdx.x + k * blockDim.x);
+    if (sv < nvec) out[k].load(row + sv * kNormVec);
   }
 }
 
@@ -269,7 +394,8 @@ __device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int64_
 // (which thread owns a column does not change a bit). Needs cols % kNormVec == 0 and 16-byte
 // aligned dy, x, weight, dx and (where given) dres and dbranch.
 template <typename DT, typename XT, typename BT, int kSlots>
-__global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
+__global__ void __launch_bounds__(kThreads, kNormBackBlocksPerSM<kSlots>)
+    rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
                                             const float* __restrict__ w, const float* __restrict__ rstd,
                                             int64_t rows, int64_t cols, int64_t rows_per_block,
                                             float* __restrict__ dx, float* __restrict__ partial,
@@ -278,13 +404,12 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
   float* acc = smem;
   float* prod = smem + cols;
   __shared__ float scratch[kMaxWarps];
-  const int64_t nvec = cols / kNormVec;
-  float wv[kSlots][kNormVec], dv[kSlots][kNormVec], xv[kSlots][kNormVec];
-  float dn[kSlots][kNormVec] = {}, xn[kSlots][kNormVec] = {};  // the next row (zeros after the last)
-  load_row_slots(w, nvec, wv);
+  const int nvec = static_cast<int>(cols / kNormVec);  // cols <= kRmsNormMaxCols: int indices
+  NormRawVec<DT> dv[kSlots], dn[kSlots];  // this row's and the next row's
+  NormRawVec<XT> xv[kSlots], xn[kSlots];
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
-    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    const int sv = static_cast<int>(threadIdx.x + k * blockDim.x);
     if (sv < nvec) {
 #pragma unroll
       for (int e = 0; e < kNormVec; ++e) acc[sv * kNormVec + e] = 0.0f;
@@ -300,10 +425,14 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
     const float rs = rstd[r];
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
-      const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const int sv = static_cast<int>(threadIdx.x + k * blockDim.x);
       if (sv < nvec) {
+        float wv[kNormVec], d[kNormVec], v[kNormVec];
+        load_vec(w + sv * kNormVec, wv);
+        dv[k].unpack(d);
+        xv[k].unpack(v);
 #pragma unroll
-        for (int e = 0; e < kNormVec; ++e) prod[sv * kNormVec + e] = (dv[k][e] * wv[k][e]) * xv[k][e];
+        for (int e = 0; e < kNormVec; ++e) prod[sv * kNormVec + e] = (d[e] * wv[e]) * v[e];
       }
     }
     __syncthreads();
@@ -317,13 +446,16 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
     const float coef = ((rs * rs) * rs) * (dot / static_cast<float>(cols));
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
-      const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const int sv = static_cast<int>(threadIdx.x + k * blockDim.x);
       if (sv < nvec) {
-        float out[kNormVec];
+        float out[kNormVec], wv[kNormVec], dk[kNormVec], xk[kNormVec];
+        load_vec(w + sv * kNormVec, wv);
+        dv[k].unpack(dk);
+        xv[k].unpack(xk);
 #pragma unroll
         for (int e = 0; e < kNormVec; ++e) {
-          const float d = dv[k][e], v = xv[k][e];
-          out[e] = rs * (d * wv[k][e]) - v * coef;
+          const float d = dk[e], v = xk[e];
+          out[e] = rs * (d * wv[e]) - v * coef;
           acc[sv * kNormVec + e] += (d * v) * rs;
         }
         const int64_t at = r * cols + sv * kNormVec;
@@ -336,21 +468,31 @@ __global__ void rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT*
         store_vec(dx + at, out);
         if (dbranch != nullptr) store_vec(dbranch + at, out);
       }
-#pragma unroll
-      for (int e = 0; e < kNormVec; ++e) {
-        dv[k][e] = dn[k][e];
-        xv[k][e] = xn[k][e];
-      }
+      dv[k] = dn[k];
+      xv[k] = xn[k];
     }
   }
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
-    const int64_t sv = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    const int sv = static_cast<int>(threadIdx.x + k * blockDim.x);
     if (sv < nvec) {
 #pragma unroll
       for (int e = 0; e < kNormVec; ++e) partial[blockIdx.x * cols + sv * kNormVec + e] = acc[sv * kNormVec + e];
     }
   }
+}
+
+// out = float32(in) over n elements: kVec per thread through 16-byte accesses when aligned, the
+// scalar loop for the rest.
+__global__ void widen_bf16_kernel(const Bf16* __restrict__ in, int64_t n, int64_t vec_n, float* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t v = tid; v < vec_n / kVec; v += stride) {
+    float f[kVec];
+    load_vec(in + v * kVec, f);
+    store_vec(out + v * kVec, f);
+  }
+  for (int64_t i = vec_n + tid; i < n; i += stride) out[i] = to_float(in[i]);
 }
 
 // out = x + branch over n elements: kVec per thread through 16-byte accesses when aligned, the
@@ -639,15 +781,25 @@ void rmsnorm_forward(const RmsNormForwardJob& job, void* stream) {
   }
   const auto s = static_cast<gpuStream_t>(stream);
   const unsigned grid = blocks_for(job.rows, kThreads / 32);
+  // The vector kernel where every row splits into 16-byte accesses; both give the same bits.
+  const bool vectorized = job.cols % kNormFwdVec == 0 && aligned16(job.x) && aligned16(job.branch) &&
+                          aligned16(job.weight) && aligned16(job.y) && aligned16(job.h);
+  const size_t stage_bytes = static_cast<size_t>(kThreads) * kNormFwdVec * sizeof(float);
   with_type(job.x_type, [&](auto xt) {
     using XT = decltype(xt);
     with_type(job.y_type, [&](auto yt) {
       using YT = decltype(yt);
       const auto launch = [&](auto bt) {
         using BT = decltype(bt);
-        rmsnorm_forward_kernel<XT, YT, BT><<<grid, kThreads, 0, s>>>(
-            static_cast<const XT*>(job.x), static_cast<const BT*>(job.branch), job.weight, job.rows, job.cols, job.eps,
-            static_cast<YT*>(job.y), job.rstd, job.h);
+        if (vectorized) {
+          rmsnorm_forward_vec_kernel<XT, YT, BT><<<grid, kThreads, stage_bytes, s>>>(
+              static_cast<const XT*>(job.x), static_cast<const BT*>(job.branch), job.weight, job.rows, job.cols,
+              job.eps, static_cast<YT*>(job.y), job.rstd, job.h);
+        } else {
+          rmsnorm_forward_kernel<XT, YT, BT><<<grid, kThreads, 0, s>>>(
+              static_cast<const XT*>(job.x), static_cast<const BT*>(job.branch), job.weight, job.rows, job.cols,
+              job.eps, static_cast<YT*>(job.y), job.rstd, job.h);
+        }
       };
       // A bf16 x never has a branch (refused above): one instantiation for it.
       if constexpr (std::is_same_v<XT, float>) {
@@ -742,6 +894,15 @@ void residual_add(const ResidualAddJob& job, void* stream) {
                                                             split.vec_n, job.out);
   });
   check_launch("residual_add");
+}
+
+void widen_bf16(const WidenJob& job, void* stream) {
+  const std::string where = "widen_bf16";
+  require(job.in && job.out, where, "a pointer is null");
+  require(job.n > 0, where, "the input is empty");
+  const ElementwiseSplit split = elementwise_split(job.n, {job.in, job.out});
+  widen_bf16_kernel<<<split.grid, kThreads, 0, static_cast<gpuStream_t>(stream)>>>(job.in, job.n, split.vec_n, job.out);
+  check_launch("widen_bf16");
 }
 
 void swiglu_forward(const SwiGluForwardJob& job, void* stream) {

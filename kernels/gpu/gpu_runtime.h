@@ -108,6 +108,20 @@ __device__ __forceinline__ bool warp_all(bool b) {
 #endif
 }
 
+// A barrier for one warp's lanes that also orders their shared-memory accesses: what a lane wrote
+// before it is visible to every lane of the warp after it. All lanes must call it. HIP 5 has no
+// __syncwarp; a wavefront runs in lockstep, so fences at wavefront scope around the compiler's wave
+// barrier give the same guarantee.
+__device__ __forceinline__ void warp_barrier() {
+#if MXABLATE_GPU_HIP
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  __syncwarp();
+#endif
+}
+
 // Sum over the whole warp, whatever its width; every lane gets the result.
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

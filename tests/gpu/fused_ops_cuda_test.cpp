@@ -130,7 +130,7 @@ TEST_CASE("fused RMSNorm forward on CUDA is its lane-strided reduction, bit for 
   // shorter than a warp, not a multiple of it, and longer than the kernel's unrolled chunk.
   const int lanes = at::cuda::getCurrentDeviceProperties()->warpSize;
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {5, 4}, {7, 100}, {37, 768}, {9, 2048}, {3, 4100}, {2, 8192}}) {
+           {5, 4}, {7, 100}, {37, 768}, {6, 264}, {9, 2048}, {3, 4100}, {4, 4104}, {2, 8192}}) {
     INFO(rows << " x " << cols);
     const at::Tensor x = norm_input(rows, cols, 91);
     const at::Tensor w = randn({cols}, 92, 0.1) + 1.0;
@@ -144,6 +144,38 @@ TEST_CASE("fused RMSNorm forward on CUDA is its lane-strided reduction, bit for 
     const AddRmsNormOutput added = add_rms_norm_forward(x, b, w, 1e-5, at::kFloat);
     CHECK(equals_bits(added.norm.rstd, rstd_h));
     CHECK(equals_bits(added.norm.y, yh));
+  }
+}
+
+TEST_CASE("fused RMSNorm forward: the vector and the scalar kernels give the same bits", "[gpu][fused]") {
+  // cols % 8 == 0 with every pointer 16-byte aligned takes the vector kernel (its chunks of eight
+  // columns a lane pass through shared memory for the strided sum); a misaligned x the scalar one.
+  // Every input, output and branch dtype; rows whose last chunk or batch of chunks is partial.
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {4, 8}, {11, 264}, {37, 768}, {9, 2048}, {3, 4104}}) {
+    const at::Tensor x = norm_input(rows, cols, 101);
+    const at::Tensor w = randn({cols}, 102, 0.1) + 1.0;
+    for (at::ScalarType out_type : {at::kFloat, at::kBFloat16}) {
+      for (at::ScalarType x_type : {at::kFloat, at::kBFloat16}) {
+        INFO(rows << " x " << cols << ", x " << c10::toString(x_type) << ", y " << c10::toString(out_type));
+        const at::Tensor xt = x.to(x_type), x_off = misaligned_copy(xt);
+        REQUIRE(aligned16(xt));
+        REQUIRE_FALSE(aligned16(x_off));
+        const RmsNormOutput vec = rms_norm_forward(xt, w, 1e-5, out_type);
+        const RmsNormOutput scalar = rms_norm_forward(x_off, w, 1e-5, out_type);
+        CHECK(same_bits(vec.y, scalar.y));
+        CHECK(same_bits(vec.rstd, scalar.rstd));
+      }
+      for (at::ScalarType branch_type : {at::kFloat, at::kBFloat16}) {
+        INFO(rows << " x " << cols << ", add " << c10::toString(branch_type) << ", y " << c10::toString(out_type));
+        const at::Tensor b = randn({rows, cols}, 103).to(branch_type);
+        const AddRmsNormOutput vec = add_rms_norm_forward(x, b, w, 1e-5, out_type);
+        const AddRmsNormOutput scalar = add_rms_norm_forward(misaligned_copy(x), b, w, 1e-5, out_type);
+        CHECK(same_bits(vec.h, scalar.h));
+        CHECK(same_bits(vec.norm.y, scalar.norm.y));
+        CHECK(same_bits(vec.norm.rstd, scalar.norm.rstd));
+      }
+    }
   }
 }
 
@@ -200,6 +232,10 @@ TEST_CASE("the residual stream's fused ops on CUDA are the composed CUDA ops bit
       check_residual_backward_composes(x + b, w, dy, dres, misaligned_copy(dres), branch_type);
     }
   }
+}
+
+TEST_CASE("to_float32 on CUDA is ATen's widening bit for bit, vector and scalar paths", "[gpu][fused]") {
+  check_to_float32_widens(at::kCUDA);
 }
 
 TEST_CASE("fused SwiGLU: the vector and the scalar paths give the same bits", "[gpu][fused]") {

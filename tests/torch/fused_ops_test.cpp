@@ -83,6 +83,8 @@ TEST_CASE("the residual stream's fused ops on CPU are the unfused composition bi
   }
 }
 
+TEST_CASE("to_float32 on CPU is ATen's widening bit for bit", "[fused][cpu]") { check_to_float32_widens(at::kCPU); }
+
 TEST_CASE("swiglu on CPU: forward is silu(g) * u bit for bit, backward equals autograd", "[fused][cpu]") {
   const at::Tensor g = randn({4, 33}, 6, 3.0).requires_grad_(true);
   const at::Tensor u = randn({4, 33}, 7).requires_grad_(true);

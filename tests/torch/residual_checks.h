@@ -47,4 +47,19 @@ inline void check_residual_backward_composes(const at::Tensor& h, const at::Tens
   CHECK_FALSE(alone.dbranch.defined());
 }
 
+// to_float32 on `device`: every bf16 bit pattern (NaNs, infinities, subnormals, both zeros) widens
+// to ATen's own conversion bit for bit, from an aligned tensor and from one a 2-byte offset off
+// (CUDA's scalar loop), with a length that leaves a partial vector; float32 passes through.
+inline void check_to_float32_widens(const at::Device& device) {
+  const at::Tensor all = at::arange(-32768, 32768, at::TensorOptions().dtype(at::kInt))
+                             .to(at::kShort)
+                             .view(at::kBFloat16)
+                             .to(device);
+  CHECK(same_bits(kernels::to_float32(all), all.to(at::kFloat)));
+  const at::Tensor offset = all.narrow(0, 1, all.numel() - 3);
+  CHECK(same_bits(kernels::to_float32(offset), offset.to(at::kFloat)));
+  const at::Tensor f = all.to(at::kFloat);
+  CHECK(kernels::to_float32(f).data_ptr() == f.data_ptr());
+}
+
 }  // namespace mxablate::test

@@ -75,10 +75,63 @@ void producers_bench(const FusedBenchContext& c) {
   c.line("");
 }
 
+// A copy of t whose data starts one element past a 16-byte boundary: the kernels' scalar path.
+at::Tensor misaligned_copy(const at::Tensor& t) {
+  at::Tensor view = at::empty({t.numel() + 1}, t.options()).narrow(0, 1, t.numel()).view(t.sizes());
+  view.copy_(t);
+  return view;
+}
+
+// The residual stream's norms at llama-1.3b's width as a step runs them (float32 stream, bf16
+// branch and outputs), their vector kernels against the scalar ones (the same bits; a misaligned
+// x sends a call to the scalar kernel), and the Wgrad widening against ATen's cast.
+void norms_at_scale_bench(const FusedBenchContext& c) {
+  const int64_t tokens = c.quick ? 4096 : 16384, d = 2048, ffn = 5504;
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto bf16 = f32.dtype(at::kBFloat16);
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({tokens, d}, f32), b = at::randn({tokens, d}, bf16), w = at::ones({d}, f32);
+  const at::Tensor dy = at::randn({tokens, d}, bf16), dres = at::randn({tokens, d}, f32);
+  const at::Tensor x_off = misaligned_copy(x), dres_off = misaligned_copy(dres);
+  const at::Tensor rstd = mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16).rstd;
+  const at::Tensor dw = at::randn({d, ffn}, bf16), dw_off = misaligned_copy(dw);
+  struct ScaleRow {
+    std::string name;
+    double bytes;
+    std::function<void()> vec, scalar;
+  };
+  const double n = static_cast<double>(tokens * d);
+  const std::vector<ScaleRow> table = {
+      {"RMSNorm forward (f32 -> bf16)", n * 6, [&] { (void)mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16); },
+       [&] { (void)mk::rms_norm_forward(x_off, w, 1e-5, at::kBFloat16); }},
+      {"add + RMSNorm forward (f32 + bf16 -> h f32, bf16)", n * 12,
+       [&] { (void)mk::add_rms_norm_forward(x, b, w, 1e-5, at::kBFloat16); },
+       [&] { (void)mk::add_rms_norm_forward(x_off, b, w, 1e-5, at::kBFloat16); }},
+      {"RMSNorm backward + dres (-> dx f32, dbranch bf16)", n * 16,
+       [&] { (void)mk::residual_rms_norm_backward(dy, x, w, rstd, dres, at::kBFloat16); },
+       [&] { (void)mk::residual_rms_norm_backward(dy, x_off, w, rstd, dres_off, at::kBFloat16); }},
+      {"to_float32 of a bf16 Wgrad (" + std::to_string(d) + " x " + std::to_string(ffn) + ")",
+       static_cast<double>(d * ffn) * 6, [&] { (void)mk::to_float32(dw); }, [&] { (void)dw.to(at::kFloat); }},
+  };
+  c.line("## The residual stream's norms at llama-1.3b (" + std::to_string(tokens) + " x " + std::to_string(d) +
+         "): vector kernels against the scalar ones (same bits); the last row against ATen's cast");
+  c.line("");
+  c.line("| op | vector ms | GB/s | of copy | scalar (or ATen) ms | speed-up |");
+  c.line("|---|---:|---:|---:|---:|---:|");
+  for (const ScaleRow& r : table) {
+    const double vec = c.median_ms(r.vec), scalar = c.median_ms(r.scalar);
+    const double gbs = r.bytes / (vec * 1e-3) / 1e9;
+    c.line("| " + r.name + " | " + fixed(vec, 3) + " | " + fixed(gbs, 0) + " | " + fixed(100 * gbs / c.copy_gbs, 1) +
+           "% | " + fixed(scalar, 3) + " | " + fixed(scalar / vec, 2) + "x |");
+  }
+  c.line("");
+}
+
 }  // namespace
 
 void fused_ops_bench(const FusedBenchContext& c) {
   producers_bench(c);
+  norms_at_scale_bench(c);
   // llama-125m as the trainer runs it: d 768, 12 heads of 64, ffn 3072, the default corpus's
   // 4096-token vocabulary; 16384 tokens a micro-batch (32 sequences of 512), so RMSNorm is
   // 16384 x 768, SwiGLU 16384 x 3072 and RoPE (32, 512, 12, 64).

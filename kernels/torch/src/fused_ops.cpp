@@ -244,6 +244,14 @@ at::Tensor residual_add(const at::Tensor& x, const at::Tensor& branch) {
   return x + branch;
 }
 
+at::Tensor to_float32(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return t;
+#if MXABLATE_KERNELS_TORCH_CUDA
+  if (t.is_cuda() && t.scalar_type() == at::kBFloat16) return detail::widen_bf16_cuda(t);
+#endif
+  return t.to(at::kFloat);
+}
+
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
   const char* op = "swiglu_forward";
   detail::check_float_activation(g, "swiglu_forward gate");

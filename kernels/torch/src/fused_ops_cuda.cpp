@@ -227,6 +227,19 @@ at::Tensor residual_add_cuda(const at::Tensor& x, const at::Tensor& branch) {
   return out;
 }
 
+at::Tensor widen_bf16_cuda(const at::Tensor& t) {
+  const c10::cuda::CUDAGuard guard(t.device());
+  const at::Tensor in = t.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options().dtype(at::kFloat));
+  if (in.numel() == 0) return out;
+  gpu::WidenJob job;
+  job.in = static_cast<const uint16_t*>(in.data_ptr());
+  job.n = in.numel();
+  job.out = out.data_ptr<float>();
+  gpu::widen_bf16(job, compat::current_stream(in));
+  return out;
+}
+
 at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype) {
   const c10::cuda::CUDAGuard guard(g.device());
   const at::Tensor gc = g.contiguous(), uc = u.contiguous();

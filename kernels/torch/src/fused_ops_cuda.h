@@ -21,6 +21,7 @@ RmsNormGrads rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, c
 AddRmsNormOutput add_rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
                                            double eps, at::ScalarType out_dtype);
 at::Tensor residual_add_cuda(const at::Tensor& x, const at::Tensor& branch);
+at::Tensor widen_bf16_cuda(const at::Tensor& t);
 at::Tensor swiglu_forward_cuda(const at::Tensor& g, const at::Tensor& u, at::ScalarType out_dtype);
 SwiGluGrads swiglu_backward_cuda(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u);
 // The fused producers (produce_quantize_gpu.h) where they take every quantization asked for and

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "mxablate/kernels/torch/fake_quantize.h"
+#include "mxablate/kernels/torch/fused_ops.h"
 #include "mxablate/trainer/dge.h"
 #include "mxablate/trainer/occ.h"
 #include "mxablate/trainer/plan_rules.h"
@@ -397,8 +398,9 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
       dx = multiply(s, GemmKind::kDgrad, qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
     if (saved.want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
-      // Converted once: the master weight is float32.
-      dw = multiply(s, GemmKind::kWgrad, qdy.cols, saved.x_for_wgrad).to(saved.w_dtype);
+      // Converted once, to the master weight's dtype (float32: the vectorized widening).
+      dw = multiply(s, GemmKind::kWgrad, qdy.cols, saved.x_for_wgrad);
+      dw = saved.w_dtype == at::kFloat ? kernels::to_float32(dw) : dw.to(saved.w_dtype);
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {

@@ -95,6 +95,16 @@ struct ResidualAddJob {
 
 void residual_add(const ResidualAddJob& job, void* stream);
 
+// ---- Widening bf16 to float32, elementwise (exact) --------------------------------------------
+
+struct WidenJob {
+  const uint16_t* in = nullptr;  // n bf16 elements, contiguous
+  int64_t n = 0;
+  float* out = nullptr;  // n elements, not overlapping in
+};
+
+void widen_bf16(const WidenJob& job, void* stream);
+
 // ---- SwiGLU: h = silu(g) * u, silu(g) = g / (1 + exp(-g)), elementwise ----------------------
 
 struct SwiGluForwardJob {

@@ -65,6 +65,11 @@ RmsNormGrads residual_rms_norm_backward(const at::Tensor& dy, const at::Tensor& 
 // x float32; branch x's shape, float32 or bf16. The bits of `x + branch`.
 at::Tensor residual_add(const at::Tensor& x, const at::Tensor& branch);
 
+// t as float32 (t itself when it is float32 already): exact. On CUDA a bf16 t takes one
+// vectorized kernel; ATen's own bf16 -> float32 copy takes its unvectorized cast path there
+// (about half the copy rate at a weight gradient's size).
+at::Tensor to_float32(const at::Tensor& t);
+
 // ---- SwiGLU: h = silu(g) * u, elementwise --------------------------------------------------------
 
 // g, u: the same shape and dtype (float32 or bf16).
