@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "catch.h"
@@ -389,4 +390,41 @@ TEST_CASE("The made-ahead memo keeps two inputs, and a result taken is gone", "[
   QuantMemo shared;
   shared.store(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, result(dg));
   CHECK_FALSE(shared.take(4, dg, Axis::kRows, sr, Form::kValues, at::kFloat, false).has_value());
+}
+
+TEST_CASE("A plain BF16 weight rounded in a forward without gradients serves the recompute's Dgrad too",
+          "[trainer][quant_memo][weight_cache]") {
+  // A checkpointed block's first forward runs without gradients, its recompute with them. Where
+  // both of W's GEMMs take it plain BF16, the first rounding is kept for Dgrad as well: the
+  // recompute finds both operands (one copy, the weight cache's size), with the same bits as a
+  // layer without the cache. Where Dgrad quantizes W, nothing is made ahead for it.
+  for (const bool plain : {true, false}) {
+    INFO("plain BF16: " << plain);
+    const LinearPlan plan = plain ? plain_bf16_plan() : uniform_plan(QuantSpec{QuantFormat::kMXFP4});
+    const auto run = [&](bool cache) {
+      auto session = std::make_shared<QuantSession>();
+      session->step = 4;
+      session->cache_weight_operands = cache;
+      const auto state = std::make_shared<const LinearState>(LinearState{0, plan, session});
+      at::Generator gen = at::detail::createCPUGenerator(17);
+      const at::Tensor w = at::randn({kN, kK}, gen).requires_grad_(true);
+      const at::Tensor x = at::randn({kM, kK}, gen).requires_grad_(true);
+      at::Tensor first;
+      {
+        const torch::NoGradGuard no_grad;
+        first = mx_linear(x, w, state);
+      }
+      const at::Tensor y = mx_linear(x, w, state);
+      (y * at::randn({kM, kN}, gen)).sum().backward();
+      return std::make_tuple(first, y.detach(), x.grad(), w.grad(), state->weight_memo->hits());
+    };
+    const auto [first, y, dx, dw, hits] = run(true);
+    const auto [first0, y0, dx0, dw0, hits0] = run(false);
+    CHECK(at::equal(first, first0));
+    CHECK(at::equal(y, y0));
+    CHECK(at::equal(dx, dx0));
+    CHECK(at::equal(dw, dw0));
+    CHECK(hits0 == 0);
+    CHECK(hits == (plain ? 2 : 1));
+  }
 }

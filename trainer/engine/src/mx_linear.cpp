@@ -364,19 +364,25 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     Quantized qx = quantize_uses(xq, s, OperandUse{GemmKind::kFprop, Operand::kA},
                                  use_if(saved.want_dw, GemmKind::kWgrad, Operand::kB), occ_fraction,
                                  {&s.session->memo, s.session->step, /*made_ahead=*/!occ});
-    // W's operands are the same bits for every micro-batch and recompute of a step.
-    Quantized qw = quantize_uses(w, s, OperandUse{GemmKind::kFprop, Operand::kB},
-                                 use_if(saved.want_dx, GemmKind::kDgrad, Operand::kB), std::nullopt,
-                                 s.session->cache_weight_operands
-                                     ? MemoUse{s.weight_memo.get(), s.session->weight_epoch()}
-                                     : MemoUse{});
+    // W's operands are the same bits for every micro-batch and recompute of a step. Where both of
+    // W's GEMMs take it plain BF16, Dgrad's operand is the very tensor Fprop's rounding makes, so
+    // with the weight cache on it is asked for even where this pass wants no dX (a checkpointed
+    // block's first forward): it costs nothing here and spares the recompute a second rounding
+    // and a second copy (the cache's size counts one, docs/design.md §4).
+    const OperandUse fprop_w{GemmKind::kFprop, Operand::kB}, dgrad_w{GemmKind::kDgrad, Operand::kB};
+    const bool cached = s.session->cache_weight_operands;
+    const bool share_rounding =
+        cached && is_plain_bf16(spec_of(s, fprop_w)) && is_plain_bf16(spec_of(s, dgrad_w));
+    Quantized qw = quantize_uses(w, s, fprop_w, use_if(saved.want_dx || share_rounding, dgrad_w.gemm, dgrad_w.operand),
+                                 std::nullopt,
+                                 cached ? MemoUse{s.weight_memo.get(), s.session->weight_epoch()} : MemoUse{});
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = multiply(s, GemmKind::kFprop, qx.rows, qw.rows);
     if (occ && occ->residual.nnz() > 0) y = y + occ->residual.times(bf16_values(w).t());
 
     saved.x_for_wgrad = std::move(qx.cols);
-    saved.w_for_dgrad = std::move(qw.cols);
+    if (saved.want_dx) saved.w_for_dgrad = std::move(qw.cols);
     if (saved.want_dw && s.plan.dge) saved.w_for_dge = w;
     if (saved.want_dw && occ && occ->residual.nnz() > 0) saved.residual = occ->residual;
     save(ctx, std::move(state), std::move(saved));
