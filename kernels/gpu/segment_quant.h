@@ -64,10 +64,15 @@ MXABLATE_UNROLL
 }
 
 // Signs, then the butterfly stages h = 1 … min(n, 32)/2, in hadamard_rotate_chunk's order.
+// A segment without negative signs (every deterministic rotation) skips the negations: compiled,
+// they are a bit test and a select per element (two of the column pass's ~20 instructions per
+// element), and negating nothing changes no bit.
 MX_HD void rotate_within_segment(float (&v)[kSegment], int n, uint32_t sign_word) {
+  if (sign_word != 0) {
 MXABLATE_UNROLL
-  for (int j = 0; j < kSegment; ++j)
-    if ((sign_word >> j) & 1u) v[j] = -v[j];
+    for (int j = 0; j < kSegment; ++j)
+      if ((sign_word >> j) & 1u) v[j] = -v[j];
+  }
   butterfly_stage<1>(v);
   butterfly_stage<2>(v);
   butterfly_stage<4>(v);
