@@ -64,10 +64,15 @@ MXABLATE_UNROLL
 }
 
 // Signs, then the butterfly stages h = 1 … min(n, 32)/2, in hadamard_rotate_chunk's order.
+// A segment without negative signs (every deterministic rotation) skips the negations: compiled,
+// they are a bit test and a select per element (two of the column pass's ~20 instructions per
+// element), and negating nothing changes no bit.
 MX_HD void rotate_within_segment(float (&v)[kSegment], int n, uint32_t sign_word) {
+  if (sign_word != 0) {
 MXABLATE_UNROLL
-  for (int j = 0; j < kSegment; ++j)
-    if ((sign_word >> j) & 1u) v[j] = -v[j];
+    for (int j = 0; j < kSegment; ++j)
+      if ((sign_word >> j) & 1u) v[j] = -v[j];
+  }
   butterfly_stage<1>(v);
   butterfly_stage<2>(v);
   butterfly_stage<4>(v);
@@ -118,6 +123,23 @@ MX_HD Amax segment_amax(const float (&v)[kSegment], int count) {
   return amax_of_bits(max_abs_bits(v, kSegment, count));
 }
 
+// amax_of_bits(max_abs_bits(v, n, n)): the Amax of a whole block. On CUDA (sm_80 and later) a
+// NaN-propagating float maximum of |v| takes one instruction per element where the integer form
+// takes two (mask, then max), and gives the same Amax: for finite values the largest |v| (float
+// order is the bits' order, subnormals included: nothing flushes them); with an Inf and no NaN,
+// Inf; with a NaN, a NaN; non-finite either way, and then amax_of_bits sets amax to 0 as it does
+// for the bits. Only the NaN's payload may differ, and Amax does not keep it.
+MX_HD Amax block_amax(const float* v, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
+  float m = 0.0f;
+MXABLATE_UNROLL
+  for (int j = 0; j < n; ++j) asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(m), "f"(fabsf(v[j])));
+  return amax_of_bits(float_bits(m) & 0x7FFFFFFFu);
+#else
+  return amax_of_bits(max_abs_bits(v, n, n));
+#endif
+}
+
 MX_HD constexpr bool is_per_tensor(QuantFormat f) {
   return f == QuantFormat::kNVFP4 || f == QuantFormat::kFP8E4M3 || f == QuantFormat::kFP8E5M2;
 }
@@ -149,6 +171,10 @@ struct BlockParams {
   float inverse = 1.0f;
   float divisor = 1.0f;
   float scale = 1.0f;  // decoded scale: 2^e (MXFP4) or the E4M3 block scale (NVFP4)
+  // MXFP4, for mx_rne_scaled (meaningful when mx_rne_scaled_applies(scale_code)): 6 * 2^e, and
+  // the bits of 2^(e + 22), the smallest rounding constant.
+  float max_scaled = 0.0f;
+  uint32_t constant_floor = 0;
 };
 
 // The parameters a block's scale code gives, however the code was chosen (below).
@@ -161,6 +187,10 @@ MX_HD BlockParams params_of_scale_code(uint8_t code, float global) {
     if (!p.nonfinite) {
       p.inverse = mx_inverse_scale(code);
       p.scale = pow2f(static_cast<int>(code) - kE8M0Bias);
+      // 6 * 2^e = 1.5 * 2^(e + 2) and 2^(e + 22), as bits (exponent field code + 2, code + 22);
+      // garbage outside mx_rne_scaled's range, where nothing reads them.
+      p.max_scaled = bits_float(((static_cast<uint32_t>(code) + 2u) << 23) | 0x00400000u);
+      p.constant_floor = (static_cast<uint32_t>(code) + 22u) << 23;
     }
   } else if constexpr (F == QuantFormat::kNVFP4) {
     p.nonfinite = code == kE4M3NaNCode;
@@ -174,7 +204,7 @@ MX_HD BlockParams params_of_scale_code(uint8_t code, float global) {
 
 template <QuantFormat F>
 MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
-  const Amax a = amax_of_bits(max_abs_bits(values, n, n));
+  const Amax a = block_amax(values, n);
   if constexpr (F == QuantFormat::kMXFP4)
     return params_of_scale_code<F>(mx_block_scale_code(values, n, a.amax, a.nonfinite, rule), global);
   return params_of_scale_code<F>(
@@ -259,6 +289,44 @@ MX_HD uint32_t e2m1_code_of(float m) {
   return (((b >> 23) - 126u) << 1) | ((b >> 22) & 1u);
 }
 
+// ---- MXFP4 round-to-nearest-even in the input's own scale --------------------------------
+//
+// round_element's MXFP4 round-to-nearest maps x to y = x * 2^-e, rounds min(|y|, 6) onto the
+// E2M1 grid (e2m1_rne_magnitude) and multiplies back by 2^e: two multiplications per element.
+// For e in [-125, 103] (E8M0 codes 2 to 230: every block that is not all zero, unless its amax is
+// below 2^-123 or above 2^105) rounding |x| onto the grid scaled by 2^e gives the same bits
+// without either multiplication (docs/design.md §3, "Element rounding": only how it is computed
+// changes):
+// - y = x * 2^-e is exact unless y is subnormal, and then |x| < 2^(e - 126) rounds to zero both
+//   ways, with x's sign (which y keeps, zero or not);
+// - otherwise min(|x|, 6 * 2^e) = min(|y|, 6) * 2^e exactly (6 * 2^e is finite for e <= 125), and
+//   the saturation test |x| > 6 * 2^e is |y| > 6;
+// - adding C = 2^(22 + e + E), E = floor(log2 max(|y|, 1)) in {0, 1, 2}, rounds a = min(|x|, 6 * 2^e)
+//   to a multiple of ulp(C) = 2^(e + E - 1), the grid step at |y| scaled by 2^e, to nearest and
+//   ties to even (C's significand is even, and a + C < 2C); subtracting C is exact. (1.0 in place
+//   of e2m1_rne_magnitude's 1.5 significand: a >= 0 never leaves C's binade.) C <= 2^(24 + e) is
+//   finite for e <= 103; its exponent is that of max(a, 2^e) plus 22, taken on the bits (a
+//   subnormal a stays below 2^e's bits);
+// - a nonzero result, at least 2^(e - 1), is normal for e >= -125, as is m * 2^e: the same value.
+// tests/gpu/segment_rounding_test.cpp compares it with round_element's general path over every
+// bf16 input and every such scale, and over every float32 of the binades that round.
+inline constexpr uint8_t kMxScaledMinCode = 2;    // e = -125
+inline constexpr uint8_t kMxScaledMaxCode = 230;  // e = 103
+
+MX_HD bool mx_rne_scaled_applies(uint8_t scale_code) {
+  return scale_code >= kMxScaledMinCode && scale_code <= kMxScaledMaxCode;
+}
+
+// The dequantized value of finite x (before any range clamp, which it never needs), given the
+// block's max_scaled and constant_floor.
+MX_HD float mx_rne_scaled(float x, float max_scaled, uint32_t constant_floor) {
+  const float a = fminf(fabsf(x), max_scaled);
+  const uint32_t shifted = float_bits(a) + (22u << 23);  // 2^22 * a, to the exponent
+  const float c = bits_float((shifted > constant_floor ? shifted : constant_floor) & 0x7F800000u);
+  const float m = (a + c) - c;
+  return bits_float(float_bits(m) | (float_bits(x) & 0x80000000u));
+}
+
 struct ElementResult {
   uint32_t code = 0;
   float value = 0.0f;  // dequantized, before the float32/bf16 range clamp
@@ -267,9 +335,10 @@ struct ElementResult {
 
 // One element. kStochastic is the rounding mode, known at compile time so that each kernel
 // variant contains one rounding path only; `u` is used when it is set.
-// kFinite: the caller has checked that the block (tensor, for FP8) holds no NaN/Inf, so the
-// per-element test is compiled out.
-template <QuantFormat F, bool kStochastic, bool kFinite = false>
+// kFast: the caller has checked that the block (tensor, for FP8) holds no NaN/Inf, so the
+// per-element test is compiled out, and, for MXFP4 under round-to-nearest, that the block's scale
+// code passes mx_rne_scaled_applies, so the element is rounded in its own scale.
+template <QuantFormat F, bool kStochastic, bool kFast = false>
 MX_HD ElementResult round_element(float global, const BlockParams& block, float x, float u) {
   ElementResult r;
   if constexpr (F == QuantFormat::kFP32) {
@@ -277,8 +346,15 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
   } else if constexpr (F == QuantFormat::kBF16) {
     r.value = x == x ? bf16_bits_to_float(float_to_bf16_bits(x)) : quiet_nan();
   } else if constexpr (F == QuantFormat::kMXFP4) {
-    if (!kFinite && block.nonfinite) {
+    if (!kFast && block.nonfinite) {
       r.value = quiet_nan();
+      return r;
+    }
+    if constexpr (kFast && !kStochastic) {
+      r.value = mx_rne_scaled(x, block.max_scaled, block.constant_floor);
+      r.saturated = fabsf(x) > block.max_scaled;
+      // Codes (only computed where they are written): the E2M1 magnitude is |value| * 2^-e, exact.
+      r.code = ((float_bits(x) & 0x80000000u) >> 28) | e2m1_code_of(fabsf(r.value) * block.inverse);
       return r;
     }
     const float y = x * block.inverse;
@@ -291,7 +367,7 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
     r.code = (sign >> 28) | e2m1_code_of(m);
     r.value = bits_float(float_bits(m) | sign) * block.scale;  // = mx_dequant(code, scale_code)
   } else if constexpr (F == QuantFormat::kNVFP4) {
-    if (!kFinite && block.nonfinite) {
+    if (!kFast && block.nonfinite) {
       r.value = quiet_nan();
       return r;
     }
@@ -311,7 +387,7 @@ MX_HD ElementResult round_element(float global, const BlockParams& block, float 
     r.value = (bits_float(float_bits(m) | sign) * block.scale) * global;  // = nvfp4_dequant(…)
   } else {  // FP8 E4M3 / E5M2, per-tensor scale
     constexpr MinifloatFormat f = element_format_of(F);
-    if (!kFinite && block.nonfinite) {
+    if (!kFast && block.nonfinite) {
       r.code = f.nan_code;
       r.value = quiet_nan();
       return r;
@@ -446,7 +522,7 @@ struct NoVote {
 };
 
 // The element loop of quantize_segment.
-template <QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes, bool kFinite, typename Uniforms>
+template <QuantFormat F, bool kTelemetry, bool kStochastic, bool kCodes, bool kFast, typename Uniforms>
 MX_HD void round_elements(float (&v)[kSegment], const SegmentContext& ctx, const BlockParams (&params)[2],
                           SegmentResult& out, ThreadTelemetry& tel, const Uniforms& uniforms) {
   constexpr int kBlock = block_size_of(F);
@@ -464,7 +540,7 @@ MXABLATE_UNROLL
       const int j = 4 * g + k;
       const float x = kStochastic ? v[j] * prescale : v[j];
       const BlockParams& p = params[kBlock == kNVBlockSize ? (j >> 4) : 0];
-      const ElementResult r = round_element<F, kStochastic, kFinite>(ctx.global, p, x, u[k]);
+      const ElementResult r = round_element<F, kStochastic, kFast>(ctx.global, p, x, u[k]);
       if constexpr (kCodes && kFp4) {
         out.code_words[j >> 3] |= (r.code & 0xFu) << ((j & 7) * 4);
       } else if constexpr (kCodes) {
@@ -508,10 +584,12 @@ MXABLATE_UNROLL
 
   // Blocks holding a NaN/Inf are rare: when the whole warp has none (`vote`, so that the warp
   // stays converged for the shuffles some uniform sources make), the element loop runs without
-  // per-element tests.
-  bool finite = !params[0].nonfinite && !(kBlock == kNVBlockSize && params[1].nonfinite);
-  finite = vote(finite);
-  if (finite) {
+  // per-element tests. MXFP4 round-to-nearest also needs the warp's scales in mx_rne_scaled's
+  // range for it (all-zero blocks and the extremes of the range take the general loop).
+  bool fast = !params[0].nonfinite && !(kBlock == kNVBlockSize && params[1].nonfinite);
+  if constexpr (F == QuantFormat::kMXFP4 && !kStochastic) fast = fast && mx_rne_scaled_applies(params[0].scale_code);
+  fast = vote(fast);
+  if (fast) {
     round_elements<F, kTelemetry, kStochastic, kCodes, true>(v, ctx, params, out, tel, uniforms);
   } else {
     round_elements<F, kTelemetry, kStochastic, kCodes, false>(v, ctx, params, out, tel, uniforms);
