@@ -2,7 +2,8 @@
 # says which python has torch, where the carried packages go, which GPU architecture we build
 # for, how the project is configured there, and what NCCL must not do.
 #
-# After sourcing: ROOT (the repository root), PY (the image's torch python), PREFIX (the carried
+# After sourcing: ROOT (the repository root), PY (the python with torch: MXABLATE_GPU_PYTHON when
+# set, else the image's venv, else python3), PREFIX (the carried
 # packages, unpacked), the compiler/loader paths exported, and the functions
 #   gpu_configure BUILD_DIR LOG [CMAKE-ARGS…]   configure BUILD_DIR as every GPU script does
 #   gpu_build BUILD_DIR LOG TARGET…             configure if needed, then build the targets
@@ -17,8 +18,13 @@
 [ -n "${_MXABLATE_GPU_ENV:-}" ] && return 0  # once per shell (not exported: a child sources it again)
 _MXABLATE_GPU_ENV=1
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=python3
-[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+if [ -n "${MXABLATE_GPU_PYTHON:-}" ]; then
+  PY=$MXABLATE_GPU_PYTHON
+elif [ -x /opt/torch/.venv/bin/python3 ]; then
+  PY=/opt/torch/.venv/bin/python3
+else
+  PY=python3
+fi
 
 PREFIX=$ROOT/.carry/prefix
 MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu

@@ -4,7 +4,7 @@
 # first tree's sources built twice (the second session of issue 20 measured two "before" trees that
 # were the "after" tree). Checks that gpu_configure and gpu_build refuse that with one line, refuse a
 # build directory configured from another source tree, and still go on inside their own tree (to
-# the torch lookup, which a fake python makes fail here: no GPU machine needed).
+# the torch lookup, which a fake python makes fail here, on the GPU machine too: no GPU needed).
 #
 #   gpu_env_tree_test.sh REPO_ROOT
 set -uo pipefail
@@ -16,7 +16,7 @@ for tree in a b; do mkdir -p "$T/$tree/scripts" && cp "$REPO/scripts/gpu-env.sh"
 mkdir -p "$T/bin" && printf '#!/bin/sh\necho "no torch here" >&2\nexit 1\n' >"$T/bin/python3" && chmod +x "$T/bin/python3"
 
 run() {  # run DIR COMMAND…: in DIR, with tree a's gpu-env.sh sourced; prints stderr, returns rc
-  (cd "$1" && shift && PATH="$T/bin:$PATH" bash -c 'source "$0/scripts/gpu-env.sh" && "$@"' "$T/a" "$@") 2>&1
+  (cd "$1" && shift && MXABLATE_GPU_PYTHON="$T/bin/python3" bash -c 'source "$0/scripts/gpu-env.sh" && "$@"' "$T/a" "$@") 2>&1
 }
 
 out=$(run "$T/b" gpu_configure "$T/build-x" "$T/x.log") && fail "gpu_configure from tree b built tree a: $out"

@@ -49,16 +49,19 @@ std::string printable(std::string m, size_t at_most) {
 
 }  // namespace
 
-std::string json_exception_reason(const json::exception& e) {
+std::string json_exception_reason(const json::exception& e) { return json_reason_of_message(e.what()); }
+
+std::string json_reason_of_message(std::string m) {
   // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while parsing
   // value - invalid literal; last read: 'NaN'": keep "invalid literal; last read: 'NaN'" (the
   // caller says where), with what was last read printable and short.
-  std::string m = e.what();
   if (const size_t p = m.find("] "); m.rfind("[json.exception.", 0) == 0 && p != std::string::npos)
     m.erase(0, p + 2);
   if (m.rfind("parse error", 0) == 0)
     if (const size_t colon = m.find(": "); colon != std::string::npos) m.erase(0, colon + 2);
   if (const size_t dash = m.find(" - "); dash != std::string::npos) m.erase(0, dash + 3);
+  // Newer versions of the library name an empty text apart; older ones (Debian 12's) as any early end.
+  if (m.rfind("attempting to parse an empty input", 0) == 0) m = "unexpected end of input; expected '[', '{', or a literal";
   std::string last;
   if (const size_t p = m.find("; last read: "); p != std::string::npos) {
     last = m.substr(p);

@@ -53,6 +53,11 @@ nlohmann::json parse_json_file(const std::string& path,
 // The reason in one of the JSON library's exceptions, as one printable line without its
 // "[json.exception…]" prefix or line/column (for parse_json_text's callers that parse themselves).
 std::string json_exception_reason(const nlohmann::json::exception& e);
+// The same from an exception's what() text. The JSON library's wording differs between its
+// versions (an empty text: "unexpected end of input; expected '[', '{', or a literal" in Debian
+// 12's, "attempting to parse an empty input; …" in the GPU image's); this is the one place that
+// maps such differences to one message, so every machine names a problem alike.
+std::string json_reason_of_message(std::string message);
 
 // A value as it appears in an error message: JSON text, invalid UTF-8 replaced, non-finite
 // numbers spelled out (JSON would print them as null).
