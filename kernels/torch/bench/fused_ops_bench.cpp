@@ -21,6 +21,22 @@ struct Row {
   std::function<void()> fused, unfused;
 };
 
+// Rows timed two ways: the first way's time, GB/s and share of the copy ceiling, then the second
+// way's time and how much slower it is.
+void rate_table(const FusedBenchContext& c, const std::string& first, const std::string& second,
+                const std::vector<Row>& rows) {
+  c.line("| op | " + first + " ms | GB/s | of copy | " + second + " ms | speed-up |");
+  c.line("|---|---:|---:|---:|---:|---:|");
+  for (const Row& r : rows) {
+    const double first_ms = c.median_ms(r.fused), second_ms = c.median_ms(r.unfused);
+    const double gbs = r.bytes / (first_ms * 1e-3) / 1e9;
+    c.line("| " + r.name + " | " + fixed(first_ms, 3) + " | " + fixed(gbs, 0) + " | " +
+           fixed(100 * gbs / c.copy_gbs, 1) + "% | " + fixed(second_ms, 3) + " | " + fixed(second_ms / first_ms, 2) +
+           "x |");
+  }
+  c.line("");
+}
+
 // Autograd's backward through an unfused graph built once (kept for repeated calls).
 std::function<void()> autograd_backward(const at::Tensor& y, std::vector<at::Tensor> inputs, const at::Tensor& dy) {
   return [=] { (void)torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/true); };
@@ -94,14 +110,9 @@ void norms_at_scale_bench(const FusedBenchContext& c) {
   const at::Tensor dy = at::randn({tokens, d}, bf16), dres = at::randn({tokens, d}, f32);
   const at::Tensor x_off = misaligned_copy(x), dres_off = misaligned_copy(dres);
   const at::Tensor rstd = mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16).rstd;
-  const at::Tensor dw = at::randn({d, ffn}, bf16), dw_off = misaligned_copy(dw);
-  struct ScaleRow {
-    std::string name;
-    double bytes;
-    std::function<void()> vec, scalar;
-  };
+  const at::Tensor dw = at::randn({d, ffn}, bf16);
   const double n = static_cast<double>(tokens * d);
-  const std::vector<ScaleRow> table = {
+  const std::vector<Row> table = {
       {"RMSNorm forward (f32 -> bf16)", n * 6, [&] { (void)mk::rms_norm_forward(x, w, 1e-5, at::kBFloat16); },
        [&] { (void)mk::rms_norm_forward(x_off, w, 1e-5, at::kBFloat16); }},
       {"add + RMSNorm forward (f32 + bf16 -> h f32, bf16)", n * 12,
@@ -116,15 +127,7 @@ void norms_at_scale_bench(const FusedBenchContext& c) {
   c.line("## The residual stream's norms at llama-1.3b (" + std::to_string(tokens) + " x " + std::to_string(d) +
          "): vector kernels against the scalar ones (same bits); the last row against ATen's cast");
   c.line("");
-  c.line("| op | vector ms | GB/s | of copy | scalar (or ATen) ms | speed-up |");
-  c.line("|---|---:|---:|---:|---:|---:|");
-  for (const ScaleRow& r : table) {
-    const double vec = c.median_ms(r.vec), scalar = c.median_ms(r.scalar);
-    const double gbs = r.bytes / (vec * 1e-3) / 1e9;
-    c.line("| " + r.name + " | " + fixed(vec, 3) + " | " + fixed(gbs, 0) + " | " + fixed(100 * gbs / c.copy_gbs, 1) +
-           "% | " + fixed(scalar, 3) + " | " + fixed(scalar / vec, 2) + "x |");
-  }
-  c.line("");
+  rate_table(c, "vector", "scalar (or ATen)", table);
 }
 
 }  // namespace
@@ -208,16 +211,7 @@ void fused_ops_bench(const FusedBenchContext& c) {
   c.line("\"of copy\" is the fraction of the copy ceiling above (" + fixed(c.copy_gbs, 0) +
          " GB/s); the elementwise kernels' goal is 80 % (kernels/README.md).");
   c.line("");
-  c.line("| op | fused ms | GB/s | of copy | unfused LibTorch ms | speed-up |");
-  c.line("|---|---:|---:|---:|---:|---:|");
-  for (const Row& r : rows) {
-    const double fused_ms = c.median_ms(r.fused), unfused_ms = c.median_ms(r.unfused);
-    const double gbs = r.bytes / (fused_ms * 1e-3) / 1e9;
-    c.line("| " + r.name + " | " + fixed(fused_ms, 3) + " | " + fixed(gbs, 0) + " | " +
-           fixed(100 * gbs / c.copy_gbs, 1) + "% | " + fixed(unfused_ms, 3) + " | " + fixed(unfused_ms / fused_ms, 1) +
-           "x |");
-  }
-  c.line("");
+  rate_table(c, "fused", "unfused LibTorch", rows);
 }
 
 }  // namespace mxablate::bench
