@@ -220,9 +220,10 @@ constexpr int kNormFwdBlocksPerSM = 4;
 __device__ __forceinline__ int norm_stage_slot(int i) { return i ^ (((i >> 5) & 1) << 2); }
 
 template <typename XT, typename YT, typename BT>
-__global__ void __launch_bounds__(kThreads, kNormFwdBlocksPerSM) rmsnorm_forward_vec_kernel(const XT* __restrict__ x, const BT* __restrict__ branch,
-                                           const float* __restrict__ w, int64_t rows, int64_t cols, float eps,
-                                           YT* __restrict__ y, float* __restrict__ rstd, float* __restrict__ h) {
+__global__ void __launch_bounds__(kThreads, kNormFwdBlocksPerSM)
+    rmsnorm_forward_vec_kernel(const XT* __restrict__ x, const BT* __restrict__ branch, const float* __restrict__ w,
+                               int64_t rows, int64_t cols, float eps, YT* __restrict__ y, float* __restrict__ rstd,
+                               float* __restrict__ h) {
   extern __shared__ float4 norm_stage_mem[];
   const int lane = static_cast<int>(threadIdx.x % warpSize);
   const int chunk = warpSize * kNormFwdVec;
@@ -395,17 +396,16 @@ __device__ __forceinline__ void load_row_slots(const T* __restrict__ row, int nv
 // aligned dy, x, weight, dx and (where given) dres and dbranch.
 template <typename DT, typename XT, typename BT, int kSlots>
 __global__ void __launch_bounds__(kThreads, kNormBackBlocksPerSM<kSlots>)
-    rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x,
-                                            const float* __restrict__ w, const float* __restrict__ rstd,
-                                            int64_t rows, int64_t cols, int64_t rows_per_block,
-                                            float* __restrict__ dx, float* __restrict__ partial,
-                                            const float* __restrict__ dres, BT* __restrict__ dbranch) {
+    rmsnorm_backward_vec_kernel(const DT* __restrict__ dy, const XT* __restrict__ x, const float* __restrict__ w,
+                                const float* __restrict__ rstd, int64_t rows, int64_t cols, int64_t rows_per_block,
+                                float* __restrict__ dx, float* __restrict__ partial, const float* __restrict__ dres,
+                                BT* __restrict__ dbranch) {
   extern __shared__ float smem[];  // acc[cols], then prod[cols]
   float* acc = smem;
   float* prod = smem + cols;
   __shared__ float scratch[kMaxWarps];
   const int nvec = static_cast<int>(cols / kNormVec);  // cols <= kRmsNormMaxCols: int indices
-  NormRawVec<DT> dv[kSlots], dn[kSlots];  // this row's and the next row's
+  NormRawVec<DT> dv[kSlots], dn[kSlots];  // this row's and the next row's (dn unread after the last)
   NormRawVec<XT> xv[kSlots], xn[kSlots];
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
