@@ -61,7 +61,8 @@ std::string json_reason_of_message(std::string m) {
     if (const size_t colon = m.find(": "); colon != std::string::npos) m.erase(0, colon + 2);
   if (const size_t dash = m.find(" - "); dash != std::string::npos) m.erase(0, dash + 3);
   // Newer versions of the library name an empty text apart; older ones (Debian 12's) as any early end.
-  if (m.rfind("attempting to parse an empty input", 0) == 0) m = "unexpected end of input; expected '[', '{', or a literal";
+  if (m.rfind("attempting to parse an empty input", 0) == 0)
+    m = "unexpected end of input; expected '[', '{', or a literal";
   std::string last;
   if (const size_t p = m.find("; last read: "); p != std::string::npos) {
     last = m.substr(p);

@@ -63,6 +63,11 @@ bool is_plain_bf16(const QuantSpec& spec) {
   return spec.format == QuantFormat::kBF16 && spec.hadamard == kernels::HadamardMode::kNone;
 }
 
+bool weight_shares_rounding(const LinearPlan& plan) {
+  return is_plain_bf16(plan[GemmKind::kFprop].operand[static_cast<size_t>(Operand::kB)]) &&
+         is_plain_bf16(plan[GemmKind::kDgrad].operand[static_cast<size_t>(Operand::kB)]);
+}
+
 bool is_low_precision(const QuantSpec& spec) {
   return spec.format != QuantFormat::kBF16 && spec.format != QuantFormat::kFP32;
 }

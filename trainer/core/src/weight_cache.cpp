@@ -22,9 +22,7 @@ int64_t weight_cache_bytes(const contract::RunConfig& config, const ModelShape& 
     int64_t bytes = 0;
     for (size_t i = 0; i < layers.size(); ++i) {
       const int64_t elements = layers[i].in_features * layers[i].out_features;
-      const bool plain = is_plain_bf16(plans[i][kernels::GemmKind::kFprop].operand[1]) &&
-                         is_plain_bf16(plans[i][kernels::GemmKind::kDgrad].operand[1]);
-      bytes += elements * kBF16Bytes * (plain ? 1 : 2);
+      bytes += elements * kBF16Bytes * (weight_shares_rounding(plans[i]) ? 1 : 2);
     }
     most = std::max(most, bytes);
   }

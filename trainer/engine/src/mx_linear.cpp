@@ -371,11 +371,10 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     // and a second copy (the cache's size counts one, docs/design.md §4).
     const OperandUse fprop_w{GemmKind::kFprop, Operand::kB}, dgrad_w{GemmKind::kDgrad, Operand::kB};
     const bool cached = s.session->cache_weight_operands;
-    const bool share_rounding =
-        cached && is_plain_bf16(spec_of(s, fprop_w)) && is_plain_bf16(spec_of(s, dgrad_w));
-    Quantized qw = quantize_uses(w, s, fprop_w, use_if(saved.want_dx || share_rounding, dgrad_w.gemm, dgrad_w.operand),
-                                 std::nullopt,
-                                 cached ? MemoUse{s.weight_memo.get(), s.session->weight_epoch()} : MemoUse{});
+    const bool share_rounding = cached && weight_shares_rounding(s.plan);
+    Quantized qw =
+        quantize_uses(w, s, fprop_w, use_if(saved.want_dx || share_rounding, dgrad_w.gemm, dgrad_w.operand),
+                      std::nullopt, cached ? MemoUse{s.weight_memo.get(), s.session->weight_epoch()} : MemoUse{});
     // The GEMM's own result: BF16 on CUDA (no float32 copy of every linear output), float32 on
     // the CPU (docs/design.md §4). An OCC residual is added in float32 and makes y float32.
     at::Tensor y = multiply(s, GemmKind::kFprop, qx.rows, qw.rows);

@@ -54,6 +54,9 @@ const char* gemm_name(kernels::GemmKind gemm);                             // "f
 
 // True when the operand is plain BF16 rounding (no rotation): cheaper paths may skip the kernel.
 bool is_plain_bf16(const kernels::QuantSpec& spec);
+// True when both of W's GEMMs (Fprop, Dgrad) take it plain BF16: one rounding serves both, so the
+// weight cache holds one copy of it (weight_cache.h) and the layer makes that one rounding once.
+bool weight_shares_rounding(const LinearPlan& plan);
 // True when quantizing the operand is worth telemetry (FP8 and the 4-bit formats).
 bool is_low_precision(const kernels::QuantSpec& spec);
 // True when Q(x) under `spec` is a function of x alone (round to nearest, no random Hadamard
