@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -67,6 +68,11 @@ int run_trainer(const TrainOptions& options) {
       if (!missing.empty()) throw ConfigError(missing);
       return launch_ranks(ranks, options.arguments);
     }
+    // A rank whose peer has died must see the broken connection as an error, not die of SIGPIPE:
+    // the launcher names the rank killed by a signal as the cause of a failure, so a peer's
+    // SIGPIPE would be misreported as the run's cause (docs/design.md §4, "Sharded data
+    // parallelism").
+    if (rank) std::signal(SIGPIPE, SIG_IGN);
     if (rank && rank->world != ranks)
       throw ConfigError("parallel.data: " + std::to_string(ranks) + " but this process is rank " +
                         std::to_string(rank->rank) + " of " + std::to_string(rank->world) +

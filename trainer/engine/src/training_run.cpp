@@ -478,7 +478,8 @@ class TrainingRun::Loop {
       // every rank first finishes its write in flight (a kill during a write is
       // crash_writing_checkpoint's).
       collect_checkpoint(true);
-      if (faults_here()) std::_Exit(137);
+      // A real kill -9: the launcher and the orchestrator see a rank killed by a signal.
+      if (faults_here()) std::raise(SIGKILL);
     }
     const int sig = dp_ ? (stop_agreed ? SIGTERM : 0) : stop_signal_received();
     if (sig != 0) {
