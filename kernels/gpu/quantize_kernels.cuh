@@ -62,35 +62,45 @@ MXABLATE_UNROLL
 
 // ---- Tile staging ---------------------------------------------------------------------------
 
+// `n` as a value the compiler cannot see through. Without it nvcc re-derives each step's global
+// address of a tile copy from the tile indices, a 64-bit multiplication per 16-byte vector (more
+// instructions than the copy); with each step's element offset opaque, it is the previous one plus
+// the stride. (An opaque pointer would also hide that it points to global memory.)
+__device__ __forceinline__ int64_t opaque(int64_t n) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  asm("" : "+l"(n));
+#endif
+  return n;
+}
+
 // Copies the tile at (r0, c0) into shared memory (zeros outside the tensor). The vector path
-// issues all of a thread's 16-byte loads before its first store, so many are in flight.
+// issues all of a thread's 16-byte loads before its first store, so many are in flight; its
+// addressing is TileVectors' (one global address a thread, advanced by a row stride).
 template <typename InT>
 __device__ void load_tile(const KernelParams& p, int64_t r0, int64_t c0, InT* tile) {
   const InT* __restrict__ x = static_cast<const InT*>(p.input);
-  const int64_t valid_rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
-  const int64_t valid_cols = p.cols - c0 < kTile ? p.cols - c0 : kTile;
+  const int valid_rows = static_cast<int>(p.rows - r0 < kTile ? p.rows - r0 : kTile);
+  const int valid_cols = static_cast<int>(p.cols - c0 < kTile ? p.cols - c0 : kTile);
   if (p.vector_loads) {
-    constexpr int kVec = 16 / sizeof(InT);
-    constexpr int kVecsPerRow = kTile / kVec;
-    constexpr int kVecsPerThread = kTile * kVecsPerRow / kThreads;
+    using V = TileVectors<16 / sizeof(InT)>;
+    const V t(threadIdx.x);
+    const bool col_inside = t.col < valid_cols;
+    const InT* src = x + (r0 + t.row) * p.cols + c0 + t.col;
+    const int64_t stride = V::kRowsPerStep * p.cols;
+    int64_t at = 0;  // the step's offset from src
     constexpr int kBatch = 8;
 MXABLATE_UNROLL
-    for (int b = 0; b < kVecsPerThread; b += kBatch) {
+    for (int b = 0; b < V::kSteps; b += kBatch) {
       uint4 buf[kBatch];
 MXABLATE_UNROLL
       for (int i = 0; i < kBatch; ++i) {
-        const int v = threadIdx.x + (b + i) * kThreads;
-        const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
         buf[i] = make_uint4(0, 0, 0, 0);
-        if (r < valid_rows && c < valid_cols)
-          buf[i] = *reinterpret_cast<const uint4*>(x + (r0 + r) * p.cols + c0 + c);
+        if (col_inside && t.row + (b + i) * V::kRowsPerStep < valid_rows)
+          buf[i] = *reinterpret_cast<const uint4*>(src + at);
+        at = opaque(at + stride);
       }
 MXABLATE_UNROLL
-      for (int i = 0; i < kBatch; ++i) {
-        const int v = threadIdx.x + (b + i) * kThreads;
-        const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
-        *reinterpret_cast<uint4*>(tile + tile_offset(r, c)) = buf[i];
-      }
+      for (int i = 0; i < kBatch; ++i) *reinterpret_cast<uint4*>(tile + t.offset(b + i)) = buf[i];
     }
   } else {
     for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
@@ -117,9 +127,21 @@ MXABLATE_UNROLL
     for (int k = 0; k < kSegment / kVec; ++k) {
       const uint4 q = *reinterpret_cast<const uint4*>(
           tile + tile_offset(s.line_in_tile, s.part * kSegment + k * kVec));
-      const InT* e = reinterpret_cast<const InT*>(&q);
+      if constexpr (sizeof(InT) == 2) {
+        // A word holds elements 2i (low half) and 2i + 1 (high half); a bf16's float32 is its
+        // bits in the high half, so the second needs only a mask (one instruction, where
+        // extracting it and shifting it back took two).
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 MXABLATE_UNROLL
-      for (int i = 0; i < kVec; ++i) v[k * kVec + i] = to_float(e[i]);
+        for (int i = 0; i < 4; ++i) {
+          v[k * kVec + 2 * i] = bits_float(words[i] << 16);
+          v[k * kVec + 2 * i + 1] = bits_float(words[i] & 0xFFFF0000u);
+        }
+      } else {
+        const InT* e = reinterpret_cast<const InT*>(&q);
+MXABLATE_UNROLL
+        for (int i = 0; i < kVec; ++i) v[k * kVec + i] = to_float(e[i]);
+      }
     }
   } else {
     const int even = column_segment_base(s, 0), odd = column_segment_base(s, 1);
@@ -306,18 +328,20 @@ MXABLATE_UNROLL
 // Copies a staged output tile to global memory: the mirror of load_tile.
 template <typename T>
 __device__ void store_tile(const KernelParams& p, int64_t r0, int64_t c0, const T* tile, T* out) {
-  const int64_t valid_rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
-  const int64_t valid_cols = p.cols - c0 < kTile ? p.cols - c0 : kTile;
+  const int valid_rows = static_cast<int>(p.rows - r0 < kTile ? p.rows - r0 : kTile);
+  const int valid_cols = static_cast<int>(p.cols - c0 < kTile ? p.cols - c0 : kTile);
   if (p.vector_loads) {  // same condition: cols * sizeof(T) % 16 == 0 (T is the input type)
-    constexpr int kVec = 16 / sizeof(T);
-    constexpr int kVecsPerRow = kTile / kVec;
+    using V = TileVectors<16 / sizeof(T)>;
+    const V t(threadIdx.x);
+    const bool col_inside = t.col < valid_cols;
+    T* dst = out + (r0 + t.row) * p.cols + c0 + t.col;
+    const int64_t stride = V::kRowsPerStep * p.cols;
+    int64_t at = 0;  // the step's offset from dst
 MXABLATE_UNROLL
-    for (int i = 0; i < kTile * kVecsPerRow / kThreads; ++i) {
-      const int v = threadIdx.x + i * kThreads;
-      const int r = v / kVecsPerRow, c = (v % kVecsPerRow) * kVec;
-      if (r < valid_rows && c < valid_cols)
-        *reinterpret_cast<uint4*>(out + (r0 + r) * p.cols + c0 + c) =
-            *reinterpret_cast<const uint4*>(tile + tile_offset(r, c));
+    for (int i = 0; i < V::kSteps; ++i) {
+      if (col_inside && t.row + i * V::kRowsPerStep < valid_rows)
+        *reinterpret_cast<uint4*>(dst + at) = *reinterpret_cast<const uint4*>(tile + t.offset(i));
+      at = opaque(at + stride);
     }
   } else {
     for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {

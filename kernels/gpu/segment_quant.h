@@ -128,13 +128,19 @@ MX_HD Amax segment_amax(const float (&v)[kSegment], int count) {
 // takes two (mask, then max), and gives the same Amax: for finite values the largest |v| (float
 // order is the bits' order, subnormals included: nothing flushes them); with an Inf and no NaN,
 // Inf; with a NaN, a NaN; non-finite either way, and then amax_of_bits sets amax to 0 as it does
-// for the bits. Only the NaN's payload may differ, and Amax does not keep it.
+// for the bits. Only the NaN's payload may differ, and Amax does not keep it. Four running maxima
+// (elements j mod 4), then theirs: a chain of n / 4 + 2 dependent instructions instead of n, with
+// the same n instructions and three more registers (a full tree needs n / 2 more, and made the
+// quantize kernels spill). The maximum does not depend on the order it is taken in.
 MX_HD Amax block_amax(const float* v, int n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_DEVICE_COMPILE__)
-  float m = 0.0f;
+  float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 MXABLATE_UNROLL
-  for (int j = 0; j < n; ++j) asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(m), "f"(fabsf(v[j])));
-  return amax_of_bits(float_bits(m) & 0x7FFFFFFFu);
+  for (int j = 0; j < n; ++j) asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[j & 3]) : "f"(m[j & 3]), "f"(fabsf(v[j])));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[0]) : "f"(m[0]), "f"(m[1]));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[2]) : "f"(m[2]), "f"(m[3]));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[0]) : "f"(m[0]), "f"(m[2]));
+  return amax_of_bits(float_bits(m[0]) & 0x7FFFFFFFu);
 #else
   return amax_of_bits(max_abs_bits(v, n, n));
 #endif
@@ -202,11 +208,27 @@ MX_HD BlockParams params_of_scale_code(uint8_t code, float global) {
   return p;
 }
 
+// e8m0_scale_code(a.amax, a.nonfinite, kFloor, kE2M1Emax), from amax's exponent field E alone:
+// for a normal amax e = floor(log2 amax) - 2 = E - 129, which the clamp at -127 raises to code 0
+// for E <= 2 and which never exceeds 125 (E <= 254); a subnormal or zero amax (E = 0) gets code 0
+// too. So the code is max(E - 2, 0): a subtraction and a maximum where the general function
+// branches over significands and rules (tests/gpu/segment_rounding_test.cpp compares the two for
+// every exponent field and every bf16 amax).
+MX_HD uint8_t mx_floor_scale_code(const Amax& a) {
+  const int field = static_cast<int>(float_bits(a.amax) >> 23);  // amax >= 0: no sign bit
+  return a.nonfinite ? kE8M0NaN : static_cast<uint8_t>(field > 2 ? field - 2 : 0);
+}
+
+// The E8M0 code of a block with amax `a` under `rule` (mx_block_scale_code, the floor rule the
+// short way).
+MX_HD uint8_t mx_scale_code(const float* values, int n, const Amax& a, ScaleRule rule) {
+  return rule == ScaleRule::kFloor ? mx_floor_scale_code(a) : mx_block_scale_code(values, n, a.amax, a.nonfinite, rule);
+}
+
 template <QuantFormat F>
 MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
   const Amax a = block_amax(values, n);
-  if constexpr (F == QuantFormat::kMXFP4)
-    return params_of_scale_code<F>(mx_block_scale_code(values, n, a.amax, a.nonfinite, rule), global);
+  if constexpr (F == QuantFormat::kMXFP4) return params_of_scale_code<F>(mx_scale_code(values, n, a, rule), global);
   return params_of_scale_code<F>(
       nvfp4_block_scale_code_for(values, n, a.amax, a.nonfinite, global, rule), global);
 }
@@ -218,7 +240,9 @@ template <QuantFormat F>
 MX_HD BlockParams block_params_of_amax_bits(float global, uint32_t max_bits, ScaleRule rule) {
   const Amax a = amax_of_bits(max_bits);
   if constexpr (F == QuantFormat::kMXFP4)
-    return params_of_scale_code<F>(e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax), global);
+    return params_of_scale_code<F>(
+        rule == ScaleRule::kFloor ? mx_floor_scale_code(a) : e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax),
+        global);
   if constexpr (F == QuantFormat::kNVFP4)
     return params_of_scale_code<F>(nvfp4_block_scale_code(a.amax, a.nonfinite, global), global);
   return BlockParams{};

@@ -23,6 +23,37 @@ MX_HD int tile_offset(int r, int c) {
   return r * kTile + (c ^ swizzle);
 }
 
+// A tile's 16-byte vectors of kVec elements as one thread block copies them between global and
+// shared memory (load_tile, store_tile): kThreads threads cover kRowsPerStep whole rows a step,
+// thread t the vector at column (t % kVecsPerRow) * kVec of row t / kVecsPerRow + step *
+// kRowsPerStep. Every step moves the thread by the same number of rows, so it needs one global
+// address, advanced by a stride, and shared offsets that differ from step 0's by a compile-time
+// constant: kRowsPerStep is even and divides 32, so a row's parity is the thread's and its 32-row
+// group is the step's alone. Computed per vector from the tile indices, the addressing took more
+// instructions than the quantization (kernels/README.md, "The quantizer's instruction budget").
+template <int kVec>
+struct TileVectors {
+  static constexpr int kVecsPerRow = kTile / kVec;
+  static constexpr int kRowsPerStep = kThreads / kVecsPerRow;
+  static constexpr int kSteps = kTile / kRowsPerStep;
+  static_assert(kRowsPerStep % 2 == 0 && 32 % kRowsPerStep == 0, "a step's rows keep the parity and group");
+
+  int row;  // the thread's row in step 0
+  int col;  // its vector's first column (every step)
+  int parity_col;  // col with the row-parity swizzle applied
+
+  MX_HD explicit TileVectors(unsigned thread)
+      : row(static_cast<int>(thread / kVecsPerRow)),
+        col(static_cast<int>(thread % kVecsPerRow) * kVec),
+        parity_col(col ^ ((row & 1) << 4)) {}
+
+  // tile_offset(row + step * kRowsPerStep, col).
+  MX_HD int offset(int step) const {
+    const int first = step * kRowsPerStep;
+    return (row + first) * kTile + (parity_col ^ (((first >> 5) & 3) << 3));
+  }
+};
+
 // The segment a thread owns in one sweep of a pass over the tile at (tile_r0, tile_c0).
 struct SegmentPlace {
   int line_in_tile;  // 0..127

@@ -81,3 +81,18 @@ TEST_CASE("MXFP4 round-to-nearest in the input's scale: the range's bounds are w
   const BlockParams top = params_of_scale_code<QuantFormat::kMXFP4>(kMxScaledMaxCode + 1, 1.0f);
   CHECK(!mx_rne_difference(top, 5.0f * top.scale).empty());
 }
+
+TEST_CASE("the floor rule's E8M0 code from the exponent field equals e8m0_scale_code", "[gpu-model]") {
+  // Every exponent field (zero and subnormal amax included) at its smallest, a middle and its
+  // largest significand, and every non-negative bf16 amax; a non-finite block gets the NaN code.
+  const auto check = [](float amax) {
+    const uint8_t general = e8m0_scale_code(amax, false, ScaleRule::kFloor, kE2M1Emax);
+    INFO("amax bits " << float_bits(amax));
+    REQUIRE(mx_floor_scale_code(Amax{amax, false}) == general);
+  };
+  for (uint32_t field = 0; field < 255u; ++field)
+    for (uint32_t mantissa : {0u, 1u, 0x400000u, 0x7FFFFFu}) check(bits_float(field << 23 | mantissa));
+  for (uint32_t h = 0; h < 0x7F80u; ++h) check(bf16_bits_to_float(static_cast<uint16_t>(h)));
+  CHECK(mx_floor_scale_code(Amax{0.0f, true}) == kE8M0NaN);
+  CHECK(mx_scale_code(nullptr, 0, Amax{0.0f, true}, ScaleRule::kFloor) == kE8M0NaN);
+}

@@ -26,8 +26,10 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fused_ops_bench.h"
@@ -295,10 +297,26 @@ void fp8_arm_gemms(Report& r, const std::vector<GemmShape>& shapes, int reps) {
   }
 }
 
+// "ROWSxCOLS", both positive multiples of 128 (whole tiles, every configuration's blocks) and
+// at most 2^16 each; nullopt for anything else.
+std::optional<std::pair<int64_t, int64_t>> parse_shape(const std::string& text) {
+  const size_t x = text.find('x');
+  if (x == std::string::npos) return std::nullopt;
+  const auto number = [](const std::string& t) -> int64_t {
+    if (t.empty() || t.size() > 5 || t.find_first_not_of("0123456789") != std::string::npos) return 0;
+    return std::stoll(t);
+  };
+  const int64_t rows = number(text.substr(0, x)), cols = number(text.substr(x + 1));
+  const auto fits = [](int64_t n) { return n > 0 && n % 128 == 0 && n <= (int64_t{1} << 16); };
+  if (!fits(rows) || !fits(cols)) return std::nullopt;
+  return std::make_pair(rows, cols);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   bool quick = false, gemms = true;
+  std::optional<std::pair<int64_t, int64_t>> quant_shape;  // the quantize table's tensor
   std::string markdown_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -310,8 +328,16 @@ int main(int argc, char** argv) try {
       only = argv[++i];
     } else if (arg == "--no-gemm") {
       gemms = false;
+    } else if (arg == "--quant-shape" && i + 1 < argc) {
+      quant_shape = parse_shape(argv[++i]);
+      if (!quant_shape) {
+        std::cerr << "mxablate-bench: --quant-shape: \"" << argv[i]
+                  << "\" is not ROWSxCOLS with both positive multiples of 128\n";
+        return 2;
+      }
     } else if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm]\n";
+      std::cout << "usage: mxablate-bench [--quick] [--markdown FILE] [--only CONFIG] [--no-gemm] "
+                   "[--quant-shape ROWSxCOLS]\n";
       return 0;
     } else {
       std::cerr << "mxablate-bench: unknown argument '" << arg << "' (see --help)\n";
@@ -337,7 +363,8 @@ int main(int argc, char** argv) try {
   r.line("Copy ceiling (bf16, 2^28 elements, read + write): **" + fixed(copy_gbs, 0) + " GB/s**");
   r.line("");
 
-  const int64_t rows = quick ? 4096 : 8192, cols = quick ? 4096 : 16384;
+  const int64_t rows = quant_shape ? quant_shape->first : quick ? 4096 : 8192;
+  const int64_t cols = quant_shape ? quant_shape->second : quick ? 4096 : 16384;
   r.line("## Fused quantize, " + std::to_string(rows) + " x " + std::to_string(cols) +
          " (bytes = input read once + outputs written once)");
   r.line("");
