@@ -70,8 +70,7 @@ int run_trainer(const TrainOptions& options) {
     }
     // A rank whose peer has died must see the broken connection as an error, not die of SIGPIPE:
     // the launcher names the rank killed by a signal as the cause of a failure, so a peer's
-    // SIGPIPE would be misreported as the run's cause (docs/design.md §4, "Sharded data
-    // parallelism").
+    // SIGPIPE would be misreported as the run's cause (docs/design.md §4, "Data-parallel runs").
     if (rank) std::signal(SIGPIPE, SIG_IGN);
     if (rank && rank->world != ranks)
       throw ConfigError("parallel.data: " + std::to_string(ranks) + " but this process is rank " +
