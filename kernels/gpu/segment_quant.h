@@ -219,16 +219,20 @@ MX_HD uint8_t mx_floor_scale_code(const Amax& a) {
   return a.nonfinite ? kE8M0NaN : static_cast<uint8_t>(field > 2 ? field - 2 : 0);
 }
 
-// The E8M0 code of a block with amax `a` under `rule` (mx_block_scale_code, the floor rule the
-// short way).
-MX_HD uint8_t mx_scale_code(const float* values, int n, const Amax& a, ScaleRule rule) {
-  return rule == ScaleRule::kFloor ? mx_floor_scale_code(a) : mx_block_scale_code(values, n, a.amax, a.nonfinite, rule);
+// The E8M0 code of a block with amax `a` under `rule`, for the rules that read only the amax
+// (every rule but kMse, which also reads the values): e8m0_scale_code, the floor rule the short way.
+MX_HD uint8_t mx_amax_scale_code(const Amax& a, ScaleRule rule) {
+  return rule == ScaleRule::kFloor ? mx_floor_scale_code(a) : e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax);
 }
 
 template <QuantFormat F>
 MX_HD BlockParams block_params(float global, const float* values, int n, ScaleRule rule) {
   const Amax a = block_amax(values, n);
-  if constexpr (F == QuantFormat::kMXFP4) return params_of_scale_code<F>(mx_scale_code(values, n, a, rule), global);
+  // kMse reads the values (mx_block_scale_code); the other rules only the amax.
+  if constexpr (F == QuantFormat::kMXFP4)
+    return params_of_scale_code<F>(rule == ScaleRule::kMse ? mx_block_scale_code(values, n, a.amax, a.nonfinite, rule)
+                                                           : mx_amax_scale_code(a, rule),
+                                   global);
   return params_of_scale_code<F>(
       nvfp4_block_scale_code_for(values, n, a.amax, a.nonfinite, global, rule), global);
 }
@@ -240,9 +244,7 @@ template <QuantFormat F>
 MX_HD BlockParams block_params_of_amax_bits(float global, uint32_t max_bits, ScaleRule rule) {
   const Amax a = amax_of_bits(max_bits);
   if constexpr (F == QuantFormat::kMXFP4)
-    return params_of_scale_code<F>(
-        rule == ScaleRule::kFloor ? mx_floor_scale_code(a) : e8m0_scale_code(a.amax, a.nonfinite, rule, kE2M1Emax),
-        global);
+    return params_of_scale_code<F>(mx_amax_scale_code(a, rule), global);
   if constexpr (F == QuantFormat::kNVFP4)
     return params_of_scale_code<F>(nvfp4_block_scale_code(a.amax, a.nonfinite, global), global);
   return BlockParams{};

@@ -94,5 +94,9 @@ TEST_CASE("the floor rule's E8M0 code from the exponent field equals e8m0_scale_
     for (uint32_t mantissa : {0u, 1u, 0x400000u, 0x7FFFFFu}) check(bits_float(field << 23 | mantissa));
   for (uint32_t h = 0; h < 0x7F80u; ++h) check(bf16_bits_to_float(static_cast<uint16_t>(h)));
   CHECK(mx_floor_scale_code(Amax{0.0f, true}) == kE8M0NaN);
-  CHECK(mx_scale_code(nullptr, 0, Amax{0.0f, true}, ScaleRule::kFloor) == kE8M0NaN);
+  CHECK(mx_amax_scale_code(Amax{0.0f, true}, ScaleRule::kFloor) == kE8M0NaN);
+  // The other amax rules still take the general function.
+  for (ScaleRule rule : {ScaleRule::kCeil, ScaleRule::kEven})
+    for (float amax : {0.0f, 1e-40f, 5.9f, 7.0f, 1e30f})
+      CHECK(mx_amax_scale_code(Amax{amax, false}, rule) == e8m0_scale_code(amax, false, rule, kE2M1Emax));
 }

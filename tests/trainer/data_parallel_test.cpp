@@ -1,14 +1,21 @@
 // Data-parallel runs of mxablate-train on the CPU (Gloo), end to end: the launcher, the ranks,
 // the gradient buckets, and what a rank dying or a signal does to the run.
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +31,28 @@ namespace {
 
 
 
+
+// For every live process whose parent is `parent`: whether it ignores SIGPIPE, from the SigIgn
+// mask of /proc/PID/status (bit SIGPIPE - 1).
+std::map<pid_t, bool> children_ignoring_sigpipe(pid_t parent) {
+  std::map<pid_t, bool> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* e = ::readdir(proc)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status("/proc/" + name + "/status");
+    pid_t ppid = -1;
+    uint64_t ignored = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("PPid:", 0) == 0) ppid = static_cast<pid_t>(std::stol(line.substr(5)));
+      if (line.rfind("SigIgn:", 0) == 0) ignored = std::stoull(line.substr(7), nullptr, 16);
+    }
+    if (ppid == parent) out[static_cast<pid_t>(std::stol(name))] = (ignored >> (SIGPIPE - 1)) & 1u;
+  }
+  ::closedir(proc);
+  return out;
+}
 
 // A TCP port nothing listens on right now (the kernel's pick for port 0).
 int free_local_port() {
@@ -244,4 +273,50 @@ TEST_CASE("SIGTERM to the launcher (what the orchestrator's stop sends) reaches 
   CHECK(end[0]["status"] == "interrupted");
   CHECK(end[0]["step"].get<int64_t>() < 400);
   CHECK(events_of_kind(events, "checkpoint").back()["step"] == end[0]["step"]);
+}
+
+TEST_CASE("Every rank of a data-parallel run ignores SIGPIPE, so a peer's death is an error, not a signal",
+          "[train][parallel]") {
+  // The launcher names a rank killed by a signal as the cause of a failure. A rank writing to a
+  // dead peer's socket must therefore get an error, not die of SIGPIPE itself: that once made a
+  // rank's SIGPIPE (141) the reported cause of its peer's kill -9 (docs/design.md §4,
+  // "Data-parallel runs"). Read from /proc while the run goes, then the run is stopped.
+  const contract::RunConfig c = dp_config(2, 256);
+  const std::string dir = fresh_run_dir("dp_sigpipe");
+  contract::write_run_config(dir + "/config.json", c);
+  const std::string out = dir + "/train-output.txt";
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(MXABLATE_TRAIN_EXE, MXABLATE_TRAIN_EXE, "--run-dir", dir.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Until both ranks ignore it, or the run ends (a rank reads its config before it sets it).
+  std::map<pid_t, bool> ranks;
+  bool ended = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!ended && std::chrono::steady_clock::now() < give_up) {
+    for (const auto& [pid, ignores] : children_ignoring_sigpipe(launcher)) ranks[pid] = ignores;
+    if (ranks.size() == 2 && ranks.begin()->second && ranks.rbegin()->second) break;
+    int status = 0;
+    ended = ::waitpid(launcher, &status, WNOHANG) == launcher;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!ended) {
+    ::kill(launcher, SIGTERM);  // forwarded to the ranks: the run stops at its next step
+    int status = 0;
+    ::waitpid(launcher, &status, 0);
+  }
+  std::ifstream in(out);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (lacks_gloo(output)) MXABLATE_SKIP(kNoGloo);
+  INFO(output);
+  REQUIRE(ranks.size() == 2);
+  for (const auto& [pid, ignores] : ranks) {
+    INFO("rank process " << pid);
+    CHECK(ignores);
+  }
 }
