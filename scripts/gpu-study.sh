@@ -4,13 +4,14 @@
 # continuing the sweep.
 #
 #   scripts/gpu-study.sh [--deadline-s S] [--per-gpu N] [--gpus LIST] [--recipe FILE]
-#                        [--order plan|longest-first]
+#                        [--order plan|longest-first] [--db-name NAME]
 #
 # Carry `.carry/debs` (SQLite, Boost, SentencePiece: what the image lacks), `.carry/study-text`
 # (the sample's text as NAME.jsonl.gz or NAME.jsonl.xz, its tokenizer.model and the
 # manifest.json that `data prepare` wrote from the same files on the CPU machine:
-# scripts/build-corpus.sh --large) and, from the second call on, `.carry/study.db.xz` (the
-# database the previous call brought back; a plain .carry/study.db is taken too).
+# scripts/build-corpus.sh --large) and, from the second call on, `.carry/NAME.db.xz` (the
+# database the previous call brought back; a plain .carry/NAME.db is taken too). NAME is
+# --db-name (default `study`): one database per study, so two studies can share a call.
 # A warm machine keeps the build, the prepared data and the sweep (runs/, the database); on a
 # cold one the carried database is put in place first, so finished runs stay finished (runs
 # that were stopped mid-way start over: their checkpoints stayed on the machine that went).
@@ -22,15 +23,15 @@
 # script started less a reserve for stopping (SIGTERM: the trainers publish a checkpoint and
 # stop within --grace, the next call resumes them); then bring back, as at most 8 files of at
 # most 16 MiB (the device tool's limits), in $OUT:
-#   summary.txt    GPUs, the phases' wall times, the data check, the run's exit, status, table
-#   study.db.xz    the database (an SQLite backup, xz): the next call's .carry/study.db.xz
-#   logs.tar.xz    every run's events.jsonl and config.json, the build, prepare and run logs
+#   NAME.summary.txt  GPUs, the phases' wall times, the data check, the run's exit, status, table
+#   NAME.db.xz        the database (an SQLite backup, xz): the next call's .carry/NAME.db.xz
+#   NAME.logs.tar.xz  every run's events.jsonl and config.json, the build, prepare and run logs
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/build-gpu/out}
 BUILD=${MXABLATE_GPU_BUILD_DIR:-$ROOT/build-gpu}
-DEADLINE=570 PER_GPU=2 GPUS=auto RECIPE=recipes/scale-study.yaml ORDER=longest-first
+DEADLINE=570 PER_GPU=2 GPUS=auto RECIPE=recipes/scale-study.yaml ORDER=longest-first DB_NAME=study
 # From SIGTERM to the packed files: the trainers' stop (checkpoint) within GRACE, then mxablate's
 # own wrap-up, then packing. `timeout` kills mxablate at KILL_AFTER past the SIGTERM.
 GRACE=40 KILL_AFTER=50 RESERVE=75
@@ -41,15 +42,19 @@ while [ $# -gt 0 ]; do
     --gpus) GPUS=$2; shift ;;
     --recipe) RECIPE=$2; shift ;;
     --order) ORDER=$2; shift ;;
+    --db-name) DB_NAME=$2; shift ;;
     *) echo "gpu-study: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
+case $DB_NAME in
+  ''|*[!A-Za-z0-9_-]*) echo "gpu-study: --db-name must be letters, digits, '_' or '-': $DB_NAME" >&2; exit 2 ;;
+esac
 T0=$SECONDS
 mkdir -p "$OUT"
-WORK=$BUILD/study-out  # what is packed into $OUT at the end (kept on the machine, replaced each call)
+WORK=$BUILD/$DB_NAME-out  # what is packed into $OUT at the end (kept on the machine, replaced each call)
 rm -rf "$WORK" && mkdir -p "$WORK"
-SUMMARY=$OUT/summary.txt
+SUMMARY=$OUT/$DB_NAME.summary.txt
 : >"$SUMMARY"
 say() { echo "gpu-study: $*" | tee -a "$SUMMARY"; }
 phase() { say "$1 at $((SECONDS - T0)) s"; }
@@ -61,7 +66,7 @@ cat "$WORK/gpus.txt" >>"$SUMMARY"
 say "GPUs $GPUS, $PER_GPU per GPU, order $ORDER, deadline $DEADLINE s"
 
 # Packs $WORK and the database into $OUT (also after a failure: whatever there is).
-DB=runs/study.db
+DB=runs/$DB_NAME.db
 pack() {
   local MX=$BUILD/bin/mxablate
   if [ -f "$DB" ] && [ -x "$MX" ]; then
@@ -70,13 +75,13 @@ pack() {
     { echo; echo "== mxablate status"; cat "$WORK/status.txt"
       echo; echo "== mxablate table"; cat "$WORK/table.md"; } >>"$SUMMARY"
     # A consistent copy: SQLite's online backup (mxablate run has exited; a backup is safe anyway).
-    rm -f "$WORK/study.db"
+    rm -f "$WORK/$DB_NAME.db"
     if command -v sqlite3 >/dev/null 2>&1; then
-      sqlite3 "$DB" ".backup '$WORK/study.db'"
+      sqlite3 "$DB" ".backup '$WORK/$DB_NAME.db'"
     else
-      $PY -c 'import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()' "$DB" "$WORK/study.db"
+      $PY -c 'import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()' "$DB" "$WORK/$DB_NAME.db"
     fi
-    xz -T0 -6 -c "$WORK/study.db" >"$OUT/study.db.xz" && rm -f "$WORK/study.db"
+    xz -T0 -6 -c "$WORK/$DB_NAME.db" >"$OUT/$DB_NAME.db.xz" && rm -f "$WORK/$DB_NAME.db"
   fi
   mkdir -p "$WORK/logs"
   local d id f
@@ -85,7 +90,7 @@ pack() {
     id=$(basename "$d")
     for f in events.jsonl config.json; do [ -f "$d$f" ] && cp "$d$f" "$WORK/logs/$id.$f"; done
   done
-  tar -C "$WORK" -cf - --exclude=study.db . | xz -T0 -6 >"$OUT/logs.tar.xz"
+  tar -C "$WORK" -cf - --exclude="$DB_NAME.db" . | xz -T0 -6 >"$OUT/$DB_NAME.logs.tar.xz"
   local big
   for big in "$OUT"/*; do
     [ "$(stat -c %s "$big")" -gt $((16 * 1024 * 1024)) ] &&
@@ -176,10 +181,10 @@ phase "data ready"
 # --- the sweep, until the deadline ------------------------------------------------------------
 mkdir -p runs
 if [ ! -f "$DB" ]; then
-  if [ -f .carry/study.db.xz ]; then
-    xz -dc .carry/study.db.xz >"$DB.partial" && mv "$DB.partial" "$DB" && say "took the carried database (.carry/study.db.xz)"
-  elif [ -f .carry/study.db ]; then
-    cp .carry/study.db "$DB" && say "took the carried database (.carry/study.db)"
+  if [ -f ".carry/$DB_NAME.db.xz" ]; then
+    xz -dc ".carry/$DB_NAME.db.xz" >"$DB.partial" && mv "$DB.partial" "$DB" && say "took the carried database (.carry/$DB_NAME.db.xz)"
+  elif [ -f ".carry/$DB_NAME.db" ]; then
+    cp ".carry/$DB_NAME.db" "$DB" && say "took the carried database (.carry/$DB_NAME.db)"
   fi
 fi
 LEFT=$((DEADLINE - RESERVE - (SECONDS - T0)))

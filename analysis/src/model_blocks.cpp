@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "mxablate/analysis/ceiling.h"
 #include "mxablate/analysis/escape.h"
 
 namespace mxablate::analysis {
@@ -125,6 +126,7 @@ std::vector<BlockTable> analyze_by_model(const SweepData& sweep, const std::stri
       throw std::invalid_argument("--baseline: sweep '" + sweep.name + "' has no arm '" + baseline +
                                   "' at model " + b.model);
     t.target = resolve_target(b.sweep);
+    add_measured_ceiling(t.target, b.sweep, baseline_group(b.sweep, baseline));  // ceiling.h
     t.table = summarize(b.sweep, baseline_group(b.sweep, baseline), t.target);
     for (ArmSummary& a : t.table) {
       a.model = b.model;
@@ -165,6 +167,16 @@ ScaleFigure scale_figure(const std::vector<BlockTable>& blocks) {
   }
   for (const BlockTable& b : blocks) {
     if (!b.block.params) continue;
+    // Where the model stands in tokens per parameter: its baseline's budget (report_plots.cpp's
+    // second x axis).
+    double budget = 0;
+    for (const ArmSummary& a : b.table)
+      if (a.is_baseline)
+        for (const RunRecord& r : b.block.sweep.runs)
+          if (r.group == a.arm) budget = std::max(budget, r.max_tokens);
+    if (budget > 0)
+      f.models.push_back({b.block.model, static_cast<double>(*b.block.params),
+                          budget / static_cast<double>(*b.block.params)});
     for (const ArmSummary& a : b.table) {
       if (a.is_baseline) continue;
       auto series = std::find_if(f.series.begin(), f.series.end(),
@@ -182,10 +194,13 @@ ScaleFigure scale_figure(const std::vector<BlockTable>& blocks) {
       ScalePoint p;
       p.params = static_cast<double>(*b.block.params);
       p.median_pct = *a.cost.median_pct;
-      const bool interval = finite(a.cost.ci_low_pct) && finite(a.cost.ci_high_pct);
-      p.low_pct = interval ? *a.cost.ci_low_pct : p.median_pct;
-      p.high_pct = interval ? *a.cost.ci_high_pct : p.median_pct;
+      // The table's interval, whatever its kind (extra_tokens.h): a range below 6 seeds.
+      const auto& iv = a.cost.interval;
+      const bool interval = iv && std::isfinite(iv->low) && std::isfinite(iv->high);
+      p.low_pct = interval ? iv->low : p.median_pct;
+      p.high_pct = interval ? iv->high : p.median_pct;
       p.lower_bound = a.cost.lower_bound;
+      p.seeds = a.seeds;
       series->points.push_back(p);
     }
   }
@@ -260,6 +275,8 @@ ReportData report_data(const SweepData& sweep, const std::vector<BlockTable>& bl
     }
   }
   ReportData d = report_data(labelled, all, per_model);
+  for (const BlockTable& b : blocks)  // each labelled row's arm and model, for the figures
+    for (const std::string& g : b.block.sweep.groups) d.row_keys.push_back({g, b.block.model});
   for (const BlockTable& b : blocks) {
     std::string caption = b.target.description;
     for (const std::string& note : b.block.notes) caption += ". " + note;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mxablate/analysis/escape.h"
+#include "mxablate/analysis/model_blocks.h"
 
 namespace mxablate::analysis {
 namespace detail {
@@ -38,11 +39,25 @@ std::string number(double v) { return fmt::format("{:.9g}", v); }
 // header is the series' title, as text from the data, escaped for gnuplot's data-file reader.
 class DataFile {
  public:
+  // `note`, our own text, follows the clipped title (e.g. " (single seed)").
   DataFile(const fs::path& path, const std::string& title, const char* more_columns = "",
-           const char* x_column = "tokens")
+           const char* x_column = "tokens", const char* note = "")
       : path_(path), out_(path, std::ios::trunc) {
-    out_ << x_column << "\t" << escape::gnuplot_datafile_text(escape::clip(title, kLabelColumns))
+    out_ << x_column << "\t"
+         << escape::gnuplot_datafile_text(escape::clip(title, kLabelColumns) + note)
          << more_columns << "\n";
+  }
+  // A row whose last field is text we made (numbers with their units), in lines, for tic
+  // labels. A newline is written as gnuplot's escape for it (\0012, the form every other byte
+  // takes): escape::gnuplot_datafile_text shows control bytes from the data visibly instead.
+  void row_with_label(double x, std::initializer_list<std::string> lines) {
+    out_ << number(x) << "\t";
+    bool first = true;
+    for (const std::string& line : lines) {
+      out_ << (first ? "" : "\\0012") << escape::gnuplot_datafile_text(line);
+      first = false;
+    }
+    out_ << "\n";
   }
   void row(std::initializer_list<double> values) {
     bool first = true;
@@ -60,6 +75,70 @@ class DataFile {
  private:
   fs::path path_;
   std::ofstream out_;
+};
+
+// The figures' styles, one definition for every figure (docs/design.md §6, "Figures"): each arm
+// has one colour, taken in the sweep's arm order, in every figure of the report; each model has
+// one dash type and one marker; a row with a single seed has the hollow form of its marker and
+// "(single seed)" after its name in the key. Only integers and constant colour names reach a
+// script: the styles depend on the data's shape (how many arms, models, seeds), never its text.
+class Styles {
+ public:
+  explicit Styles(const ReportData& data) {
+    for (size_t i = 0; i < data.arms.size(); ++i) {
+      const bool keyed = data.row_keys.size() == data.arms.size();
+      const std::string& arm = keyed ? data.row_keys[i].arm : data.arms[i];
+      const std::string model = keyed ? data.row_keys[i].model : std::string();
+      rows_.push_back({add(arm_index_, arm), add(model_index_, model), 0});
+      row_index_.emplace(data.arms[i], i);
+    }
+    for (const RunCurve& r : data.runs)
+      if (const auto it = row_index_.find(r.arm); it != row_index_.end()) ++rows_[it->second].seeds;
+    // Arms only the scale figure names (a ReportData filled by hand) come after the sweep's.
+    for (const ScaleSeries& series : data.scale.series) add(arm_index_, series.arm);
+  }
+
+  // The colour of the arm of row `row` (of ReportData::arms), or of the arm named `arm`.
+  std::string row_colour(size_t row) const { return colour(rows_[row].arm); }
+  std::string arm_colour(const std::string& arm) const { return colour(arm_index_.at(arm)); }
+  int row_dash(size_t row) const { return kDashes[rows_[row].model % std::size(kDashes)]; }
+  int row_point(size_t row) const { return point(rows_[row].model, single_seed(row)); }
+  bool single_seed(size_t row) const { return rows_[row].seeds == 1; }
+  std::optional<size_t> row_of(const std::string& label) const {
+    const auto it = row_index_.find(label);
+    return it == row_index_.end() ? std::nullopt : std::optional<size_t>(it->second);
+  }
+  // Filled marker of the first model, or its hollow form.
+  static int point(size_t model, bool hollow) {
+    const size_t i = model % std::size(kFilled);
+    return hollow ? kHollow[i] : kFilled[i];
+  }
+
+ private:
+  struct Row {
+    size_t arm, model;
+    int seeds;
+  };
+  // Tableau 10: distinguishable, and none of them the black of the target and divergence marks.
+  static constexpr const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                             "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                                             "#bcbd22", "#17becf"};
+  static constexpr int kDashes[] = {1, 2, 3, 4, 5};
+  // gnuplot's point types: filled circle, square, triangle, diamond, inverted triangle; and the
+  // open form of each.
+  static constexpr int kFilled[] = {7, 5, 9, 13, 11};
+  static constexpr int kHollow[] = {6, 4, 8, 12, 10};
+
+  static size_t add(std::map<std::string, size_t>& index, const std::string& key) {
+    return index.emplace(key, index.size()).first->second;
+  }
+  // More arms than colours: the colours repeat (the key still names every line).
+  static std::string colour(size_t arm) {
+    return fmt::format("rgb '{}'", kColours[arm % std::size(kColours)]);
+  }
+
+  std::map<std::string, size_t> arm_index_, model_index_, row_index_;
+  std::vector<Row> rows_;
 };
 
 // The constant part of every script. `stem`, `title` and `ylabel` are literals of this file.
@@ -107,28 +186,33 @@ std::string loss_figure(const ReportData& data, const fs::path& workdir, bool zo
   // The late stage is the second half of training: points before it are left out of the data.
   const double from = zoom ? 0.5 * max_tokens : -INFINITY;
 
+  const Styles styles(data);
   std::vector<std::string> clauses;
   double x_min = INFINITY, x_max = -INFINITY;
   for (size_t i = 0; i < data.arms.size(); ++i) {
-    const int color = static_cast<int>(i) + 1;
     std::vector<BandPoint> band;
     for (const BandPoint& p : arm_band(data.runs, data.arms[i]))
       if (p.tokens >= from) band.push_back(p);
     if (band.empty()) continue;
-    const std::string file = fmt::format("{}_{}.dat", stem, color);
-    DataFile out(workdir / file, data.arms[i], "\tmin\tmax");
+    const std::string file = fmt::format("{}_{}.dat", stem, i + 1);
+    const bool single = styles.single_seed(i);
+    DataFile out(workdir / file, data.arms[i], "\tmin\tmax", "tokens",
+                 single ? " (single seed)" : "");
     for (const BandPoint& p : band) {
       out.row({p.tokens, p.median, p.min, p.max});
       x_min = std::min(x_min, p.tokens);
       x_max = std::max(x_max, p.tokens);
     }
     out.close();
-    clauses.push_back(fmt::format(
-        "'{}' using 1:3:4 with filledcurves fs transparent solid 0.18 noborder lc {} notitle",
-        file, color));
-    clauses.push_back(fmt::format(
-        "'{}' using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc {} title columnheader(2) noenhanced",
-        file, color));
+    const std::string colour = styles.row_colour(i);
+    if (!single)  // one seed has no band
+      clauses.push_back(fmt::format(
+          "'{}' using 1:3:4 with filledcurves fs transparent solid 0.18 noborder lc {} notitle",
+          file, colour));
+    clauses.push_back(fmt::format("'{}' using 1:2 with linespoints lw 2 dt {} pt {} ps {} lc {} "
+                                  "title columnheader(2) noenhanced",
+                                  file, styles.row_dash(i), styles.row_point(i),
+                                  single ? "0.7" : "0.5", colour));
   }
   if (clauses.empty()) return "";
   if (data.target && std::isfinite(*data.target)) {
@@ -154,7 +238,7 @@ std::string loss_figure(const ReportData& data, const fs::path& workdir, bool zo
   marks.close();
   if (mark_count > 0)
     clauses.push_back(fmt::format(
-        "'{}' using 1:2 with points pt 6 ps 1.6 lw 2 lc rgb '#d62728' title columnheader(2) "
+        "'{}' using 1:2 with points pt 2 ps 1.6 lw 2 lc rgb 'black' title columnheader(2) "
         "noenhanced",
         marks_file));
   return script_header(stem,
@@ -190,10 +274,12 @@ std::string telemetry_figure(const ReportData& data, Figure f, const fs::path& w
     cell.first += t.relative_error;
     cell.second += 1;
   }
+  // Colour: the arm; dash type: the model; marker: the operand (the first, second, … of the row).
+  const Styles styles(data);
   std::vector<std::string> clauses;
   int index = 0;
   for (size_t arm_index = 0; arm_index < data.arms.size(); ++arm_index) {
-    int dash = 1;
+    size_t operand = 0;
     for (const auto& [key, points] : series) {
       if (key.first != data.arms[arm_index]) continue;
       const std::string file = fmt::format("{}_{}.dat", stem, ++index);
@@ -201,9 +287,10 @@ std::string telemetry_figure(const ReportData& data, Figure f, const fs::path& w
       DataFile out(workdir / file, key.first + " " + key.second);
       for (const auto& [tokens, sum] : points) out.row({tokens, sum.first / sum.second});
       out.close();
-      clauses.push_back(fmt::format(
-          "'{}' using 1:2 with lines lw 2 dt {} lc {} title columnheader(2) noenhanced", file,
-          dash++, arm_index + 1));
+      clauses.push_back(fmt::format("'{}' using 1:2 with linespoints lw 2 dt {} pt {} ps 0.6 "
+                                    "pi 4 lc {} title columnheader(2) noenhanced",
+                                    file, styles.row_dash(arm_index),
+                                    Styles::point(operand++, false), styles.row_colour(arm_index)));
     }
   }
   if (clauses.empty()) return "";
@@ -212,13 +299,17 @@ std::string telemetry_figure(const ReportData& data, Figure f, const fs::path& w
 }
 
 // One line per arm through its models: x = the model's parameter count (log scale), y = the
-// arm's extra tokens to target against the baseline at that model, bars = the bootstrap 95 %
-// interval. Points were checked to be finite when the figure's data was made (model_blocks.cpp);
-// checked again here, since ReportData can be filled by anyone.
+// arm's extra tokens to target against the baseline at that model, bars = the table's interval
+// (a range below its seed threshold, extra_tokens.h). The arm's colour is its colour in every
+// figure; a point of one seed is hollow. Below the baseline's 0 % line, each model's tokens per
+// parameter (its baseline's budget). Points were checked to be finite when the figure's data was
+// made (model_blocks.cpp); checked again here, since ReportData can be filled by anyone.
 std::string scale_figure_script(const ReportData& data, const fs::path& workdir) {
   const char* stem = figure_stem(Figure::kExtraTokensVsParams);
+  const Styles styles(data);
   std::vector<std::string> clauses;
   int index = 0;
+  bool any_single = false;
   for (const ScaleSeries& series : data.scale.series) {
     std::vector<const ScalePoint*> points;
     for (const ScalePoint& p : series.points)
@@ -226,20 +317,48 @@ std::string scale_figure_script(const ReportData& data, const fs::path& workdir)
           std::isfinite(p.low_pct) && std::isfinite(p.high_pct))
         points.push_back(&p);
     if (points.empty()) continue;
-    const int color = ++index;
-    const std::string file = fmt::format("{}_{}.dat", stem, color);
-    DataFile out(workdir / file, series.arm, "\tlow\thigh", "params");
-    for (const ScalePoint* p : points) out.row({p->params, p->median_pct, p->low_pct, p->high_pct});
+    const std::string file = fmt::format("{}_{}.dat", stem, ++index);
+    DataFile out(workdir / file, series.arm, "\tlow\thigh\tpoint", "params");
+    for (const ScalePoint* p : points) {
+      const bool single = p->seeds == 1;
+      any_single = any_single || single;
+      out.row({p->params, p->median_pct, p->low_pct, p->high_pct,
+               static_cast<double>(Styles::point(0, single))});
+    }
     out.close();
+    const std::string colour = styles.arm_colour(series.arm);
     clauses.push_back(fmt::format(
-        "'{}' using 1:2:3:4 with yerrorlines lw 2 pt 7 ps 0.8 lc {} title columnheader(2) "
-        "noenhanced",
-        file, color));
+        "'{}' using 1:2 with lines lw 2 lc {} title columnheader(2) noenhanced", file, colour));
+    clauses.push_back(fmt::format(
+        "'{}' using 1:2:3:4 with yerrorbars lw 1.5 ps 0 lc {} notitle", file, colour));
+    clauses.push_back(fmt::format(
+        "'{}' using 1:2:5 with points pt variable ps 1 lw 2 lc {} notitle", file, colour));
   }
   if (clauses.empty()) return "";
+  std::vector<const ScaleModel*> models;
+  for (const ScaleModel& m : data.scale.models)
+    if (std::isfinite(m.params) && m.params > 0 && std::isfinite(m.tokens_per_param))
+      models.push_back(&m);
+  if (!models.empty()) {
+    // The x axis's tics: at each model, its parameter count and, below it, its tokens per
+    // parameter (two lines: the data file's escaped newline).
+    const std::string file = fmt::format("{}_tokens_per_param.dat", stem);
+    DataFile out(workdir / file, "tokens per parameter", "", "params");
+    for (const ScaleModel* m : models)
+      out.row_with_label(m->params,
+                         {params_text(static_cast<int64_t>(std::llround(m->params))),
+                          fmt::format("{:.2g} tok/param", m->tokens_per_param)});
+    out.close();
+    clauses.push_back(fmt::format("'{}' using 1:(NaN):xticlabels(2) notitle", file));
+  }
+  if (any_single)
+    clauses.push_back("keyentry with points pt 6 ps 1 lw 2 lc rgb 'black' title 'single seed'");
   return script_header(stem, "Extra tokens to target vs parameters",
-                       "extra tokens vs the baseline at that model (%)", "parameters") +
-         "set logscale x 10\nset xzeroaxis lt 1 lc rgb '#888888'\n" + plot_command(clauses);
+                       "extra tokens vs the baseline at that model (%)",
+                       models.empty() ? "parameters"
+                                      : "parameters; tokens per parameter (baseline budget)") +
+         "set logscale x 10\nset xzeroaxis lt 1 lc rgb '#888888'\n" +
+         (models.empty() ? "" : "set xlabel offset 0,-1\n") + plot_command(clauses);
 }
 
 }  // namespace
@@ -264,8 +383,9 @@ const char* figure_heading(Figure f) {
     case Figure::kTelemetryDgrad: return "Quantization telemetry: dgrad";
     case Figure::kTelemetryWgrad: return "Quantization telemetry: wgrad";
     case Figure::kExtraTokensVsParams:
-      return "Extra tokens to target vs parameters (median over seeds, bars: bootstrap 95 % "
-             "interval; 0 % = the baseline at each model)";
+      return "Extra tokens to target vs parameters (median over seeds, bars: the table's "
+             "interval or range; hollow: a single seed; 0 % = the baseline at each model, "
+             "labelled with its tokens per parameter)";
   }
   return "";
 }

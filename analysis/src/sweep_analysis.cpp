@@ -63,6 +63,15 @@ void load_curves(Database& db, RunRecord& run, bool has_occ) {
     // A non-finite loss reaches JSON (and so the store) as null.
     run.evals.push_back({evals.get_double(0), evals.get_opt_double(1).value_or(std::nan(""))});
   }
+  // The last projection: the run's projected outcome, or why it has none (run_projection.h).
+  Statement projection(db,
+                       "SELECT detail FROM events WHERE run_id = ? AND kind = 'projection' "
+                       "ORDER BY seq DESC LIMIT 1");
+  projection.bind(1, run.run_id);
+  if (projection.step()) {
+    const json detail = json::parse(projection.get_opt_text(0).value_or(""), nullptr, false);
+    run.projection = projection_from_detail(detail);
+  }
   Statement div(db,
                 "SELECT step, tokens, json_extract(detail, '$.reason'), "
                 "json_extract(detail, '$.severity'), json_extract(detail, '$.value') "
@@ -286,9 +295,8 @@ std::optional<double> target_to_store(const SweepData& sweep) {
   for (const RunRecord& r : sweep.runs) {
     if (r.arm != arm) continue;
     any = true;
-    const bool ended = r.status == "converged" || r.status == "budget_exhausted" ||
-                       r.status == "diverged" || r.status == "failed";
-    if (!ended) return std::nullopt;
+    if (!results::is_final_result(r.status) && r.status != results::status::kFailed)
+      return std::nullopt;
   }
   if (!any) return std::nullopt;
   return resolve_target(sweep).val_loss;
@@ -318,19 +326,30 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
                                   const ResolvedTarget& target) {
   std::map<std::string, std::vector<const RunRecord*>> by_group;
   for (const RunRecord& r : sweep.runs) by_group[r.group].push_back(&r);
-  auto outcomes = [&](const std::vector<const RunRecord*>& runs) {
+  auto outcome = [&](const RunRecord& r) {
+    RunOutcome o;
+    // A run that ended without reaching the target did not reach it within its budget, even
+    // if it stopped early by diverging: censor it at the budget. A run stopped as projected not
+    // to reach the target is censored at its budget too: the projection said, at its
+    // confidence, that the rest of the budget would not reach it.
+    o.projected_not_reached = r.status == results::status::kProjectedNotReached;
+    o.tokens_trained = results::is_final_result(r.status) ? std::max(r.tokens_trained, r.max_tokens)
+                                                          : r.tokens_trained;
+    if (target.val_loss) o.tokens_to_target = tokens_to_target(r.evals, *target.val_loss);
+    o.pair_key = r.pair_key;
+    o.projection = r.projection.projection;
+    o.no_projection_reason = r.projection.no_projection_reason;
+    return o;
+  };
+  // What the cost compares: runs with a result — the target reached (also by a run still
+  // going), or a final status. A run pending, interrupted, running short of the target or failed
+  // has no result yet; counting it as "at least what it trained" would put a bound of −100 % on a
+  // run that never started. It is left out and the row's n says how many seeds were compared.
+  auto compared = [&](const std::vector<const RunRecord*>& runs) {
     std::vector<RunOutcome> out;
     for (const RunRecord* r : runs) {
-      RunOutcome o;
-      // A run that ended without reaching the target did not reach it within its budget, even
-      // if it stopped early by diverging: censor it at the budget. A run still going is
-      // censored at what it has trained so far.
-      const bool ended = r->status == "diverged" || r->status == "budget_exhausted" ||
-                         r->status == "converged";
-      o.tokens_trained = ended ? std::max(r->tokens_trained, r->max_tokens) : r->tokens_trained;
-      if (target.val_loss) o.tokens_to_target = tokens_to_target(r->evals, *target.val_loss);
-      o.pair_key = r->pair_key;
-      out.push_back(o);
+      RunOutcome o = outcome(*r);
+      if (o.tokens_to_target || results::is_final_result(r->status)) out.push_back(std::move(o));
     }
     return out;
   };
@@ -356,23 +375,26 @@ std::vector<ArmSummary> summarize(const SweepData& sweep, const std::string& bas
     a.interventions =
         contract::describe_differences(contract::settings_difference(c.settings, base), false);
     a.paper = contract::paper_figure(c.settings, base);
-    const std::vector<RunOutcome> arm = outcomes(runs);
-    a.cost = extra_token_cost(arm, outcomes(by_group[own_baseline]));
+    a.cost = extra_token_cost(compared(runs), compared(by_group[own_baseline]));
     a.seeds = static_cast<int>(runs.size());
     std::vector<double> finals, bests;
     double first_divergence_tokens = INFINITY;
     for (size_t i = 0; i < runs.size(); ++i) {
       const RunRecord& r = *runs[i];
-      if (r.final_val_loss && std::isfinite(*r.final_val_loss)) finals.push_back(*r.final_val_loss);
+      // A run cut short (pending, interrupted, failed) has a last loss, not a final one.
+      const bool has_result = results::is_final_result(r.status) || outcome(r).tokens_to_target;
+      if (has_result && r.final_val_loss && std::isfinite(*r.final_val_loss))
+        finals.push_back(*r.final_val_loss);
       double best = INFINITY;
       for (const EvalPoint& e : r.evals)
         if (std::isfinite(e.val_loss)) best = std::min(best, e.val_loss);
       if (std::isfinite(best)) bests.push_back(best);
-      if (arm[i].tokens_to_target) {
+      if (outcome(r).tokens_to_target) {
         ++a.converged;
       } else if (r.status == "diverged") {
         ++a.diverged;
-      } else if (r.status == "converged" || r.status == "budget_exhausted") {
+      } else if (r.status == "converged" || r.status == "budget_exhausted" ||
+                 r.status == results::status::kProjectedNotReached) {
         ++a.not_reached;
       }
       for (const DivergenceMark& d : r.divergences) {

@@ -328,6 +328,8 @@ class Expander {
     json target = json::object();
     target["val_loss"] = r_.target.val_loss ? json(*r_.target.val_loss) : json(nullptr);
     target["stop_at_target"] = r_.target.stop_at_target;
+    if (r_.target.stop_hopeless) target["stop_hopeless"] = *r_.target.stop_hopeless;
+    if (r_.target.hopeless_confidence) target["hopeless_confidence"] = *r_.target.hopeless_confidence;
     run.config["target"] = target;
 
     RunSpec spec;

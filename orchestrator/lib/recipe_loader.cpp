@@ -508,10 +508,29 @@ class Loader {
           throw error(at, fmt::format("target.stop_at_target: expected true or false, got {}",
                                       x.dump()));
         t.stop_at_target = x.get<bool>();
+      } else if (k == "min_ceiling") {
+        // A fraction of extra tokens (0.5 = +50 %); the YAML reader refuses non-finite numbers.
+        if (!x.is_number() || !(x.get<double>() > 0))
+          throw error(at, fmt::format("target.min_ceiling: expected a positive number (a fraction "
+                                      "of extra tokens: 0.5 = +50 %), got {}",
+                                      x.dump()));
+        t.min_ceiling = x.get<double>();
+      } else if (k == "stop_hopeless") {
+        if (!x.is_boolean())
+          throw error(at, fmt::format("target.stop_hopeless: expected true or false, got {}", x.dump()));
+        t.stop_hopeless = x.get<bool>();
+      } else if (k == "hopeless_confidence") {
+        // The confidence with which a run must be projected not to reach before it is stopped.
+        if (!x.is_number() || !(x.get<double>() > 0.5 && x.get<double>() < 1))
+          throw error(at, fmt::format("target.hopeless_confidence: expected a number in (0.5, 1), "
+                                      "got {}",
+                                      x.dump()));
+        t.hopeless_confidence = x.get<double>();
       } else {
         throw error(v.where_key(k),
                     fmt::format("target: unknown key '{}'; expected one of: val_loss, perplexity, "
-                                "from_arm, at_fraction, stop_at_target",
+                                "from_arm, at_fraction, stop_at_target, min_ceiling, "
+                                "stop_hopeless, hopeless_confidence",
                                 k));
       }
     }
@@ -523,16 +542,21 @@ class Loader {
                   fmt::format("target: give either {} (a fixed target) or from_arm (derived from "
                               "a baseline arm), not both",
                               t.perplexity ? "perplexity" : "val_loss"));
+    if (t.stop_hopeless.value_or(false) && !t.val_loss && !t.from_arm)
+      throw error(v.where_key("stop_hopeless"),
+                  "target.stop_hopeless: needs a target to judge against (val_loss, perplexity or "
+                  "from_arm)");
     if (!t.val_loss && !t.from_arm)
       throw error(v.where(""), "target: needs val_loss (e.g. 3.3), perplexity (e.g. 27.1) or "
                                "from_arm (a baseline arm)");
     if (v.value.contains("at_fraction") && !t.from_arm)
       throw error(v.where_key("at_fraction"), "target.at_fraction: only meaningful with from_arm");
-    if (t.stop_at_target && !t.val_loss)
-      throw error(v.where_key("stop_at_target"),
-                  "target.stop_at_target: needs a fixed val_loss or perplexity; a target derived "
-                  "from_arm is "
-                  "only known after the baseline has run");
+    // stop_at_target with from_arm: the runs stop once the target, fixed mid-sweep, reaches them
+    // (docs/design.md §5, "Live targets").
+    if (t.min_ceiling && !t.from_arm)
+      throw error(v.where_key("min_ceiling"),
+                  "target.min_ceiling: only meaningful with from_arm (a fixed loss's tokens to "
+                  "target are not known before the runs)");
   }
 
   std::vector<Selector> read_selectors(const YAML::Node& node, Location key_at,
@@ -615,6 +639,11 @@ json TargetSpec::as_json() const {
     j["at_fraction"] = at_fraction;
   }
   if (val_loss || from_arm) j["stop_at_target"] = stop_at_target;
+  // Only when set: a recipe without it keeps the stored target section it always had (a
+  // changed section forgets a resolved target, results/store.h).
+  if (min_ceiling) j["min_ceiling"] = *min_ceiling;
+  if (stop_hopeless) j["stop_hopeless"] = *stop_hopeless;
+  if (hopeless_confidence) j["hopeless_confidence"] = *hopeless_confidence;
   return j;
 }
 

@@ -32,7 +32,11 @@ Outcome decide_outcome(const AttemptObservation& o) {
       fmt::format("timed out after {:.0f} s (the per-run limit; {})", o.timeout_s, ended);
   if (o.run_end_status) {
     const std::string& s = *o.run_end_status;
-    if (s == st::kConverged || s == st::kBudgetExhausted || s == st::kDiverged) return {false, s, ""};
+    // A run stopped as projected not to reach its target is a result like a spent budget (a
+    // lower bound), never a failure to retry (docs/design.md §4, "Projected outcomes and hopeless runs").
+    if (s == st::kConverged || s == st::kBudgetExhausted || s == st::kDiverged ||
+        s == st::kProjectedNotReached)
+      return {false, s, ""};
     if (s == st::kFailed)
       return {false, st::kFailed,
               with_tail(fmt::format("the trainer reported failure ({})", ended), o.stderr_tail)};

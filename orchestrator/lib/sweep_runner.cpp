@@ -10,7 +10,10 @@
 #include <set>
 #include <thread>
 
+#include "mxablate/analysis/model_blocks.h"
 #include "mxablate/contract/event_log.h"
+#include "mxablate/contract/target_file.h"
+#include "mxablate/orchestrator/live_targets.h"
 #include "mxablate/orchestrator/log_watch.h"
 #include "mxablate/orchestrator/run_outcome.h"
 #include "mxablate/orchestrator/sweep_lock.h"
@@ -116,10 +119,12 @@ struct SweepRunner::Impl {
   bool killed_all = false;
   Clock::time_point started = Clock::now();
   LogWatch log_watch;  // the logs of runs a standby waits behind (docs/design.md §9)
+  LiveTargets live;    // from_arm targets fixed mid-sweep (docs/design.md §5, "Live targets")
 
   Impl(const Recipe& r, const Plan& p, results::ResultsStore& s, Executor& e, Waker& w,
        ProgressSink& pr, SweepOptions o)
-      : recipe(r), plan(p), store(s), executor(e), waker(w), progress(pr), opt(std::move(o)) {
+      : recipe(r), plan(p), store(s), executor(e), waker(w), progress(pr), opt(std::move(o)),
+        live(r, p) {
     opt.runs_dir = fs::absolute(opt.runs_dir);
     sweep_dir = opt.runs_dir / plan.sweep;
     for (const RunSpec& spec : plan.runs) {
@@ -157,6 +162,7 @@ struct SweepRunner::Impl {
       r.run_dir = dir_of(spec.run_id).string();
       r.max_tokens = spec.config.train.max_tokens;
       r.interventions = spec.interventions;
+      r.model = contract::model_label(spec.config.model);  // its block target's key (runs.model)
       for (const AxisValue& a : spec.axes) r.axes.emplace_back(a.axis, a.value.dump());
       planned.push_back(std::move(r));
     }
@@ -269,6 +275,10 @@ struct SweepRunner::Impl {
         rs.last_seq = 0;
       }
       contract::write_run_config((dir / "config.json").string(), spec.config);
+      // A target fixed before the run starts goes with it; a file from an earlier sweep whose
+      // target is forgotten (the recipe's target changed) must not.
+      if (const auto target = live.target_of_run(run_id)) contract::write_target_file(dir, *target);
+      else contract::remove_target_file(dir);
     } catch (const results::SqliteError&) {
       throw;
     } catch (const std::exception& e) {
@@ -506,11 +516,73 @@ struct SweepRunner::Impl {
     if (sum.last_eval && (*sum.last_eval).contains("val_loss") &&
         (*sum.last_eval)["val_loss"].is_number())
       p.val_loss = (*sum.last_eval)["val_loss"].get<double>();
+    if (sum.last_eval && (*sum.last_eval).contains("tokens") && (*sum.last_eval)["tokens"].is_number())
+      live.note_eval(a.run_id, (*sum.last_eval)["tokens"].get<double>());
     for (const auto& d : sum.divergences)
       progress.message(fmt::format("{}: divergence at step {}: {} ({})", label(a.run_id),
                                    d.value("step", int64_t{-1}), d.value("reason", "?"),
                                    d.value("severity", "?")));
     if (hooks.ingested) hooks.ingested(up.events, Clock::now() - t0);
+  }
+
+  // Live targets (docs/design.md §5): checks the blocks that may have become fixed on the
+  // analysis' own data (load_sweep, split_by_model, fixed_block_target: the one rule), stores
+  // each new target (block_targets; a single model's also as the sweep's target) and hands it to
+  // the model's runs. `all`: every block without a target (at the start: a sweep resumed after
+  // its targets were fixed, or after its baseline finished); else only those due.
+  void update_live_targets(bool all) {
+    if (!live.active()) return;
+    std::vector<std::string> models = live.due();
+    if (!all && models.empty()) return;
+    const analysis::SweepData data = analysis::load_sweep(store.db(), plan.sweep);
+    const std::vector<analysis::ModelBlock> blocks = analysis::split_by_model(data);
+    for (const analysis::ModelBlock& b : blocks) {
+      if (live.target_of(b.model)) continue;
+      if (!all && std::find(models.begin(), models.end(), b.model) == models.end()) continue;
+      if (all)
+        for (const analysis::RunRecord& r : b.sweep.runs)
+          if (!r.evals.empty()) live.note_eval(r.run_id, r.evals.back().tokens);
+      live.checked(b.model);
+      std::optional<contract::TargetFile> target;
+      for (const results::BlockTarget& stored : store.block_targets(sweep_id))
+        if (stored.model == b.model) target = contract::TargetFile{stored.val_loss, stored.basis};
+      if (!target && blocks.size() == 1 && data.stored_target)
+        target = contract::TargetFile{*data.stored_target, "stored with the sweep"};
+      if (!target) target = fixed_block_target(b.sweep, *recipe.target.from_arm, recipe.target.at_fraction);
+      if (!target) continue;
+      store.set_block_target(sweep_id, b.model, target->val_loss, target->basis);
+      if (blocks.size() == 1) store.store_resolved_target(plan.sweep, target->val_loss);
+      live.fix(b.model, *target);
+      hand_out(b.model, *target);
+    }
+  }
+
+  // Writes the block's target into the run directory of each of its runs without a result:
+  // running ones read it at their next evaluation, prestarted and resumed ones at their first.
+  // Runs without a directory yet get it when prepared (prepare_launch).
+  void hand_out(const std::string& model, const contract::TargetFile& target) {
+    size_t handed = 0;
+    for (const std::string& run_id : live.runs_of(model)) {
+      if (results::is_final_result(status[run_id])) continue;
+      const fs::path dir = dir_of(run_id);
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) continue;
+      try {
+        contract::write_target_file(dir, target);
+        ++handed;
+      } catch (const std::exception& e) {
+        // The run trains on to its budget without the target; the sweep goes on.
+        progress.message(fmt::format("warning: {} [{}]: cannot hand it the target: {}",
+                                     label(run_id), run_id, e.what()));
+      }
+    }
+    progress.message(fmt::format("target fixed{}: val loss {:.4f} ({}); handed to {} run(s) "
+                                 "under way{}",
+                                 model.empty() || live.runs_of(model).size() == plan.runs.size()
+                                     ? std::string()
+                                     : " for " + model,
+                                 target.val_loss, target.basis, handed,
+                                 recipe.target.stop_at_target ? ", which stop when they reach it" : ""));
   }
 
   void finish(const AttemptExit& exit) {
@@ -542,6 +614,7 @@ struct SweepRunner::Impl {
                           out.reason},
                          new_status, out.reason.empty() ? std::nullopt : std::optional(out.reason));
     status[a.run_id] = new_status;
+    live.note_status(a.run_id, new_status);
     const std::string run_id = a.run_id;
     const RunProgress p = a.progress;
     log_watch.unwatch(run_id);
@@ -623,7 +696,7 @@ struct SweepRunner::Impl {
     s.total = plan.runs.size();
     for (const RunSpec& spec : plan.runs) {
       const std::string& v = status.at(spec.run_id);
-      if (v == st::kConverged || v == st::kBudgetExhausted) ++s.finished;
+      if (v == st::kConverged || v == st::kBudgetExhausted || v == st::kProjectedNotReached) ++s.finished;
       else if (v == st::kDiverged) ++s.diverged;
       else if (v == st::kFailed) ++s.failed;
       else if (v == st::kInterrupted) ++s.interrupted;
@@ -672,6 +745,7 @@ struct SweepRunner::Impl {
       const std::string& v = status.at(spec.run_id);
       if (v == st::kConverged) ++r.converged;
       else if (v == st::kBudgetExhausted) ++r.budget_exhausted;
+      else if (v == st::kProjectedNotReached) ++r.projected_not_reached;
       else if (v == st::kDiverged) ++r.diverged;
       else if (v == st::kFailed) ++r.failed;
       else if (v == st::kInterrupted) ++r.interrupted;
@@ -686,6 +760,8 @@ struct SweepRunner::Impl {
     prepare();
     try {
       recover();
+      for (const auto& [run_id, s] : status) live.note_status(run_id, s);
+      update_live_targets(true);
       build_queue();
       while (true) {
         handle_stop_requests();
@@ -700,6 +776,7 @@ struct SweepRunner::Impl {
           prestart_next();
         }
         for (auto& [run_id, a] : active) ingest(a);
+        update_live_targets(false);
         if (!stopping) {
           hand_over_finished();
           release_ready();

@@ -103,8 +103,9 @@ void add_common(CLI::App* cmd, AnalysisOptions& o) {
 void register_analysis_commands(CLI::App& app) {
   auto table = std::make_shared<AnalysisOptions>();
   CLI::App* t = app.add_subcommand(
-      "table", "Print the per-arm table: extra tokens to target (median over seeds, bootstrap "
-               "95% CI), final loss, divergences, and the paper's figure");
+      "table", "Print the per-arm table: extra tokens to target (median over seeds, the interval "
+               "with its kind, the exact sign-flip p), final loss, divergences, and the paper's "
+               "figure");
   add_common(t, *table);
   t->add_option("--format", table->format, "md | latex | csv")->capture_default_str();
   t->add_option("--metric", table->metric,

@@ -27,6 +27,7 @@
 #include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/weight_cache.h"
 #include "mxablate/contract/settings_difference.h"
+#include "plan_seeds.h"
 #include "recipe_input.h"
 
 namespace mxablate::cli {
@@ -123,8 +124,14 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
                              *recipe.target.val_loss, std::exp(*recipe.target.val_loss),
                              recipe.target.stop_at_target ? " (runs stop there)" : "");
   else if (recipe.target.from_arm)
-    std::cout << fmt::format("target: arm {}'s median validation loss at {:g} of its budget\n",
-                             *recipe.target.from_arm, recipe.target.at_fraction);
+    std::cout << fmt::format("target: arm {}'s median validation loss at {:g} of its budget{}\n",
+                             *recipe.target.from_arm, recipe.target.at_fraction,
+                             recipe.target.stop_at_target ? " (runs stop there)" : "");
+  // The largest cost the sweep can measure (docs/design.md §5, "The measurable ceiling").
+  const CeilingReport ceiling = ceiling_report(recipe, plan);
+  for (const std::string& line : ceiling.lines) std::cout << escape::terminal(line) << "\n";
+  for (const std::string& w : ceiling.warnings)
+    std::cerr << "mxablate: warning: " << escape::terminal(w) << "\n";
   std::vector<std::string> headers{"#", "run_id", "arm"};
   for (const auto& a : plan.axis_names) headers.push_back(a);
   // A grid over the model already shows it (by its label) among the axes.
@@ -341,7 +348,11 @@ void register_plan_command(CLI::App& app) {
   CLI::Option* gpu_memory_option = cmd->add_option("--gpu-memory", opts->gpu_memory,
                   "refuse CUDA runs predicted to need more GPU memory per rank than SIZE "
                   "(80GB, 80GiB, 141e9)");
-  cmd->callback([opts, gpu_memory_option] {
+  const SeedsFlags seeds = add_seeds_options(cmd);
+  cmd->callback([opts, gpu_memory_option, seeds] {
+    // The seeds a difference needs: the store's spread, not the datasets (plan_seeds.h).
+    if (seeds.seeds->count() > 0)
+      return print_seeds_plan(*seeds.options, load_recipe_input(opts->recipe).plan);
     opts->gpu_memory_given = gpu_memory_option->count() > 0;
     std::optional<GpuMemory> gpu;
     if (opts->gpu_memory_given) {

@@ -121,8 +121,9 @@ void register_query_command(CLI::App& app) {
   auto o = std::make_shared<QueryOptions>();
   CLI::App* cmd = app.add_subcommand(
       "query", "Run read-only SQL on the results database (tables: sweeps, runs, run_axes, "
-               "attempts, evals, train_steps, quant_stats, events; views: run_summary, "
-               "run_tokens_to_target, arm_summary, divergence_events)");
+               "attempts, evals, train_steps, quant_stats, events, block_targets; views: "
+               "run_summary, run_targets, run_tokens_to_target, run_extra_tokens, arm_summary "
+               "(per model and arm), divergence_events)");
   cmd->add_option("sql", o->sql, "SQL (one or more statements; rows of the last are printed)")
       ->required();
   cmd->add_option("--db", o->db, "results database (SQLite)")->capture_default_str();

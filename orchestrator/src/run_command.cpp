@@ -316,9 +316,12 @@ void run_sweep(const RunOptions& o) {
   } catch (const results::SqliteError& e) {
     throw std::runtime_error(fmt::format("results database: {}", e.what()));
   }
-  std::cout << fmt::format("sweep {}: {} converged, {} budget_exhausted, {} diverged, {} failed, "
+  // Runs stopped as projected not to reach their target are named only when there are some.
+  const std::string projected =
+      r.projected_not_reached > 0 ? fmt::format(", {} projected_not_reached", r.projected_not_reached) : "";
+  std::cout << fmt::format("sweep {}: {} converged, {} budget_exhausted{}, {} diverged, {} failed, "
                            "{} interrupted, {} not run{}\n",
-                           input.plan.sweep, r.converged, r.budget_exhausted, r.diverged, r.failed,
+                           input.plan.sweep, r.converged, r.budget_exhausted, projected, r.diverged, r.failed,
                            r.interrupted, r.unfinished - r.left_running,
                            r.left_running > 0
                                ? fmt::format(", {} still running in {}", r.left_running,

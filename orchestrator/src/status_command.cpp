@@ -160,8 +160,8 @@ void print_sweep(results::Database& db, int64_t sweep_id, const std::string& nam
     total += counts.get_int(1);
   }
   std::string summary;
-  for (const char* s : {"pending", "running", "converged", "budget_exhausted", "diverged",
-                        "failed", "interrupted"})
+  for (const char* s : {"pending", "running", "converged", "budget_exhausted",
+                        "projected_not_reached", "diverged", "failed", "interrupted"})
     if (by_status.count(s)) summary += fmt::format(", {} {}", by_status[s], s);
   // Names come from the database: shown through escape::terminal, as every table cell is.
   std::cout << fmt::format("sweep {}: {} runs{} (recipe {}, updated {})\n", escape::terminal(name),

@@ -80,6 +80,28 @@ bool ResultsStore::store_resolved_target(const std::string& sweep, double val_lo
   return db_.changes() > 0;
 }
 
+void ResultsStore::set_block_target(int64_t sweep_id, const std::string& model, double val_loss,
+                                    const std::string& basis) {
+  Statement up(db_,
+               "INSERT INTO block_targets (sweep_id, model, val_loss, basis, fixed_at) "
+               "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (sweep_id, model) DO UPDATE SET "
+               "val_loss = ?3, basis = ?4, fixed_at = ?5 "
+               "WHERE block_targets.val_loss IS NOT ?3 OR block_targets.basis IS NOT ?4");
+  up.bind(1, sweep_id).bind(2, model).bind(3, val_loss).bind(4, basis).bind(5, unix_now());
+  up.run();
+}
+
+std::vector<BlockTarget> read_block_targets(Database& db, int64_t sweep_id) {
+  std::vector<BlockTarget> out;
+  if (schema_version(db) < 6) return out;  // no block_targets table before version 6
+  Statement st(db,
+               "SELECT model, val_loss, basis FROM block_targets WHERE sweep_id = ?1 "
+               "ORDER BY model");
+  st.bind(1, sweep_id);
+  while (st.step()) out.push_back({st.get_text(0), st.get_double(1), st.get_text(2)});
+  return out;
+}
+
 void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>& plan) {
   Transaction tx(db_);
   const double now = unix_now();
@@ -87,11 +109,16 @@ void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>
   clear.bind(1, sweep_id).run();
   Statement insert(db_,
                    "INSERT INTO runs (run_id, sweep_id, arm, arm_index, plan_index, config_json, "
-                   "run_dir, max_tokens, created_at, interventions) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+                   "run_dir, max_tokens, created_at, interventions, model) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
                    "ON CONFLICT (run_id) DO UPDATE SET sweep_id = ?2, arm = ?3, arm_index = ?4, "
                    "plan_index = ?5, config_json = ?6, run_dir = ?7, max_tokens = ?8, "
-                   "interventions = ?10");
+                   "interventions = ?10, model = ?11");
+  // A preset's name is its model label (contract::model_label); a custom shape's label is only
+  // known to the planner, which passes it.
+  Statement preset(db_,
+                   "SELECT CASE WHEN json_valid(?1) AND json_type(?1, '$.model') = 'text' "
+                   "THEN json_extract(?1, '$.model') END");
   Statement axis(db_,
                  "INSERT OR REPLACE INTO run_axes (run_id, axis, value, position) "
                  "VALUES (?1, ?2, ?3, ?4)");
@@ -100,6 +127,15 @@ void ResultsStore::register_plan(int64_t sweep_id, const std::vector<PlannedRun>
     insert.bind(1, r.run_id).bind(2, sweep_id).bind(3, r.arm).bind(4, r.arm_index);
     insert.bind(5, static_cast<int64_t>(i)).bind(6, r.config_json).bind(7, r.run_dir);
     insert.bind(8, r.max_tokens).bind(9, now).bind(10, r.interventions);
+    std::optional<std::string> model;
+    if (!r.model.empty()) {
+      model = r.model;
+    } else {
+      preset.bind(1, r.config_json);
+      if (preset.step()) model = preset.get_opt_text(0);
+      preset.reset();
+    }
+    insert.bind(11, model);
     insert.run();
     for (size_t a = 0; a < r.axes.size(); ++a) {
       axis.bind(1, r.run_id).bind(2, r.axes[a].first).bind(3, r.axes[a].second);

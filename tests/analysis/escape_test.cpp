@@ -123,32 +123,35 @@ TEST_CASE("a hostile arm name stays one cell of one row in every table format") 
 
   CHECK(render_table(arms, TableFormat::kMarkdown, caption) ==
         "Sweep \\<b\\>\\&_%. Extra tokens: each run against the median of the baseline runs (seeds "
-        "do not match one to one), bootstrap 95 % interval.\n\n"
-        "| arm | fprop | dgrad | wgrad | interventions | extra tokens [95% CI] | final val loss | "
-        "seeds | reached | diverged | not reached | paper |\n"
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
-        "| a\\|b\\\\x0a\\\\input{/etc/passwd} | mxfp4 | mxfp4 | mxfp4 | - | +12.5 % | - | 1 | 0 | "
-        "1 (=cmd\\|' /C calc'!A0) | 0 | +26-27 % |\n");
+        "do not match one to one), median over runs; interval: the range of those costs, which "
+        "leaves out the baseline's own spread (not an interval for the median); no paired test. A "
+        "figure marked ≥ rests on a run that never reached the target: it is only a lower bound "
+        "(an interval's upper end so marked is open above).\n\n"
+        "| arm | fprop | dgrad | wgrad | interventions | extra tokens | interval | p (sign-flip) | n "
+        "| final val loss | seeds | reached | diverged | not reached | paper |\n"
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| a\\|b\\\\x0a\\\\input{/etc/passwd} | mxfp4 | mxfp4 | mxfp4 | - | +12.5 % | - | n/a | 0 | - "
+        "| 1 | 0 | 1 (=cmd\\|' /C calc'!A0) | 0 | +26-27 % |\n");
 
   const std::string tex = render_table(arms, TableFormat::kLatex, caption);
   CHECK(tex.find("\\caption{Sweep \\textless{}b\\textgreater{}\\&\\_\\%. Extra tokens") !=
         std::string::npos);
   CHECK(tex.find("\na\\textbar{}b\\textbackslash{}x0a\\textbackslash{}input\\{/etc/passwd\\} & "
-                 "mxfp4 & mxfp4 & mxfp4 & - & +12.5 \\% & - & 1 & 0 & 1 (=cmd\\textbar{}' /C "
+                 "mxfp4 & mxfp4 & mxfp4 & - & +12.5 \\% & - & n/a & 0 & - & 1 & 0 & 1 (=cmd\\textbar{}' /C "
                  "calc'!A0) & 0 & +26-27 \\% \\\\\n") != std::string::npos);
   CHECK(tex.find("\\input{") == std::string::npos);
 
   const std::string csv = render_table(arms, TableFormat::kCsv, "");
   CHECK(csv.substr(csv.find('\n') + 1) ==
-        "a|b\\x0a\\input{/etc/passwd},mxfp4,mxfp4,mxfp4,-,false,12.5,,,false,,1,0,1,"
+        "a|b\\x0a\\input{/etc/passwd},mxfp4,mxfp4,mxfp4,-,false,12.5,false,,,,,,,,,,0,,1,0,1,"
         "'=cmd|' /C calc'!A0,0,'+26-27 %,,\n");  // model and params: not set here
 
   CHECK(render_table(arms, TableFormat::kHtml, "") ==
         "<table>\n<tr><th>arm</th><th>fprop</th><th>dgrad</th><th>wgrad</th><th>interventions</th>"
-        "<th>extra tokens [95% CI]</th><th>final val loss</th><th>seeds</th><th>reached</th>"
-        "<th>diverged</th><th>not reached</th><th>paper</th></tr>\n"
+        "<th>extra tokens</th><th>interval</th><th>p (sign-flip)</th><th>n</th><th>final val loss</th>"
+        "<th>seeds</th><th>reached</th><th>diverged</th><th>not reached</th><th>paper</th></tr>\n"
         "<tr><td>a|b\\x0a\\input{/etc/passwd}</td><td>mxfp4</td><td>mxfp4</td><td>mxfp4</td>"
-        "<td>-</td><td>+12.5 %</td><td>-</td><td>1</td><td>0</td>"
+        "<td>-</td><td>+12.5 %</td><td>-</td><td>n/a</td><td>0</td><td>-</td><td>1</td><td>0</td>"
         "<td>1 (=cmd|&#39; /C calc&#39;!A0)</td><td>0</td><td>+26-27 %</td></tr>\n</table>\n");
 }
 

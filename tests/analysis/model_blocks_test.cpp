@@ -208,8 +208,9 @@ TEST_CASE("the figure of extra tokens against parameters takes each block's medi
     const analysis::ArmSummary& row = blocks[i].table[1];
     CHECK(p.params == static_cast<double>(*blocks[i].block.params));
     CHECK(p.median_pct == *row.cost.median_pct);
-    CHECK(p.low_pct == *row.cost.ci_low_pct);
-    CHECK(p.high_pct == *row.cost.ci_high_pct);
+    REQUIRE(row.cost.interval.has_value());
+    CHECK(p.low_pct == row.cost.interval->low);
+    CHECK(p.high_pct == row.cost.interval->high);
     CHECK(p.low_pct <= p.median_pct);
     CHECK(p.median_pct <= p.high_pct);
     CHECK_FALSE(p.lower_bound);

@@ -295,17 +295,18 @@ TEST_CASE("the figure of extra tokens against parameters: a data file per arm, i
   TempDir dir("mxablate_report_scale");
   const std::string script =
       detail::write_figure(sample_report(), detail::Figure::kExtraTokensVsParams, dir.path);
-  // One series per arm, each its own data file: params, median, interval's ends.
+  // One series per arm, each its own data file: params, median, interval's ends, marker (7
+  // filled; 6, hollow, for a point of one seed: seeds not set here).
   CHECK(read((dir.path / "extra_tokens_vs_params_1.dat").string()) ==
-        "params\tFDW\tlow\thigh\n22000000\t12.5\t10\t15\n124000000\t8\t6.5\t9.5\n");
+        "params\tFDW\tlow\thigh\tpoint\n22000000\t12.5\t10\t15\t7\n124000000\t8\t6.5\t9.5\t7\n");
   CHECK(read((dir.path / "extra_tokens_vs_params_2.dat").string()) ==
-        "params\tFDW\\0053SR\tlow\thigh\n22000000\t30\t20\t41\n");
+        "params\tFDW\\0053SR\tlow\thigh\tpoint\n22000000\t30\t20\t41\t7\n");
   CHECK_FALSE(std::filesystem::exists(dir.path / "extra_tokens_vs_params_3.dat"));
   CHECK(script.find("set logscale x 10\n") != std::string::npos);
   CHECK(script.find("set xlabel 'parameters'") != std::string::npos);
-  CHECK(script.find("'extra_tokens_vs_params_1.dat' using 1:2:3:4 with yerrorlines") !=
+  CHECK(script.find("'extra_tokens_vs_params_1.dat' using 1:2:3:4 with yerrorbars") !=
         std::string::npos);
-  CHECK(script.find("'extra_tokens_vs_params_2.dat' using 1:2:3:4 with yerrorlines") !=
+  CHECK(script.find("'extra_tokens_vs_params_2.dat' using 1:2:3:4 with yerrorbars") !=
         std::string::npos);
   CHECK(script.find("FDW") == std::string::npos);  // names live in the data files only
 

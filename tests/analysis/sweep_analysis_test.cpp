@@ -112,16 +112,21 @@ TEST_CASE("table from a hand-made database") {
   CHECK(rows[2].first_divergence_reason == "nonfinite_loss");
   CHECK(*rows[2].final_val_loss == Approx(8.0));  // median of 10.0 (last before NaN) and 6.0
 
-  // Golden Markdown, derived by hand. With two pairs per arm, each extreme of the resampled
-  // medians has probability 1/4 > 2.5 %, so the 95 % interval spans the two pairs' costs: FDW
-  // [9000/8200 - 1, 8600/7800 - 1] = [+9.8, +10.3], FDW+SR [9800/8200 - 1, 10000/7800 - 1].
+  // Golden Markdown, derived by hand. Two pairs per arm: the interval is their range, named so
+  // (FDW [9000/8200 - 1, 8600/7800 - 1] = [+9.8, +10.3]; FDW+SR [9800/8200 - 1, >= 10000/7800 - 1]
+  // with its censored upper end marked), and the sign-flip p of two positive costs is 2/4 (an
+  // upper bound where a cost is censored).
   const std::string md = analysis::render_table(rows, analysis::TableFormat::kMarkdown, "golden");
   const std::string expected_rows =
-      "| fp8 | fp8 | fp8 | fp8 | - | baseline | 5.1000 | 2 | 2 | 0 | 0 | baseline (FP8) |\n"
-      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +10.0 % [+9.8, +10.3] | 5.5000 | 2 | 2 | 0 | 0 | +26-27 % |\n"
-      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +23.9 % [+19.5, +28.2] | 8.0000 | 2 | 1 | "
-      "1 (nonfinite_loss) | 0 | did not converge |\n";
+      "| fp8 | fp8 | fp8 | fp8 | - | baseline | - | - | - | 5.1000 | 2 | 2 | 0 | 0 | baseline (FP8) |\n"
+      "| FDW | mxfp4 | mxfp4 | mxfp4 | - | +10.0 % | [+9.8, +10.3] (range, 2 seeds) | 0.500 | 2 | "
+      "5.5000 | 2 | 2 | 0 | 0 | +26-27 % |\n"
+      "| FDW+SR | mxfp4 | mxfp4 | mxfp4 | SR(grad) | ≥ +23.9 % | [+19.5, ≥ +28.2] (range, 2 seeds) | "
+      "≤ 0.500 | 2 | 8.0000 | 2 | 1 | 1 (nonfinite_loss) | 0 | did not converge |\n";
   CHECK(md.substr(md.size() - expected_rows.size()) == expected_rows);
+  // The censored run is named with its bound and why it has no projected figure.
+  CHECK(md.find("Runs short of the target: FDW+SR train.seed=1: at least +28.2 %, no projection: "
+                "no projection was recorded.") != std::string::npos);
 
   const std::string csv = analysis::render_table(rows, analysis::TableFormat::kCsv, "");
   CHECK(csv.find("\nFDW,mxfp4,mxfp4,mxfp4,-,false,10.006") != std::string::npos);
@@ -373,4 +378,32 @@ TEST_CASE("the target's caption says whether the baseline's curve had flattened 
         "target val loss 4.0000 (perplexity 54.60): median of arm fp8 at 80 % of its 1e+04-token "
         "budget; the baseline's median loss fell a further 5.0 % by the end of its budget (still "
         "falling at the target)");
+}
+
+TEST_CASE("a run without a result yet is left out of the cost, never counted as a lower bound") {
+  // A sweep cut by a deadline: FDW+SR's seed 1 was interrupted short of the target (its status
+  // is no result) and a pending run has no curve at all. Counting them "at least what they
+  // trained" gave "≥ -100 %" for an arm whose runs had not started.
+  test::TempDir dir("mxablate_sweep_analysis");
+  const std::string path = dir / "golden.db";
+  build_database(path);
+  {
+    results::ResultsStore store(path);
+    store.set_status("FDW+SR-1", "interrupted");
+    store.set_status("FDW-2", "pending");
+  }
+  results::Database db(path, results::Database::Mode::kReadOnly);
+  const analysis::SweepData sweep = analysis::load_sweep(db, "golden");
+  const analysis::ResolvedTarget target = analysis::resolve_target(sweep);
+  const auto rows = analysis::summarize(sweep, analysis::baseline_group(sweep, ""), target);
+  REQUIRE(rows.size() == 3);
+  // FDW-2's curve reaches the target, so it is a result whatever its status says.
+  CHECK(rows[1].cost.per_seed.size() == 2);
+  // FDW+SR: only seed 2, exact: 9800/8200 - 1.
+  REQUIRE(rows[2].cost.per_seed.size() == 1);
+  CHECK(*rows[2].cost.median_pct == Approx(100.0 * (9800.0 / 8200 - 1)));
+  CHECK_FALSE(rows[2].cost.lower_bound);
+  CHECK(rows[2].seeds == 2);
+  // Its final loss is seed 2's (6.0 at 10000 tokens): the interrupted run's last loss is not final.
+  CHECK(*rows[2].final_val_loss == Approx(6.0));
 }

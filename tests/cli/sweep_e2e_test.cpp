@@ -1,5 +1,6 @@
 // End to end on the CPU: a three-arm sweep with the real trainer on the default corpus, through
 // the orchestrator into SQLite, then `mxablate table` and `mxablate report` read it back.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -82,11 +83,18 @@ grid:
   CHECK(rows[2][0] == "FDW");
   CHECK(rows[3][0] == "FDW+H16");
   CHECK(rows[3][4] == "H16 deterministic (wgrad)");
+  const auto column = [&](const std::string& name) {
+    const auto at = std::find(rows[0].begin(), rows[0].end(), name);
+    REQUIRE(at != rows[0].end());
+    return static_cast<size_t>(at - rows[0].begin());
+  };
   for (size_t i = 1; i < rows.size(); ++i) {
-    const double final_loss = std::stod(rows[i][10]);
+    const double final_loss = std::stod(rows[i][column("final_val_loss")]);
     CHECK(final_loss < 8.0);  // started near ln(4096) = 8.3 and fell
     CHECK(final_loss > 3.0);
-    CHECK(rows[i][11] == "1");  // seeds
+    CHECK(rows[i][column("seeds")] == "1");
+    // One seed: no interval of any kind.
+    CHECK(rows[i][column("interval_kind")].empty());
   }
 
   const auto md = run_command(kBin + "/mxablate table --db " + db);

@@ -98,6 +98,8 @@ const std::map<std::string, std::string> kPinned = {
     {"overrides", "set arm"},
     {"target.val_loss", "-"},
     {"target.stop_at_target", "-"},
+    {"target.stop_hopeless", "set"},
+    {"target.hopeless_confidence", "set"},
     {"divergence.loss_spike_factor", "arm"},
     {"divergence.grad_norm_factor", "arm"},
     {"divergence.val_regression", "arm"},
@@ -178,8 +180,8 @@ TEST_CASE("the identity JSON leaves out exactly the keys written when set, while
                                              "parallel.data", "parallel.shard", "precision_schedule",
                                              "quant.dge", "quant.fp8_amax_history", "quant.fp8_margin",
                                              "quant.fp8_scaling", "quant.occ", "quant.sr_prescale",
-                                             "quant.weight_blocks",
-                                             "train.activation_checkpointing", "train.cuda_graphs",
+                                             "quant.weight_blocks", "target.hopeless_confidence",
+                                             "target.stop_hopeless", "train.activation_checkpointing", "train.cuda_graphs",
                                              "train.fused_producers"});
   CHECK_FALSE(compact.contains("parallel"));  // a section left empty goes too
 }

@@ -356,3 +356,22 @@ TEST_CASE("parallel.data: written only off its default (run ids stay), and must 
   j["parallel"] = {{"data", 2}, {"tensor", 2}};
   CHECK(error_of(j).rfind("parallel.tensor", 0) == 0);
 }
+
+TEST_CASE("target.stop_hopeless and hopeless_confidence: written only when set (run ids stay), the confidence in (0.5, 1)") {
+  RunConfig c;
+  CHECK_FALSE(to_json(c)["target"].contains("stop_hopeless"));
+  CHECK_FALSE(to_json(c)["target"].contains("hopeless_confidence"));
+  c.target.stop_hopeless = true;
+  c.target.hopeless_confidence = 0.99;
+  const json j = to_json(c);
+  CHECK(j["target"]["stop_hopeless"] == true);
+  CHECK(j["target"]["hopeless_confidence"] == 0.99);
+  const RunConfig back = run_config_from_json(j);
+  CHECK(back.target.stop_hopeless);
+  CHECK(back.target.hopeless_confidence == 0.99);
+  json bad = valid();
+  bad["target"]["hopeless_confidence"] = 1.0;
+  CHECK(error_of(bad) == "target.hopeless_confidence: must be in (0.5, 1), got 1.0");
+  bad["target"]["hopeless_confidence"] = "high";
+  CHECK(error_of(bad).find("target.hopeless_confidence: expected a number") == 0);
+}

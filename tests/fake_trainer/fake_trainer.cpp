@@ -27,7 +27,11 @@
 // Like the real trainer it honours MXABLATE_STANDBY_FD (contract/standby.h): after its "setup"
 // (the startup sleep) it waits for the orchestrator's go, or exits 4 writing nothing when the
 // descriptor is closed; and its run_end reports setup_s, standby_s, train_s, eval_s and
-// checkpoint_s the way the real trainer's does.
+// checkpoint_s the way the real trainer's does. Like the real trainer it reads RUN_DIR/target.json
+// at each evaluation when its config fixes no target (contract/target_file.h, docs/design.md §5
+// "Live targets"): it takes a valid file's target (a live_target event), reports a damaged one
+// once and trains on, and with target.stop_at_target stops at its first evaluation at or below
+// the target — at once when an earlier evaluation already was.
 #include <algorithm>
 #include <signal.h>
 #include <sys/resource.h>
@@ -51,6 +55,7 @@
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/contract/standby.h"
+#include "mxablate/contract/target_file.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
@@ -245,10 +250,13 @@ int main(int argc, char** argv) {
               {"resumed", ckpt.has_value()}},
              true);
 
-  bool reached = false;
-  if (config.target.val_loss)
-    for (int64_t s = eval_every; s <= step; s += eval_every)
-      if (val_loss(config, s) <= *config.target.val_loss) reached = true;
+  // The target as the real trainer holds it (trainer/live_target.h): the config's, or the last
+  // valid target.json; the best evaluation so far decides whether it was reached.
+  std::optional<double> target = config.target.val_loss;
+  std::string last_problem;
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t s = eval_every; s <= step; s += eval_every) best = std::min(best, val_loss(config, s));
+  bool reached = target && best <= *target;
 
   const auto tokens_per_s = [&](int64_t steps_done) {
     const double secs =
@@ -367,11 +375,25 @@ int main(int argc, char** argv) {
       if (eval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(eval_ms));
       eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
       const double v = val_loss(config, step);
+      best = std::min(best, v);
       log.append(event_kind::kEval, {{"step", step}, {"tokens", tokens}, {"val_loss", v}}, true);
-      if (config.target.val_loss && !reached && v <= *config.target.val_loss) {
+      if (!config.target.val_loss) {
+        const TargetFileRead r = read_target_file(dir);
+        if (r.target && target != r.target->val_loss) {
+          target = r.target->val_loss;
+          log.append(event_kind::kLiveTarget,
+                     {{"step", step}, {"tokens", tokens}, {"val_loss", *target}}, true);
+        } else if (!r.target && !r.problem.empty() && r.problem != last_problem) {
+          last_problem = r.problem;
+          log.append(event_kind::kLiveTarget,
+                     {{"step", step}, {"tokens", tokens}, {"ignored", r.problem.substr(0, 300)}},
+                     true);
+        }
+      }
+      if (target && !reached && best <= *target) {
         reached = true;
-        log.append(event_kind::kTargetReached, {{"step", step}, {"tokens", tokens}, {"val_loss", v}},
-                   true);
+        log.append(event_kind::kTargetReached,
+                   {{"step", step}, {"tokens", tokens}, {"val_loss", best}}, true);
         if (config.target.stop_at_target) {
           run_end(run_status::kConverged, step, "");
           return 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -293,6 +294,59 @@ TEST_CASE("bad options are exit 2 with one line") {
                      "data.dataset=/nonexistent/corpus)\n");
 }
 
+TEST_CASE("plan prints the measurable ceiling and warns at the target's line when it is low") {
+  const auto plan = [](const std::string& target, const std::string& grid = "") {
+    CliFixture f(fake_recipe("ceiling", 20, 4, 5) + grid + target);
+    return std::make_pair(f.recipe.string(), f.mx({"plan", f.recipe.string()}));
+  };
+  // The default design: a target at 80 % of a budget every arm shares sees at most +25 %.
+  auto [file, r] = plan("target: {from_arm: A, at_fraction: 0.8}\n");
+  REQUIRE(r.code() == 0);
+  CHECK(lines_of(r.out)[1] == "target: arm A's median validation loss at 0.8 of its budget");
+  CHECK(lines_of(r.out)[2] ==
+        "measurable ceiling: +25 % (arm B's budget 20.5k ÷ the 16.4k tokens arm A needs to reach "
+        "the target at 0.8 of its budget, − 1): an arm needing more shows only as a lower bound");
+  // The recipe's `target` key is on line 14, column 1 (fake_recipe's 13 lines before it).
+  CHECK(r.err == "mxablate: warning: " + file + ":14:1: target: the measurable ceiling is +25 %, "
+                 "below +50 % (set target.min_ceiling to accept less): place the target earlier in "
+                 "the schedule (at_fraction) or give the arms a longer budget\n");
+  // Early in the schedule, stopping there: room for more than three times the baseline's tokens.
+  std::tie(file, r) = plan("target: {from_arm: A, at_fraction: 0.3, stop_at_target: true}\n");
+  REQUIRE(r.code() == 0);
+  CHECK(lines_of(r.out)[1] ==
+        "target: arm A's median validation loss at 0.3 of its budget (runs stop there)");
+  CHECK(contains(lines_of(r.out)[2], "measurable ceiling: +233 % "));
+  CHECK(r.err.empty());
+  // The recipe's own floor.
+  std::tie(file, r) = plan("target: {from_arm: A, at_fraction: 0.3, min_ceiling: 3}\n");
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.err, file + ":14:1: target: the measurable ceiling is +233 %, below +300 % "
+                               "(target.min_ceiling)"));
+  // A fixed loss: the baseline's tokens to it are not known before the runs.
+  std::tie(file, r) = plan("target: {val_loss: 3.3, stop_at_target: true}\n");
+  REQUIRE(r.code() == 0);
+  CHECK(lines_of(r.out)[2].rfind("measurable ceiling: not known before the runs", 0) == 0);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("over several models plan prints each model's ceiling, from its own budgets") {
+  // fake_recipe's grid is `seed`: a linked model axis added under it gives smoke 20 steps and
+  // llama-5m 80; each block's ceiling comes from its own baseline budget.
+  std::string text = fake_recipe("ceilings", 20, 4, 5);
+  text += "  scale:\n"
+          "    - {model: smoke, train.max_tokens: 20480}\n"
+          "    - {model: llama-5m, train.max_tokens: 81920}\n"
+          "target: {from_arm: A, at_fraction: 0.25}\n";
+  CliFixture f(text);
+  const ProcessResult r = f.mx({"plan", f.recipe.string()});
+  REQUIRE(r.code() == 0);
+  CHECK(contains(r.out, "measurable ceiling at smoke: +300 % (arm B's budget 20.5k ÷ the 5.12k "
+                        "tokens arm A needs"));
+  CHECK(contains(r.out, "measurable ceiling at llama-5m: +300 % (arm B's budget 81.9k ÷ the 20.5k "
+                        "tokens arm A needs"));
+  CHECK(r.err.empty());
+}
+
 TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivalent val_loss") {
   // e^6 = 403.428793…: the fake trainer's losses pass 6.0 between steps 12 and 16.
   CliFixture f(fake_recipe("ppl", 20, 4, 5) + "target: {perplexity: 403.4287934927351}\n");
@@ -327,13 +381,16 @@ TEST_CASE("a perplexity target reaches the same tokens_to_target as the equivale
   }
   ProcessResult t = f.mx({"table", "--sweep", "ppl", "--metric", "perplexity"});
   REQUIRE(t.code() == 0);
-  CHECK(lines_of(t.out)[0].rfind("Sweep ppl: target perplexity 403.43 (val loss 6.0000). ", 0) ==
-        0);
+  // The caption states the measurable ceiling as the runs measured it (docs/design.md §5).
+  CHECK(lines_of(t.out)[0].rfind("Sweep ppl: target perplexity 403.43 (val loss 6.0000); "
+                                 "measurable ceiling +",
+                                 0) == 0);
   CHECK(contains(t.out, "| final / best val ppl |"));
   t = f.mx({"table", "--sweep", "loss"});
   REQUIRE(t.code() == 0);
-  CHECK(lines_of(t.out)[0].rfind("Sweep loss: target val loss 6.0000 (perplexity 403.43). ", 0) ==
-        0);
+  CHECK(lines_of(t.out)[0].rfind("Sweep loss: target val loss 6.0000 (perplexity 403.43); "
+                                 "measurable ceiling +",
+                                 0) == 0);
   t = f.mx({"table", "--sweep", "loss", "--metric", "bits"});
   CHECK(t.code() == 2);
   CHECK(t.err == "mxablate: --metric: 'bits' is not one of: loss, perplexity\n");

@@ -272,7 +272,7 @@ TEST_CASE("the paper recipes' evaluation fits the default corpus's validation sp
   } catch (const RecipeError& e) {
     error = e.what();
   }
-  CHECK(error.rfind("old.yaml:13:37: eval.tokens: 1e+06 tokens (1954 sequences of 512) are more "
+  CHECK(error.rfind("old.yaml:18:37: eval.tokens: 1e+06 tokens (1954 sequences of 512) are more "
                     "than the validation split", 0) == 0);
   ::unsetenv("MXABLATE_DEFAULT_DATASET");
 }

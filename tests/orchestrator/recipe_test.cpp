@@ -36,20 +36,21 @@ TEST_CASE("the paper recipe loads with its arms in order, extends, grid and targ
   const std::vector<std::string> names{"fp8", "F", "FD", "FDW", "FDW+SR", "FDW+RHT16", "FDW+H16"};
   for (size_t i = 0; i < names.size(); ++i) CHECK(r.arms[i].name == names[i]);
   CHECK(r.arms[4].extends == "FDW");
-  CHECK(r.arms[4].extends_at == Location{21, 24});
+  CHECK(r.arms[4].extends_at == Location{26, 24});
   CHECK_FALSE(r.arms[0].extends);
   REQUIRE(r.grid.size() == 1);
   CHECK(r.grid[0].name == "seed");
   CHECK(r.grid[0].path == "train.seed");
   CHECK(r.grid[0].values.size() == 3);
   CHECK(r.target.from_arm == "fp8");
-  CHECK(r.target.at_fraction == Approx(0.8));
+  CHECK(r.target.at_fraction == Approx(0.3));
+  CHECK(r.target.stop_at_target);  // the paper's design: every run stops at the live target
   CHECK_FALSE(r.target.val_loss);
   CHECK(r.base.value["train"]["max_tokens"].is_number_float());
   CHECK(r.base.value["train"]["max_tokens"].get<double>() == 100e6);
   CHECK(r.base.value["train"]["global_batch_tokens"].is_number_integer());
-  CHECK(r.base.where("train.lr") == Location{12, 62});
-  CHECK(r.base.where_key("train") == Location{12, 3});
+  CHECK(r.base.where("train.lr") == Location{17, 62});
+  CHECK(r.base.where_key("train") == Location{17, 3});
 }
 
 TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings") {
@@ -72,14 +73,15 @@ TEST_CASE("the paper recipe expands to 21 resolved runs with the arms' settings"
   CHECK(h16.config.run_id == h16.run_id);
   CHECK(h16.config_json["run_id"] == h16.run_id);
   CHECK_FALSE(h16.config.target.val_loss);  // derived from an arm: unknown when runs start
+  CHECK(h16.config.target.stop_at_target);    // stops once the live target reaches it
   const RunSpec& fp8 = plan.runs[0];
   CHECK(name_of(fp8.config.precision.fprop) == "fp8");
   CHECK(name_of(fp8.config.quant.hadamard.mode) == "none");
   CHECK(plan.target["from_arm"] == "fp8");
   // Where values came from, for errors raised later (a missing data directory at launch).
-  CHECK(h16.where("quant.hadamard.mode") == Location{23, 54});
-  CHECK(h16.where("train.seed") == Location{25, 13});  // the seed's value in the grid list
-  CHECK(h16.where("data.dataset") == Location{11, 19});
+  CHECK(h16.where("quant.hadamard.mode") == Location{28, 54});
+  CHECK(h16.where("train.seed") == Location{30, 13});  // the seed's value in the grid list
+  CHECK(h16.where("data.dataset") == Location{16, 19});
 }
 
 TEST_CASE("YAML scalars get their YAML 1.2 types, quoted ones stay strings") {
@@ -173,6 +175,36 @@ arms: {a: {}}
   CHECK(plan.runs[0].config.target.val_loss == Approx(3.3));
   CHECK(plan.runs[0].config.target.stop_at_target);
   CHECK(plan.target_val_loss == Approx(3.3));
+}
+
+TEST_CASE("a target derived from an arm may stop the runs: the live target, never in the run id") {
+  const std::string head = R"(name: live
+base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024, max_tokens: 1e5}}
+arms: {fp8: {precision: {fprop: fp8}}, F: {precision: {fprop: mxfp4}}}
+)";
+  const Recipe r = parse_recipe(
+      head + "target: {from_arm: fp8, at_fraction: 0.3, stop_at_target: true, min_ceiling: 1.5}\n",
+      "l.yaml");
+  CHECK(r.target.from_arm == "fp8");
+  CHECK(r.target.stop_at_target);
+  CHECK(r.target.min_ceiling == 1.5);
+  CHECK(r.target.as_json() == nlohmann::json{{"from_arm", "fp8"},
+                                             {"at_fraction", 0.3},
+                                             {"stop_at_target", true},
+                                             {"min_ceiling", 1.5}});
+  const Plan plan = expand_recipe(r);
+  // The value is fixed mid-sweep and reaches the runs through target.json, never their config.
+  CHECK_FALSE(plan.runs[1].config.target.val_loss);
+  CHECK(plan.runs[1].config.target.stop_at_target);
+  // Without stop_at_target the configs, and so the run ids, are what they always were: the
+  // fraction and the floor are the sweep's, not a run's.
+  const Plan before = expand_recipe(parse_recipe(head + "target: {from_arm: fp8, at_fraction: 0.8}\n", "b.yaml"));
+  const Plan later = expand_recipe(
+      parse_recipe(head + "target: {from_arm: fp8, at_fraction: 0.3, min_ceiling: 2}\n", "c.yaml"));
+  CHECK(later.runs[1].run_id == before.runs[1].run_id);
+  CHECK(plan.runs[1].run_id != before.runs[1].run_id);  // stopping changes what a run computes
+  CHECK_FALSE(parse_recipe(head + "target: {from_arm: fp8}\n", "d.yaml").target.as_json().contains(
+      "min_ceiling"));
 }
 
 TEST_CASE("a perplexity target is its loss: stored, and given to every run, as ln(perplexity)") {

@@ -140,3 +140,10 @@ TEST_CASE("an attempt whose process was lost is retried, and an unknown run_end 
   CHECK(out.status == "failed");
   CHECK(out.reason == "unknown run_end status \"exploded\" (exit code 0)");
 }
+
+TEST_CASE("a run stopped as projected not to reach its target is a result: never retried, never a failure") {
+  const Outcome o = decide_outcome(ended(0, std::nullopt, "projected_not_reached"));
+  CHECK_FALSE(o.retry);
+  CHECK(o.status == "projected_not_reached");
+  CHECK(o.reason.empty());
+}

@@ -54,6 +54,31 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     written.push_back("checkpoint_rejected");
     ev.target_reached({3, 30}, 3.0, 3.1);
     written.push_back("target_reached");
+    // Both shapes: a target taken from target.json, and a file that was ignored.
+    ev.live_target({3, 30}, 3.25, "median of arm fp8 at 30 % of its budget", "");
+    ev.live_target({3, 30}, std::nullopt, "", "RUN/target.json: val_loss is missing");
+    written.push_back("live_target");
+    written.push_back("live_target");
+    // Both shapes of a projection: one (its far end beyond the horizon, null), and none with why.
+    trainer::ProjectionResult projected;
+    projected.projection = trainer::Projection{};
+    projected.projection->confidence = 0.95;
+    projected.projection->points = 7;
+    projected.projection->loss_at_budget = 3.4;
+    projected.projection->loss_at_budget_lo = 3.35;
+    projected.projection->loss_at_budget_hi = 3.45;
+    projected.projection->tokens_to_target_lo = 4e6;
+    projected.projection->not_reaching = true;
+    ev.projection({3, 30}, 3.3, projected, 1);
+    trainer::ProjectionResult none;
+    none.no_projection_reason = "before 30 % of the budget (at 10 %)";
+    ev.projection({3, 30}, 3.3, none, 0);
+    written.push_back("projection");
+    written.push_back("projection");
+    trainer::RunEvents::End hopeless;
+    hopeless.status = "projected_not_reached";
+    ev.run_end({3, 30}, hopeless);
+    written.push_back("run_end");
     trainer::RunEvents::End plain;
     plain.status = "converged";
     plain.wall_s = 1.5;

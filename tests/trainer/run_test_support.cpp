@@ -150,6 +150,7 @@ Trajectory trajectory_of(const std::string& run_dir) {
   for (const auto& e : events_of_kind(events, "train")) {
     t.loss.push_back(e["loss"].get<double>());
     t.grad_norm.push_back(e["grad_norm"].get<double>());
+    t.tokens.push_back(e["tokens"].get<int64_t>());
   }
   t.evals = eval_curve(events);
   return t;

@@ -55,9 +55,11 @@ std::vector<nlohmann::json> events_of_kind(const std::vector<nlohmann::json>& ev
 // The (tokens, val_loss) of every eval event, in order.
 std::vector<std::pair<int64_t, double>> eval_curve(const std::vector<nlohmann::json>& events);
 
-// A run's curve as its events say it: the train events' losses and gradient norms, the evals.
+// A run's curve as its events say it: the train events' losses, gradient norms and tokens (after
+// the step), the evals.
 struct Trajectory {
   std::vector<double> loss, grad_norm;
+  std::vector<int64_t> tokens;
   std::vector<std::pair<int64_t, double>> evals;
 };
 Trajectory trajectory_of(const std::string& run_dir);

@@ -55,6 +55,8 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
   json target = json::object();
   target["val_loss"] = c.target.val_loss ? json(*c.target.val_loss) : json(nullptr);
   target["stop_at_target"] = c.target.stop_at_target;
+  target["stop_hopeless"] = c.target.stop_hopeless;
+  target["hopeless_confidence"] = c.target.hopeless_confidence;
   json quant = json::object();
   write_layer_quant(block_settings(c), keys, quant);
   quant["gemm_path"] = name_json(to_string(keys == JsonKeys::kCompact ? identity_gemm_path(c) : c.quant.gemm_path));

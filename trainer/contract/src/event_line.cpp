@@ -41,7 +41,7 @@ struct KindRule {
 };
 
 namespace k = event_kind;
-const std::array<KindRule, 11> kKinds{{
+const std::array<KindRule, 13> kKinds{{
     {k::kRunStart, false, true,
      {{"attempt", Type::kCount, false}, {"params", Type::kCount, false},
       {"device", Type::kText, false}, {"resumed", Type::kBool, false},
@@ -65,6 +65,19 @@ const std::array<KindRule, 11> kKinds{{
       {"moved_to", Type::kString, false}}},
     {k::kResume, false, true, {{"discard_after_seq", Type::kCount, true}}},
     {k::kTargetReached, true, false, {{"val_loss", Type::kMeasure, true}}},
+    {k::kLiveTarget, false, false,
+     {{"val_loss", Type::kMeasure, false}, {"basis", Type::kString, false},
+      {"ignored", Type::kText, false}}},
+    // tokens_to_target*: null where the projection does not reach the target within its horizon;
+    // absent with no_projection (the one-line reason there is none).
+    {k::kProjection, true, false,
+     {{"target", Type::kMeasure, false}, {"confidence", Type::kFraction, false},
+      {"points", Type::kCount, false}, {"loss_at_budget", Type::kMeasure, false},
+      {"loss_at_budget_lo", Type::kMeasure, false}, {"loss_at_budget_hi", Type::kMeasure, false},
+      {"tokens_to_target", Type::kNonNegative, false},
+      {"tokens_to_target_lo", Type::kNonNegative, false},
+      {"tokens_to_target_hi", Type::kNonNegative, false}, {"not_reaching", Type::kBool, false},
+      {"streak", Type::kCount, false}, {"no_projection", Type::kText, false}}},
     {k::kPrecisionSwitch, false, false,
      {{"phase", Type::kCount, true}, {"fprop", Type::kText, true}, {"dgrad", Type::kText, true},
       {"wgrad", Type::kText, true}}},
@@ -89,7 +102,8 @@ const char* describe(Type t) {
     case Type::kLayer: return "a layer index or name";
     case Type::kBool: return "true or false";
     case Type::kObject: return "an object";
-    case Type::kRunStatus: return "converged, budget_exhausted, diverged, failed or interrupted";
+    case Type::kRunStatus:
+      return "converged, budget_exhausted, projected_not_reached, diverged, failed or interrupted";
     case Type::kSeverity: return "warning or fatal";
     case Type::kSeconds: return "a number of seconds in [0, 1e8]";
   }
@@ -146,7 +160,8 @@ bool has_type(const json& v, Type t) {
       if (!v.is_string()) return false;
       const auto& s = v.get_ref<const std::string&>();
       for (const char* ok : {run_status::kConverged, run_status::kBudgetExhausted,
-                             run_status::kDiverged, run_status::kFailed, run_status::kInterrupted})
+                             run_status::kProjectedNotReached, run_status::kDiverged,
+                             run_status::kFailed, run_status::kInterrupted})
         if (s == ok) return true;
       return false;
     }

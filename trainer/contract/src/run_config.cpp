@@ -192,6 +192,8 @@ static RunConfig parse_run_config(const json& j) {
     ObjectReader r(*t, "target");
     r.get("val_loss", c.target.val_loss);
     r.get("stop_at_target", c.target.stop_at_target);
+    r.get("stop_hopeless", c.target.stop_hopeless);
+    r.get("hopeless_confidence", c.target.hopeless_confidence);
     r.finish();
   }
   if (const json* d = root.child("divergence")) {

@@ -35,6 +35,8 @@ void validate_limits(const RunConfig& c) {
   require(t.eps <= 1, "train.eps", "must be at most 1", t.eps);
   if (c.target.val_loss)
     require(*c.target.val_loss > 0, "target.val_loss", "must be > 0 (or null)", *c.target.val_loss);
+  require(c.target.hopeless_confidence > 0.5 && c.target.hopeless_confidence < 1,
+          "target.hopeless_confidence", "must be in (0.5, 1)", c.target.hopeless_confidence);
 }
 
 // FP8 delayed scaling (docs/design.md §3): the window and margin in range, and set only where

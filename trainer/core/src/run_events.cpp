@@ -95,6 +95,37 @@ int64_t RunEvents::target_reached(Progress p, double val_loss, double target) {
   return append(kind::kTargetReached, std::move(f), true);
 }
 
+int64_t RunEvents::live_target(Progress p, std::optional<double> val_loss, const std::string& basis,
+                               const std::string& ignored) {
+  json f = base(p);
+  if (val_loss) f["val_loss"] = number(*val_loss);
+  if (val_loss && !basis.empty()) f["basis"] = basis;
+  if (!ignored.empty()) f["ignored"] = ignored;
+  return append(kind::kLiveTarget, std::move(f), true);
+}
+
+int64_t RunEvents::projection(Progress p, double target, const ProjectionResult& r, int streak) {
+  json f = base(p);
+  f["target"] = number(target);
+  if (!r.projection) {
+    f["no_projection"] = r.no_projection_reason;
+    return append(kind::kProjection, std::move(f), true);
+  }
+  const Projection& pr = *r.projection;
+  const auto tokens = [](const std::optional<double>& t) { return t ? json(*t) : json(nullptr); };
+  f["confidence"] = pr.confidence;
+  f["points"] = pr.points;
+  f["loss_at_budget"] = number(pr.loss_at_budget);
+  f["loss_at_budget_lo"] = number(pr.loss_at_budget_lo);
+  f["loss_at_budget_hi"] = number(pr.loss_at_budget_hi);
+  f["tokens_to_target"] = tokens(pr.tokens_to_target);
+  f["tokens_to_target_lo"] = tokens(pr.tokens_to_target_lo);
+  f["tokens_to_target_hi"] = tokens(pr.tokens_to_target_hi);
+  f["not_reaching"] = pr.not_reaching;
+  f["streak"] = streak;
+  return append(kind::kProjection, std::move(f), true);
+}
+
 int64_t RunEvents::precision_switch(Progress p, size_t phase,
                                     const contract::PrecisionConfig& precision) {
   json f = base(p);

@@ -19,7 +19,8 @@
 //
 // The global gradient norm is the square root of the sum over the ranks of each rank's sum of
 // squares (one all-reduce in float64), so every rank clips and judges divergence alike. The sums
-// differ from the replicated step's only in their order (docs/trainer.md states the tolerance).
+// differ from the replicated step's only in their order (docs/design.md §4, "Comparing runs that
+// sum in another order", says how the tests compare the two).
 #pragma once
 
 #include <torch/csrc/autograd/function.h>

@@ -26,7 +26,9 @@
 #include "mxablate/kernels/torch/quantized_gemm.h"
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/checkpoint.h"
+#include "mxablate/trainer/curve_projection.h"
 #include "mxablate/trainer/divergence.h"
+#include "mxablate/trainer/live_target.h"
 #include "mxablate/trainer/mllog.h"
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/optimizer.h"
@@ -69,6 +71,7 @@ class TrainingRun::Loop {
                                                                      options.profile_trace})
                       : std::nullopt,
                   setup.device),
+        live_target_(setup.config.target, options.run_dir),
         writer_(!options.synchronous_checkpoints) {}
 
   int run() {
@@ -85,6 +88,7 @@ class TrainingRun::Loop {
       }
       events_ = std::make_unique<RunEvents>(events_path_);
       if (options_.resume) resumed_from_checkpoint = restore(history);
+      if (resumed_from_checkpoint) restore_projection();
       if (resumed_from_checkpoint) {
         // The checkpoint's steps ran on the engines its attempt recorded (docs/design.md §3).
         const nlohmann::json before = history.last_run_start && history.last_run_start->contains("gemm_routes")
@@ -154,6 +158,7 @@ class TrainingRun::Loop {
     const std::string status = run_end.value("status", "");
     return status == contract::run_status::kConverged ||
            status == contract::run_status::kBudgetExhausted ||
+           status == contract::run_status::kProjectedNotReached ||
            status == contract::run_status::kDiverged;
   }
 
@@ -339,14 +344,88 @@ class TrainingRun::Loop {
       events_->divergence(progress(), f);
       if (f.fatal) return finish(contract::run_status::kDiverged, exit_code::kDiverged, f.reason);
     }
-    const auto& target = s_.config.target.val_loss;
-    if (target && val_loss <= *target && !state_.target_reached) {
+    // A target fixed after the evaluation that reached it counts from here: the run stops now
+    // (docs/design.md §5, "Live targets"). best_val_loss includes this evaluation.
+    const std::optional<double> target = current_target();
+    const double reached_with = std::min(val_loss, detector_.best_val_loss());
+    if (target && reached_with <= *target && !state_.target_reached) {
       state_.target_reached = true;
-      events_->target_reached(progress(), val_loss, *target);
-      if (s_.config.target.stop_at_target)
+      events_->target_reached(progress(), reached_with, *target);
+      if (live_target_.stop_at_target())
         return finish(contract::run_status::kConverged, exit_code::kSuccess, "");
     }
+    return project_and_judge(target, val_loss);
+  }
+
+  // Projected outcomes (docs/design.md §4, "Projected outcomes and hopeless runs"): while a
+  // target is known and not yet reached, rank 0 fits the curve so far against the run's schedule
+  // and projects it (curve_projection.h), records the projection, and with target.stop_hopeless
+  // ends the run once the rule says it will not reach the target within its budget. The ranks
+  // take rank 0's decision in one collective, as they do for a stop signal, so they end together.
+  std::optional<int> project_and_judge(std::optional<double> target, double val_loss) {
+    curve_.push_back({static_cast<double>(state_.tokens), val_loss});
+    if (!target || state_.target_reached) return std::nullopt;
+    bool stop = false;
+    std::string why;
+    if (root()) {
+      if (!schedule_) {
+        std::vector<double> lr(static_cast<size_t>(s_.plan.total_steps));
+        for (int64_t s = 0; s < s_.plan.total_steps; ++s) lr[static_cast<size_t>(s)] = s_.plan.lr_at(s);
+        schedule_.emplace(std::move(lr), s_.plan.tokens_per_step);
+      }
+      ProjectionSettings settings;
+      settings.confidence = s_.config.target.hopeless_confidence;
+      const ProjectionResult r = project_curve(curve_, *schedule_, s_.plan.warmup_steps * s_.plan.tokens_per_step,
+                                               target, settings);
+      stop = hopeless_.observe(r) && s_.config.target.stop_hopeless;
+      events_->projection(progress(), *target, r, hopeless_.streak());
+      if (stop) {
+        const Projection& p = *r.projection;
+        std::ostringstream line;
+        line << "projected loss at the end of the budget " << p.loss_at_budget << " ["
+             << p.loss_at_budget_lo << ", " << p.loss_at_budget_hi << "] at " << p.confidence
+             << " confidence, above the target " << *target;
+        why = line.str();
+      }
+    }
+    if (dp_) stop = sum_over_ranks({stop ? 1.0 : 0.0})[0] > 0;
+    if (stop) return finish(contract::run_status::kProjectedNotReached, exit_code::kSuccess, why);
     return std::nullopt;
+  }
+
+  // A resumed run's curve and verdict streak, as the surviving timeline of its log has them
+  // (rank 0, which alone projects): the same decisions as an uninterrupted run.
+  void restore_projection() {
+    for (const nlohmann::json& ev : contract::read_effective_events(events_path_)) {
+      if (ev.value("tokens", int64_t{0}) > state_.tokens) continue;
+      const std::string kind = ev["kind"].get<std::string>();
+      if (kind == contract::event_kind::kEval && ev["val_loss"].is_number())
+        curve_.push_back({ev["tokens"].get<double>(), ev["val_loss"].get<double>()});
+      if (kind == contract::event_kind::kProjection) hopeless_.restore(ev.value("streak", 0));
+    }
+  }
+
+  // The target at this evaluation (live_target.h): rank 0 reads RUN_DIR/target.json and records
+  // what changed; with several ranks every rank then takes rank 0's value in one collective, so
+  // all of them stop at the same evaluation (docs/design.md §4, "Data-parallel runs").
+  std::optional<double> current_target() {
+    if (!live_target_.live()) return live_target_.current();
+    if (root()) {
+      const LiveTarget::Change c = live_target_.read();
+      if (c.adopted) events_->live_target(progress(), c.adopted, c.basis, "");
+      if (!c.ignored.empty()) {
+        events_->live_target(progress(), std::nullopt, "", c.ignored);
+        std::cerr << "mxablate-train: warning: " << c.ignored << "; the run keeps "
+                  << (live_target_.current() ? "its earlier target" : "training without a target")
+                  << "\n";
+      }
+    }
+    if (dp_) {
+      const std::optional<double> mine = root() ? live_target_.current() : std::nullopt;
+      const std::vector<double> shared = sum_over_ranks({mine ? 1.0 : 0.0, mine.value_or(0.0)});
+      live_target_.agree(shared[0] > 0 ? std::optional<double>(shared[1]) : std::nullopt);
+    }
+    return live_target_.current();
   }
 
   // The schedule's phase `phase` takes effect from the next forward on (docs/design.md §4).
@@ -562,6 +641,7 @@ class TrainingRun::Loop {
     const bool for_good = !dp_ && !failed_ &&
                           (status == contract::run_status::kConverged ||
                            status == contract::run_status::kBudgetExhausted ||
+                           status == contract::run_status::kProjectedNotReached ||
                            status == contract::run_status::kDiverged);
     const Clock::time_point waited_from = Clock::now();
     if (for_good) {
@@ -638,6 +718,11 @@ class TrainingRun::Loop {
   bool prestarted_ = false;
   double setup_s_ = 0, eval_s_ = 0, checkpoint_s_ = 0;
   HostBuffers host_;          // checkpoint snapshots' host copies, kept between checkpoints
+  std::vector<CurvePoint> curve_;        // the evaluations so far, for the projection
+  std::optional<LrSchedule> schedule_;   // the run's learning rates, built at the first projection
+  HopelessRule hopeless_{ProjectionSettings{}.consecutive};
+  // The target every check reads (current()): the config's, or one fixed mid-sweep.
+  LiveTarget live_target_;
   CheckpointWriter writer_;   // last: its destructor waits for a write in flight
 };
 

@@ -1,6 +1,8 @@
 // The paper-style table: one row per arm with its GEMM precisions, interventions, extra-token
-// cost, final validation loss and divergence counts, in Markdown, LaTeX, CSV or HTML. Every cell
-// that can hold text from the data goes through the format's escaping function (escape.h).
+// cost (median, the interval with its kind — "range, 3 seeds" or "95 % CI (order statistics),
+// 8 seeds" —, the sign-flip test's p and n), final validation loss and divergence counts, in
+// Markdown, LaTeX, CSV or HTML. Every cell that can hold text from the data goes through the
+// format's escaping function (escape.h).
 #pragma once
 
 #include <cstdint>
@@ -40,8 +42,9 @@ enum class TableFormat { kMarkdown, kLatex, kCsv, kHtml };  // kHtml: a <table> 
 // (exp of the median final / best loss; for an odd number of seeds that is the median perplexity).
 enum class TableMetric { kLoss, kPerplexity };
 
-// One sentence on how the extra-token figures were computed (paired by seed or not, pairs left
-// out); the table's and the report's captions end with it.
+// How the extra-token figures were computed: paired by seed or not, what the interval is below and
+// from min_values_for_interval() seeds, the paired test and when it can reach significance, what
+// "≥" means, pairs left out. The table's and the report's captions end with it.
 std::string cost_method_note(const std::vector<ArmSummary>& arms);
 
 // `caption` says what the target was (e.g. "target val loss 4.213 (fp8 at 80 % of budget)").

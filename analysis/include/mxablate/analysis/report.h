@@ -51,14 +51,15 @@ struct OccShare {
 };
 
 // The extra-token cost of one arm at one model (in percent against the baseline arm at that
-// model): median over seeds and its bootstrap 95 % interval (both ends equal the median when
-// there is none, e.g. one seed). `lower_bound`: a run never reached the target.
+// model): median over seeds and the table's interval, whatever its kind (the range below 6 seeds;
+// both ends equal the median when there is none, e.g. one seed). `lower_bound`: a run never reached the target.
 struct ScalePoint {
   double params = 0;
   double median_pct = 0;
   double low_pct = 0;
   double high_pct = 0;
   bool lower_bound = false;
+  int seeds = 0;  // the arm's runs at that model; 1: drawn hollow and named "single seed"
 };
 
 struct ScaleSeries {
@@ -66,9 +67,18 @@ struct ScaleSeries {
   std::vector<ScalePoint> points;  // by parameter count
 };
 
+// A model of the figure below: where it stands in tokens per parameter (its baseline's token
+// budget over its parameter count), shown on the figure's second x axis.
+struct ScaleModel {
+  std::string model;
+  double params = 0;
+  double tokens_per_param = 0;
+};
+
 // The figure "extra tokens to target vs parameters" (model_blocks.h makes it).
 struct ScaleFigure {
   std::vector<ScaleSeries> series;
+  std::vector<ScaleModel> models;    // by parameter count
   std::string omitted;               // why there is no figure; empty when there is one
   std::vector<std::string> skipped;  // points left out, each with its reason
 };
@@ -85,6 +95,14 @@ struct ReportData {
   std::string caption;            // what the target was
   std::optional<double> target;   // validation-loss target line
   std::vector<std::string> arms;  // in recipe order
+  // What each row of `arms` is, for the figures (parallel to `arms`; empty: each row is its own
+  // arm, of one model): the arm within its model (its colour, the same in every figure, docs/
+  // design.md §6 "Figures") and the model (its dash type and marker).
+  struct RowKey {
+    std::string arm;
+    std::string model;
+  };
+  std::vector<RowKey> row_keys;
   std::vector<ArmSummary> table;
   std::vector<RunCurve> runs;
   std::vector<DivergenceMark> divergences;

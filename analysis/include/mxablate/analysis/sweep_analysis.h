@@ -11,6 +11,7 @@
 #include "mxablate/contract/run_config.h"
 
 #include "mxablate/analysis/arm_table.h"
+#include "mxablate/analysis/run_projection.h"
 #include "mxablate/analysis/report.h"
 
 namespace mxablate::results {
@@ -37,6 +38,8 @@ struct RunRecord {
   double tokens_trained = 0;
   std::optional<double> final_val_loss;
   Curve evals;
+  // Its last projection event (run_projection.h): a projection, or why there is none.
+  ProjectionRecord projection{std::nullopt, kNoTargetWhileTraining};
   std::vector<DivergenceMark> divergences;
   std::vector<TelemetryPoint> telemetry;
   // OCC telemetry records (quant_stats.occ_fraction) and the sum of their fractions.

@@ -69,6 +69,18 @@ double predicted_work(const RunSpec& run, std::optional<int64_t> vocab);
 std::vector<std::string> launch_order(const Plan& plan, LaunchOrder order,
                                       const std::map<std::string, int64_t>& vocabularies = {});
 
+// The measurable ceiling of a recipe's target (docs/design.md §5, "The measurable ceiling";
+// analysis/ceiling.h): per model block, the smallest over the arms of the arm's budget ÷ the
+// baseline's tokens to target − 1, the baseline reaching a from_arm target at at_fraction × its
+// budget. `lines` are for `plan`'s listing, one per block ("measurable ceiling: +233 % …"; for
+// a fixed loss: not known before the runs); `warnings` name the target's FILE:LINE:COL, one per
+// block whose ceiling is below target.min_ceiling (kDefaultMinCeiling unless the recipe sets it).
+struct CeilingReport {
+  std::vector<std::string> lines;
+  std::vector<std::string> warnings;
+};
+CeilingReport ceiling_report(const Recipe& recipe, const Plan& plan);
+
 // An axis value as plans and messages show it: a name bare, a model by its label
 // (contract::model_label: "llama-20m", "d512-L6-h8/4-f1408"), anything else as JSON.
 std::string axis_text(const RunSpec& spec, const AxisValue& axis);

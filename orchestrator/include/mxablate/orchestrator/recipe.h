@@ -55,11 +55,24 @@ struct TargetSpec {
   std::optional<double> perplexity;  // as written, when the target was given as a perplexity
   std::optional<std::string> from_arm;
   Location from_arm_at;
+  // A from_arm target is the baseline's median loss at this fraction of its budget, fixed
+  // mid-sweep and handed to the runs (docs/design.md §5, "Live targets").
   double at_fraction = 1.0;
   bool stop_at_target = false;
+  // The smallest measurable ceiling the recipe accepts (0.5 = +50 %), below which `plan` warns
+  // (docs/design.md §5, "The measurable ceiling"); nullopt: the default, kDefaultMinCeiling.
+  std::optional<double> min_ceiling;
+  // End a run projected not to reach the target (docs/design.md §4, "Projected outcomes and
+  // hopeless runs"), and how sure the projection must be; unset: the contract's defaults.
+  std::optional<bool> stop_hopeless;
+  std::optional<double> hopeless_confidence;
   Location at;
   nlohmann::json as_json() const;  // what the store keeps
 };
+
+// Below this ceiling `plan` warns unless the recipe sets target.min_ceiling: the paper's
+// headline effect (+26 %) needs room above it.
+inline constexpr double kDefaultMinCeiling = 0.5;
 
 struct Recipe {
   std::string file;  // as given (used in messages)

@@ -56,6 +56,9 @@ struct SweepOptions {
 struct SweepResult {
   size_t total = 0, converged = 0, budget_exhausted = 0, diverged = 0, failed = 0,
          interrupted = 0, unfinished = 0;
+  // Stopped as projected not to reach the target: a result (a lower bound), neither a failure
+  // nor a divergence (docs/design.md §4, "Projected outcomes and hopeless runs").
+  size_t projected_not_reached = 0;
   int stop_signal = 0;  // SIGINT or SIGTERM when the sweep was stopped on request
   size_t left_running = 0;  // attempts left running in a batch system when it stopped
   bool all_finished() const { return failed == 0 && interrupted == 0 && unfinished == 0; }

@@ -35,9 +35,14 @@ inline constexpr const char* kBudgetExhausted = "budget_exhausted";
 inline constexpr const char* kDiverged = "diverged";
 inline constexpr const char* kFailed = "failed";
 inline constexpr const char* kInterrupted = "interrupted";  // stopped on request; resumable
+// Stopped early: its validation curve's projection says it cannot reach the target within its
+// budget (docs/design.md §6). A final result, censored at its budget like budget_exhausted;
+// neither a failure nor a divergence.
+inline constexpr const char* kProjectedNotReached = "projected_not_reached";
 }  // namespace status
 
-// converged, budget_exhausted, diverged: the run produced its result and never runs again.
+// converged, budget_exhausted, diverged, projected_not_reached: the run produced its result and
+// never runs again.
 bool is_final_result(const std::string& status);
 
 }  // namespace mxablate::results

@@ -36,6 +36,9 @@ struct PlannedRun {
   // How its settings differ from its baseline run's (contract::describe_differences): the
   // planner computes it once; the store keeps it for the views.
   std::string interventions = "-";
+  // contract::model_label of its model: what its block target is found by (runs.model). Empty:
+  // config_json's "model" when that is a preset's name, else NULL.
+  std::string model;
 };
 
 struct RunState {
@@ -79,6 +82,18 @@ struct OpenAttempt {
   double launched_at = 0;
 };
 
+// The target of one model block of a sweep (table block_targets, docs/design.md §6).
+struct BlockTarget {
+  std::string model;  // contract::model_label, as runs.model
+  double val_loss = 0;
+  std::string basis;  // how it was found, for captions ("median of arm fp8 at 10 % of …"), or ""
+};
+
+// Every block target of the sweep, by model name. Empty for a database from before schema
+// version 6 (opened read-only, it is not migrated) and for a sweep that has none. Works on a
+// read-only connection (query.h), so analysis can read them too.
+std::vector<BlockTarget> read_block_targets(Database& db, int64_t sweep_id);
+
 // Seconds since the Unix epoch (the unit of every *_at column).
 double unix_now();
 
@@ -98,6 +113,14 @@ class ResultsStore {
   // Stores a target derived from the baseline arm (analysis resolves it) unless one is stored.
   // Returns whether it was stored.
   bool store_resolved_target(const std::string& sweep, double val_loss);
+  // Stores the target of the sweep's block of `model` (insert or replace: the latest call wins;
+  // calling again with the same values changes nothing, fixed_at included). The views give each
+  // run of that model this target (docs/design.md §6).
+  void set_block_target(int64_t sweep_id, const std::string& model, double val_loss,
+                        const std::string& basis);
+  std::vector<BlockTarget> block_targets(int64_t sweep_id) {
+    return read_block_targets(db_, sweep_id);
+  }
   // Makes `plan` the sweep's current plan: new runs are inserted as pending, known ones keep
   // their state and get their new plan position; runs no longer planned keep their results
   // but drop out of the plan (plan_index NULL).

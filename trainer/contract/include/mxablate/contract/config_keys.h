@@ -70,6 +70,10 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"overrides", kWrittenWhenSet | kDescribesArm},
     // One target per sweep: never an arm's difference.
     {"target", 0},
+    // When a run is stopped as projected not to reach its target: it changes where a run ends,
+    // so it is part of its identity, but only when set (runs planned before it keep their ids).
+    {"target.stop_hopeless", kWrittenWhenSet},
+    {"target.hopeless_confidence", kWrittenWhenSet},
     {"divergence", kDescribesArm},
     {"checkpoint", kDescribesArm},
     {"telemetry", kDescribesArm},

@@ -19,7 +19,18 @@
 //                  moved_to (where it was set aside, "" if it could not be): a checkpoint that
 //                  failed verification on resume; written after that resume event.
 //   target_reached step, tokens, val_loss
-//   run_end        status (converged | budget_exhausted | diverged | failed | interrupted),
+//   live_target    step, tokens, and val_loss (+ basis) when the run took a target from
+//                  RUN_DIR/target.json (contract/target_file.h), or ignored (one line: why the
+//                  file was not used; the run trains on as before)
+//   projection     step, tokens, target, and either the projection of the validation curve
+//                  (curve_projection.h; docs/design.md §4, "Projected outcomes and hopeless
+//                  runs"): confidence, points (evaluations fitted), loss_at_budget with _lo/_hi
+//                  (the interval at `confidence`), tokens_to_target with _lo/_hi (null: not
+//                  within the projection's horizon), not_reaching (this evaluation's verdict),
+//                  streak (verdicts in a row); or no_projection (one line: why there is none).
+//                  Written at each evaluation while a target is known and not yet reached.
+//   run_end        status (converged | budget_exhausted | projected_not_reached | diverged |
+//                  failed | interrupted),
 //                  step, tokens, wall_s, tokens_per_s, peak_rss_bytes, peak_gpu_bytes, reason?,
 //                  and (optional: older logs lack them) setup_s (process start → first step
 //                  ready, a standby's wait excluded), standby_s (waited for the slot), train_s,
@@ -59,14 +70,21 @@ inline constexpr const char* kCheckpoint = "checkpoint";
 inline constexpr const char* kResume = "resume";
 inline constexpr const char* kCheckpointRejected = "checkpoint_rejected";
 inline constexpr const char* kTargetReached = "target_reached";
+// A target fixed while the run trains, or a target file it could not use (target_file.h).
+inline constexpr const char* kLiveTarget = "live_target";
 // The blocks' GEMM precisions changed (precision_schedule): phase i from the i-th switch on.
 inline constexpr const char* kPrecisionSwitch = "precision_switch";
+// The projection of the validation curve towards the target at an evaluation.
+inline constexpr const char* kProjection = "projection";
 inline constexpr const char* kRunEnd = "run_end";
 }  // namespace event_kind
 
 namespace run_status {
 inline constexpr const char* kConverged = "converged";
 inline constexpr const char* kBudgetExhausted = "budget_exhausted";
+// Stopped early: projected, with the configured confidence, not to reach its target within its
+// budget (target.stop_hopeless). Neither a failure nor a divergence; final, never re-run.
+inline constexpr const char* kProjectedNotReached = "projected_not_reached";
 inline constexpr const char* kDiverged = "diverged";
 inline constexpr const char* kFailed = "failed";
 inline constexpr const char* kInterrupted = "interrupted";

@@ -101,6 +101,11 @@ struct QuantConfig {
 struct TargetConfig {
   std::optional<double> val_loss;  // resolved target; absent when derived later by analysis
   bool stop_at_target = false;
+  // End the run once its projection says, at this confidence, that it will not reach the target
+  // within its budget (docs/design.md §4, "Projected outcomes and hopeless runs"). Off by
+  // default: a wrong stop turns a measurement into a lower bound.
+  bool stop_hopeless = false;
+  double hopeless_confidence = 0.95;  // in (0.5, 1)
 };
 
 struct DivergenceConfig {

@@ -14,6 +14,7 @@
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/quant_settings.h"
 #include "mxablate/kernels/quantize.h"
+#include "mxablate/trainer/curve_projection.h"
 #include "mxablate/trainer/divergence.h"
 
 namespace mxablate::trainer {
@@ -54,6 +55,13 @@ class RunEvents {
   int64_t checkpoint_rejected(Progress p, const std::string& path, const std::string& reason,
                               const std::string& moved_to);
   int64_t target_reached(Progress p, double val_loss, double target);
+  // The curve's projection towards `target` at this evaluation, or why there is none; `streak`:
+  // verdicts of "not reaching" in a row, this one included (curve_projection.h). Durable.
+  int64_t projection(Progress p, double target, const ProjectionResult& r, int streak);
+  // A target taken from RUN_DIR/target.json (`val_loss`, `basis`), or the reason the file was
+  // not used (`ignored`, val_loss nullopt): docs/design.md §5, "Live targets". Durable.
+  int64_t live_target(Progress p, std::optional<double> val_loss, const std::string& basis,
+                      const std::string& ignored);
   // Durable: a resume must know which precisions the run had reached.
   int64_t precision_switch(Progress p, size_t phase, const contract::PrecisionConfig& precision);
   struct End {
