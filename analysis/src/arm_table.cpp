@@ -236,8 +236,10 @@ static std::string short_of_target_note(const std::vector<ArmSummary>& arms) {
         note += fmt::format(", projected {:+.1f} %", *c.projected_pct);
         if (c.projected_low_pct && c.projected_high_pct)
           note += fmt::format(" [{:+.1f}, {:+.1f}]", *c.projected_low_pct, *c.projected_high_pct);
-      } else {
+      } else if (!c.no_projection_reason.empty()) {
         note += ", no projection: " + c.no_projection_reason;
+      } else {
+        note += ", no projection";
       }
     }
   return note.empty() ? "" : " Runs short of the target:" + note + ".";

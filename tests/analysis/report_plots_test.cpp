@@ -80,7 +80,7 @@ std::map<std::string, Clause> line_clauses(const std::string& script) {
 }  // namespace
 
 TEST_CASE("each arm keeps one colour in every figure, each model has its own dash type and "
-          "marker; a single seed is hollow and named") {
+          "marker, and a single seed is hollow and named") {
   TempDir dir("mxablate_report_plots");
   const ReportData d = two_models();
   // Rows: 1 fp8·20m, 2 FDW·20m, 3 fp8·125m, 4 FDW·125m.
