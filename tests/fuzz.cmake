@@ -21,8 +21,8 @@ else()
   message(STATUS "fuzzers: skipped (no clang++ with -fsanitize=fuzzer)")
 endif()
 
-# mxablate_add_fuzzer(NAME SOURCES … [INCLUDES dirs…] [LINK args…] [DEPENDS targets…]
-#                     DICT file SEEDS dirs… SECONDS n)
+# mxablate_add_fuzzer(NAME SOURCES … [INCLUDES dirs…] [DEFINES names…] [LINK args…]
+#                     [DEPENDS targets…] [DICT file] SEEDS dirs… SECONDS n)
 # Builds NAME with address and undefined-behaviour sanitizers (any undefined behaviour stops the
 # run like a crash) and registers a CTest test running it for SECONDS from the seed directories.
 # LINK may name already built (uninstrumented) libraries: the same libstdc++ ABI, and the code
@@ -31,11 +31,14 @@ function(mxablate_add_fuzzer name)
   if(NOT MXABLATE_FUZZ_OK)
     return()
   endif()
-  cmake_parse_arguments(F "" "DICT;SECONDS" "SOURCES;INCLUDES;LINK;DEPENDS;SEEDS" ${ARGN})
+  cmake_parse_arguments(F "" "DICT;SECONDS" "SOURCES;INCLUDES;DEFINES;LINK;DEPENDS;SEEDS" ${ARGN})
   set(_sanitize -fsanitize=address,undefined -fno-sanitize-recover=undefined)
   set(_includes)
   foreach(_dir ${F_INCLUDES})
     list(APPEND _includes -I${_dir})
+  endforeach()
+  foreach(_define ${F_DEFINES})
+    list(APPEND _includes -D${_define})
   endforeach()
   set(_objects)
   foreach(_src ${F_SOURCES})

@@ -11,6 +11,7 @@
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sequence_sampler.h"
+#include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/training_plan.h"
 
 namespace mxablate::orchestrator {
@@ -65,6 +66,14 @@ class LaunchChecker {
                        fmt::format("{}: {} (run: {})", path, message, run_label(run)));
   }
 
+  // A contract::ConfigError "key.path: why" at the value that set the key (a list element's key,
+  // "overrides[1].layers", at the list).
+  RecipeError config_error(const RunSpec& run, const std::string& message) const {
+    const std::string key = message.substr(0, message.find(": "));
+    return RecipeError(r_.file, at(run, key.substr(0, key.find('['))),
+                       fmt::format("{} (run: {})", message, run_label(run)));
+  }
+
   const Dataset& dataset(const RunSpec& run) {
     const std::string& name = run.config.data.dataset;
     if (const auto it = datasets_.find(name); it != datasets_.end()) return it->second;
@@ -112,6 +121,14 @@ class LaunchChecker {
                               seq_len, d.dir,
                               train_tokens <= val_tokens ? "training" : "validation",
                               std::min(train_tokens, val_tokens), std::max<int64_t>(0, longest)));
+
+    // The trainer's fit at the data's vocabulary (run_fit.h), which expansion checked without it:
+    // the LM head's shapes (an override may quantize it) and the parameter count with embeddings.
+    try {
+      trainer::check_run_fits(c, trainer::model_shape(c.model), d.manifest.tokenizer.vocab_size);
+    } catch (const contract::ConfigError& e) {
+      throw config_error(run, e.what());
+    }
 
     const trainer::TrainingPlan tp = trainer::make_training_plan(c);
     const int64_t available = data::sequences_in_stream(val_tokens, seq_len);

@@ -9,7 +9,6 @@
 #include <map>
 #include <set>
 
-#include "mxablate/orchestrator/model_fit.h"
 #include "mxablate/orchestrator/run_id.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
@@ -338,7 +337,9 @@ class Expander {
     spec.axes = axes;
     try {
       spec.config = contract::run_config_from_json(run.config);
-      check_model_fit(spec.config);
+      // What mxablate-train refuses at start whatever the machine and the data: the same
+      // function (trainer/core run_fit.h), so a recipe can plan only runs the trainer starts.
+      trainer::check_runnable(spec.config);
     } catch (const contract::ConfigError& e) {
       throw located(e.what(), run, arm, axes);
     }

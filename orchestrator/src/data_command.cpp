@@ -2,12 +2,14 @@
 // prepared data directory (token shards, manifest) for `mxablate-train`, and check one. The work
 // lives in trainer/data.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli_errors.h"
 #include "commands.h"
+#include "mxablate/data/input_file.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/megatron_import.h"
 #ifdef MXABLATE_HAVE_DATA_PREPARE
@@ -20,6 +22,34 @@
 namespace mxablate::cli {
 
 namespace {
+
+// Every error of a data command reaches the user as one line (docs/design.md §4 "Reading
+// input"): bad input is exit 2; a file-system failure names its path and reason, never the
+// library's text.
+template <class Work>
+void run_data_command(const char* command, Work&& work) {
+  try {
+    work();
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::string line = std::string("data ") + command + ": " + e.path1().string();
+    if (!e.path2().empty()) line += " -> " + e.path2().string();
+    throw std::runtime_error(line + ": " + e.code().message());
+  }
+}
+
+// The limits of the one input reader (input_file.h), as options of the commands that read text.
+void add_text_limit_options(CLI::App& command, data::TextLimits& limits, bool lines) {
+  if (lines)
+    command.add_option("--max-line-bytes", limits.max_line_bytes,
+                       "Refuse a line longer than this (a JSON-lines document is one line)")
+        ->capture_default_str();
+  command.add_option("--max-document-bytes", limits.max_document_bytes,
+                     "Cut a longer document into pieces of a quarter of this, at blank lines "
+                     "where possible")
+      ->capture_default_str();
+}
 
 void register_import_command(CLI::App& parent) {
   auto options = std::make_shared<data::MegatronImportOptions>();
@@ -46,13 +76,7 @@ void register_import_command(CLI::App& parent) {
   import->add_option("--shard-tokens", options->shard_tokens, "Tokens per shard file at most")
       ->capture_default_str();
   import->add_flag("--force", options->force, "Replace an existing output directory");
-  import->callback([options] {
-    try {
-      data::import_megatron(*options, std::cout);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(e.what());
-    }
-  });
+  import->callback([options] { run_data_command("import", [&] { data::import_megatron(*options, std::cout); }); });
 }
 
 #ifdef MXABLATE_HAVE_DATA_COLLECT
@@ -76,13 +100,12 @@ void register_collect_command(CLI::App& parent) {
       ->capture_default_str();
   collect->add_option("--sample-seed", options->sample_seed)->capture_default_str();
   collect->add_option("--threads", options->threads, "Reading threads (0: all cores)");
+  add_text_limit_options(*collect, options->limits, false);
   collect->callback([options, sources] {
-    try {
+    run_data_command("collect", [&] {
       for (const auto& s : *sources) options->sources.push_back(data::parse_collect_source(s));
       data::collect_corpus(*options, std::cout);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(e.what());
-    }
+    });
   });
 }
 #endif
@@ -124,13 +147,8 @@ void register_data_command(CLI::App& app) {
       ->capture_default_str();
   prepare->add_option("--threads", options->threads, "Encoding threads (0: all cores)");
   prepare->add_flag("--force", options->force, "Replace an existing output directory");
-  prepare->callback([options] {
-    try {
-      data::prepare_data(*options, std::cout);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(e.what());
-    }
-  });
+  add_text_limit_options(*prepare, options->limits, true);
+  prepare->callback([options] { run_data_command("prepare", [&] { data::prepare_data(*options, std::cout); }); });
 #else
   CLI::App* prepare = data->add_subcommand("prepare", "(unavailable: built without SentencePiece)");
   prepare->allow_extras();

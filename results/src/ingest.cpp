@@ -152,7 +152,10 @@ IngestSummary ingest(Database& db, const std::string& run_id, const std::vector<
   }
 
   // Aggregates are recomputed from the stored rows (not accumulated), so a discarded timeline
-  // can never leave a stale best loss or target crossing behind.
+  // can never leave a stale best loss or target crossing behind. Tokens to target are those of
+  // the first evaluation at or below the target the trainer reports reaching: a live target
+  // learned after the run passed it (docs/design.md §5, "Live targets") is reported at the
+  // evaluation that learned it, but the run reached it earlier.
   Statement upd(db,
                 "UPDATE runs SET ingest_offset = ?2, last_seq = MAX(last_seq, ?3), "
                 "ingest_position = ?8, "
@@ -161,8 +164,11 @@ IngestSummary ingest(Database& db, const std::string& run_id, const std::vector<
                 "final_val_loss = (SELECT val_loss FROM evals WHERE run_id = ?1 "
                 "                  ORDER BY seq DESC LIMIT 1), "
                 "best_val_loss = (SELECT MIN(val_loss) FROM evals WHERE run_id = ?1), "
-                "tokens_to_target = (SELECT tokens FROM events WHERE run_id = ?1 AND "
-                "                    kind = 'target_reached' ORDER BY seq LIMIT 1) "
+                "tokens_to_target = (SELECT COALESCE((SELECT MIN(v.tokens) FROM evals v "
+                "                      WHERE v.run_id = ?1 AND "
+                "                      v.val_loss <= json_extract(r.detail, '$.target')), r.tokens) "
+                "                    FROM events r WHERE r.run_id = ?1 AND "
+                "                    r.kind = 'target_reached' ORDER BY r.seq LIMIT 1) "
                 "WHERE run_id = ?1");
   upd.bind(1, run_id).bind(2, new_offset).bind(3, max_seq).bind(4, latest_step);
   upd.bind(5, latest_tokens).bind(6, summary.last_train ? 1 : 0).bind(7, latest_loss);

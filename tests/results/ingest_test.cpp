@@ -94,6 +94,26 @@ TEST_CASE("events land in their tables with the run's derived values") {
   CHECK((*s.last_run_end)["status"] == "converged");
 }
 
+TEST_CASE("tokens to target are the first evaluation at or below the target, though the trainer "
+          "learned the target later") {
+  StoreFixture f;
+  // The target (a live one) became known at step 30; the run was below it from step 20.
+  const std::vector<json> events{
+      eval(1, 10, 4.5), eval(2, 20, 3.9), eval(3, 30, 4.0),
+      event(4, "target_reached", {{"step", 30}, {"tokens", 3000}, {"val_loss", 3.9}, {"target", 3.95}}),
+  };
+  ingest_events(f.store.db(), "run-a", events, 10);
+  CHECK(f.scalar<double>("SELECT tokens_to_target FROM runs") == Approx(2000));
+  SECTION("a log whose target_reached names no target keeps the event's tokens") {
+    StoreFixture g;
+    ingest_events(g.store.db(), "run-a",
+                  {eval(1, 10, 4.5), eval(2, 20, 3.9),
+                   event(3, "target_reached", {{"step", 30}, {"tokens", 3000}, {"val_loss", 3.9}})},
+                  10);
+    CHECK(g.scalar<double>("SELECT tokens_to_target FROM runs") == Approx(3000));
+  }
+}
+
 TEST_CASE("ingesting the same events again adds nothing") {
   StoreFixture f;
   const std::vector<json> events{train(1, 1, 5.0), eval(2, 1, 4.0), eval(3, 2, 3.0)};

@@ -212,7 +212,8 @@ TEST_CASE("drop_reason_name names every reason once", "[data][collect]") {
   std::vector<std::string> names;
   for (DropReason r : kAllDropReasons) names.push_back(drop_reason_name(r));
   CHECK(names == std::vector<std::string>{"not_text", "empty", "too_large", "binary", "minified",
-                                          "generated", "data_table", "duplicate"});
+                                          "generated", "data_table", "duplicate", "unreadable",
+                                          "special", "damaged"});
 }
 
 TEST_CASE("repair_utf8 replaces each invalid byte with U+FFFD and leaves valid text alone", "[data][collect]") {
@@ -242,26 +243,26 @@ TEST_CASE("repair_utf8 replaces each invalid byte with U+FFFD and leaves valid t
 }
 
 TEST_CASE("split_into_documents: up to 1 MiB is one document", "[data][collect]") {
-  const std::string exactly(kMaxDocumentBytes, 'a');
-  const auto one = split_into_documents(exactly);
+  const std::string exactly(TextLimits{}.max_document_bytes, 'a');
+  const auto one = split_into_documents(exactly, TextLimits{});
   REQUIRE(one.size() == 1);
   CHECK(one[0] == exactly);
-  CHECK(split_into_documents("short") == std::vector<std::string>{"short"});
-  CHECK(split_into_documents("") == std::vector<std::string>{""});
+  CHECK(split_into_documents("short", TextLimits{}) == std::vector<std::string>{"short"});
+  CHECK(split_into_documents("", TextLimits{}) == std::vector<std::string>{""});
 }
 
 TEST_CASE("split_into_documents: longer texts are cut into pieces of at most 256 KiB at blank lines", "[data][collect]") {
   // Paragraphs of varying length separated by blank lines.
   std::string text;
-  for (int i = 0; text.size() <= kMaxDocumentBytes + 1000; ++i)
+  for (int i = 0; text.size() <= TextLimits{}.max_document_bytes + 1000; ++i)
     text += prose(static_cast<size_t>(1 + (i * 7) % 23)) + "\n";
-  const auto pieces = split_into_documents(text);
+  const auto pieces = split_into_documents(text, TextLimits{});
   REQUIRE(pieces.size() >= 5);
   std::string joined;
   size_t pos = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     INFO("piece " << i << " of " << pieces.size() << ", " << pieces[i].size() << " bytes");
-    CHECK(pieces[i].size() <= kDocumentChunkBytes);
+    CHECK(pieces[i].size() <= TextLimits{}.document_chunk_bytes());
     CHECK_FALSE(pieces[i].empty());
     if (i + 1 < pieces.size()) {
       // Cut after a blank line, and at the last one that fits.
@@ -269,7 +270,7 @@ TEST_CASE("split_into_documents: longer texts are cut into pieces of at most 256
       CHECK(pieces[i].substr(pieces[i].size() - 2) == "\n\n");
       const size_t next_blank = text.find("\n\n", pos + pieces[i].size() - 1);
       REQUIRE(next_blank != std::string::npos);
-      CHECK(next_blank + 2 > pos + kDocumentChunkBytes);
+      CHECK(next_blank + 2 > pos + TextLimits{}.document_chunk_bytes());
     }
     joined += pieces[i];
     pos += pieces[i].size();
@@ -279,15 +280,15 @@ TEST_CASE("split_into_documents: longer texts are cut into pieces of at most 256
 
 TEST_CASE("split_into_documents: without blank lines at line breaks, without those at UTF-8 boundaries", "[data][collect]") {
   // Lines but no blank line: every piece but the last ends with '\n'.
-  std::string lines = prose(kMaxDocumentBytes / 60 + 10);
-  auto pieces = split_into_documents(lines);
+  std::string lines = prose(TextLimits{}.max_document_bytes / 60 + 10);
+  auto pieces = split_into_documents(lines, TextLimits{});
   REQUIRE(pieces.size() == 5);
   std::string joined;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    CHECK(pieces[i].size() <= kDocumentChunkBytes);
+    CHECK(pieces[i].size() <= TextLimits{}.document_chunk_bytes());
     if (i + 1 < pieces.size()) {
       CHECK(pieces[i].back() == '\n');
-      CHECK(pieces[i].size() > kDocumentChunkBytes - 60);  // the last line break that fits
+      CHECK(pieces[i].size() > TextLimits{}.document_chunk_bytes() - 60);  // the last line break that fits
     }
     joined += pieces[i];
   }
@@ -298,14 +299,14 @@ TEST_CASE("split_into_documents: without blank lines at line breaks, without tho
     for (size_t offset = 0; offset < ch.size(); ++offset) {
       INFO(ch.size() << "-byte characters, offset " << offset);
       std::string text(offset, 'a');
-      while (text.size() <= kMaxDocumentBytes + 10) text += ch;
-      pieces = split_into_documents(text);
+      while (text.size() <= TextLimits{}.max_document_bytes + 10) text += ch;
+      pieces = split_into_documents(text, TextLimits{});
       REQUIRE(pieces.size() == 5);
       joined.clear();
       for (size_t i = 0; i < pieces.size(); ++i) {
-        CHECK(pieces[i].size() <= kDocumentChunkBytes);
+        CHECK(pieces[i].size() <= TextLimits{}.document_chunk_bytes());
         // Cut at the last character boundary that fits.
-        if (i + 1 < pieces.size()) CHECK(pieces[i].size() + ch.size() > kDocumentChunkBytes);
+        if (i + 1 < pieces.size()) CHECK(pieces[i].size() + ch.size() > TextLimits{}.document_chunk_bytes());
         CHECK(valid_utf8_start(pieces[i]));
         std::string repaired = pieces[i];
         repair_utf8(repaired);

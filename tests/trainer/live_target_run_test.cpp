@@ -68,7 +68,9 @@ TEST_CASE("A target written mid-run stops the trainer at its first evaluation at
   REQUIRE(taken.size() == 1);
   CHECK(taken[0]["val_loss"].get<double>() == target);
   CHECK(taken[0]["basis"] == "test: median of arm fp8 at 10 % of its budget");
-  CHECK(taken[0]["step"].get<int64_t>() > seen->first);  // read at a later evaluation
+  // Read at the first evaluation that looks for it after it was written. The trainer looks after
+  // logging an evaluation, so on a loaded machine that can be the very evaluation the test saw.
+  CHECK(taken[0]["step"].get<int64_t>() >= seen->first);
   const auto reached = events_of_kind(events, "target_reached");
   REQUIRE(reached.size() == 1);
   CHECK(reached[0]["val_loss"].get<double>() <= target);

@@ -243,10 +243,10 @@ TEST_CASE("Megatron import: a failure leaves nothing behind and an existing outp
   o.force = true;
   o.out_dir = dir.path.string();  // would delete the sources
   REQUIRE_THROWS_WITH(import(o), "--out: " + dir.path.string() + " holds the source " +
-                                     (dir / "d.idx") + ", which the import would delete");
+                                     (dir / "d.idx") + ", which writing the output would delete");
   o.out_dir = dir.path.string() + "/";
   REQUIRE_THROWS_WITH(import(o), "--out: " + dir.path.string() + "/ holds the source " +
-                                     (dir / "d.idx") + ", which the import would delete");
+                                     (dir / "d.idx") + ", which writing the output would delete");
   CHECK(fs::exists(dir / "d.bin"));
   o.out_dir = dir / "d";  // named like the prefix, beside the sources: allowed
   import(o);

@@ -61,7 +61,7 @@ TEST_CASE("train.cuda_graphs on a CPU run: on is refused in one line, auto says 
   const TrainResult refused = run_train(on_dir, &on);
   INFO(refused.output);
   CHECK(refused.exit_code == 2);
-  CHECK_THAT(refused.output, has_text("train.cuda_graphs: \"on\" (each step replayed as a CUDA graph) needs device: cuda"));
+  CHECK_THAT(refused.output, has_text("train.cuda_graphs: \"on\", but the run's device is not a CUDA GPU"));
 
   contract::RunConfig plain = smoke_config();
   plain.train.max_tokens = 1024 * 2;

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/plan_rules.h"
+#include "mxablate/trainer/step_capture.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -108,6 +110,15 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
       }
     }
   }
+  // The GEMM path's rule on a device with every route (docs/design.md §3, "GEMM paths"): what
+  // it refuses there, a path demanding FP8 tensor cores for an FP8 GEMM whose shape they cannot
+  // take, it refuses on every machine. What a device lacks is the trainer's to find.
+  contract::GemmRouteSupport shapes_only;
+  shapes_only.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, shape.n_layers, tokens);
+  contract::resolve_gemm_routes(c.quant.gemm_path, shapes_only);
+  check_step_capture(c, layers, shape.n_layers);
 }
+
+void check_runnable(const RunConfig& c) { check_run_fits(c, runnable_model_shape(c), 0); }
 
 }  // namespace mxablate::trainer

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "mxablate/contract/gemm_route.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/linear_plan.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -38,6 +40,35 @@ StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureF
     return {false, fmt::format("parameters × micro-batch tokens is {:.2g}, above {:.2g}: launches are not the bound",
                                work, kGraphedStepWorkLimit)};
   return {true, fmt::format("parameters × micro-batch tokens is {:.2g}, at most {:.2g}", work, kGraphedStepWorkLimit)};
+}
+
+StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
+                                    int64_t n_layers) {
+  StepCaptureFacts f;
+  f.cuda = config.device == contract::Device::kCUDA;
+  f.ranks = config.parallel.data;
+  f.micro_batch_tokens = contract::micro_batch_tokens(config);
+  // A GEMM's route as the one rule gives it where every route can run: where one cannot, a GEMM
+  // path that demands it is refused before any step (contract/gemm_route.h), so a run that
+  // trains has exactly these routes.
+  const contract::GemmRouteSupport every_route;
+  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase)
+    for (const LinearPlan& p : layer_plans(config, layers, n_layers, phase)) {
+      f.reads_back_each_step = f.reads_back_each_step || p.occ.has_value();
+      for (const GemmPlan& g : p.gemm)
+        f.chooses_gemms_on_host =
+            f.chooses_gemms_on_host ||
+            contract::resolve_gemm_route(config.quant.gemm_path, g.precision, every_route).route ==
+                contract::GemmRoute::kMXFP4AsFP8;
+    }
+  return f;
+}
+
+void check_step_capture(const contract::RunConfig& config, const std::vector<LinearShape>& layers, int64_t n_layers) {
+  if (config.train.cuda_graphs != contract::CudaGraphs::kOn) return;
+  StepCaptureFacts facts = step_capture_facts(config, layers, n_layers);
+  facts.graphs_available = true;  // the build's part: the trainer's to find
+  decide_step_capture(config.train.cuda_graphs, facts);
 }
 
 }  // namespace mxablate::trainer

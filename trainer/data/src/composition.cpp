@@ -1,4 +1,5 @@
 // The composition table of a prepared data directory (manifest.h: composition_table).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -70,6 +71,19 @@ std::string composition_table(const Manifest& m) {
          with_commas(m.train.documents) + " documents; validation: " +
          with_commas(m.validation.tokens) + " tokens in " + with_commas(m.validation.documents) +
          " documents; vocabulary " + with_commas(m.tokenizer.vocab_size) + ".\n";
+  if (!m.skipped.empty()) {
+    // Counted by reason in the names' order of first appearance, then each path.
+    std::vector<std::pair<std::string, int64_t>> counts;
+    for (const auto& s : m.skipped) {
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == s.reason; });
+      if (it == counts.end()) counts.emplace_back(s.reason, 1);
+      else ++it->second;
+    }
+    out += "Skipped, found in an input directory but not readable:";
+    for (size_t i = 0; i < counts.size(); ++i)
+      out += (i ? ", " : " ") + with_commas(counts[i].second) + " " + counts[i].first;
+    out += ".\n";
+  }
   return out;
 }
 

@@ -1,7 +1,6 @@
 #include "mxablate/data/corpus_collect.h"
 
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -22,6 +21,7 @@
 
 #include "mxablate/contract/json_file.h"
 #include "mxablate/data/sequence_sampler.h"  // splitmix64
+#include "mxablate/data/input_file.h"
 #include "mxablate/data/sha256.h"
 #include "number_text.h"
 
@@ -30,7 +30,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A batch of files read in parallel, then taken in path order: at most this many files, and at
+// most kBatchTextBytes of text they may hold (a compressed file counted at the most it may
+// decompress to), or one file per thread when that is more. This bounds the text held at once
+// (docs/design.md §4 "Reading input"), whatever the tree holds.
 constexpr size_t kBatchFiles = 512;
+constexpr int64_t kBatchTextBytes = int64_t{512} << 20;
 constexpr size_t kHashBytes = 16;  // 128 bits of SHA-256: no collision among billions of files
 
 using FileKey = std::array<uint8_t, kHashBytes>;
@@ -116,47 +121,7 @@ void validate(const CollectOptions& o) {
     throw std::invalid_argument("--sample-fraction: needs --sample-out");
   if (!o.sample_dir.empty() && comparable_dir(o.sample_dir) == comparable_dir(o.out_dir))
     throw std::invalid_argument("--sample-out: must differ from --out");
-}
-
-// A file's bytes as read: the whole text, or why not.
-struct ReadText {
-  enum class Outcome { kRead, kTooLarge, kDamaged } outcome = Outcome::kRead;
-  std::string text;
-};
-
-// Reads a file whole (through gzip for .gz/.dz), up to `limit` bytes.
-ReadText read_text(const fs::path& path, bool compressed, int64_t limit) {
-  ReadText r;
-  std::string& text = r.text;
-  if (compressed) {
-    gzFile gz = gzopen(path.c_str(), "rb");
-    if (!gz) throw std::runtime_error(path.string() + ": cannot open");
-    std::array<char, 1 << 16> buffer;
-    int n;
-    while ((n = gzread(gz, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0) {
-      text.append(buffer.data(), static_cast<size_t>(n));
-      if (static_cast<int64_t>(text.size()) > limit) {
-        gzclose(gz);
-        return {ReadText::Outcome::kTooLarge, {}};
-      }
-    }
-    // gzread ends a stream cut short (a truncated download) as if it were complete and says so
-    // only through gzerror (Z_BUF_ERROR): that is damage too, not the end of the text.
-    int err = Z_OK;
-    gzerror(gz, &err);
-    gzclose(gz);
-    if (n < 0 || err != Z_OK) return {ReadText::Outcome::kDamaged, {}};
-    return r;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open");
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<int64_t>(in.tellg());
-  if (size > limit) return {ReadText::Outcome::kTooLarge, {}};
-  in.seekg(0);
-  text.resize(static_cast<size_t>(size));
-  if (!in.read(text.data(), size)) throw std::runtime_error(path.string() + ": read failed");
-  return r;
+  validate_text_limits(o.limits);
 }
 
 struct FileResult {
@@ -166,6 +131,8 @@ struct FileResult {
   FileKey key{};
 };
 
+// A file's outcome. What the one input reader (input_file.h) cannot read is counted under its
+// problem, as `data prepare` lists it: never an error that stops the collect.
 FileResult examine(const fs::path& path, int64_t bytes) {
   FileResult r;
   r.bytes = bytes;
@@ -178,12 +145,16 @@ FileResult examine(const fs::path& path, int64_t bytes) {
     r.dropped = DropReason::kTooLarge;
     return r;
   }
-  ReadText read = read_text(path, is_compressed_file_name(name), kMaxCollectFileBytes);
-  switch (read.outcome) {
-    case ReadText::Outcome::kTooLarge: r.dropped = DropReason::kTooLarge; return r;
-    // A damaged .gz (bad CRC, cut short) is not text we can read: counted as binary.
-    case ReadText::Outcome::kDamaged: r.dropped = DropReason::kBinary; return r;
-    case ReadText::Outcome::kRead: break;
+  WholeText read;
+  try {
+    read = read_whole(path, is_compressed_file_name(name), kMaxCollectFileBytes);
+  } catch (const InputFileError& e) {
+    r.dropped = drop_reason_of(e.problem);
+    return r;
+  }
+  if (read.too_large) {
+    r.dropped = DropReason::kTooLarge;
+    return r;
   }
   r.dropped = classify_text(read.text);
   if (!r.dropped) {
@@ -192,24 +163,6 @@ FileResult examine(const fs::path& path, int64_t bytes) {
     r.text = std::move(read.text);
   }
   return r;
-}
-
-// The regular files under `dir`, sorted by relative path (symbolic links are not followed: a
-// link out of the tree must not pull in files of another source or loop).
-std::vector<std::pair<std::string, int64_t>> list_files(const fs::path& dir) {
-  std::vector<std::pair<std::string, int64_t>> files;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
-  if (ec) throw std::runtime_error(dir.string() + ": cannot list: " + ec.message());
-  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) throw std::runtime_error(dir.string() + ": cannot list: " + ec.message());
-    const auto& entry = *it;
-    if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) continue;
-    files.emplace_back(fs::relative(entry.path(), dir).generic_string(),
-                       static_cast<int64_t>(entry.file_size(ec)));
-  }
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 nlohmann::json stats_json(const CollectStats& s, const std::string& dir) {
@@ -354,10 +307,26 @@ class SourceCollector {
     if (sampling) sampled.emplace(sample);
     std::vector<FileKey> kept_keys;
 
-    const auto files = list_files(source.dir);
+    // Links are not followed (a link out of the tree must not pull in files of another source,
+    // or loop); they, special files and what cannot be read are counted, never an error.
+    const TreeWalk walk = walk_tree(source.dir, [](std::string_view) { return true; });
+    for (const auto& [relative, problem] : walk.skipped) {
+      FileResult skipped;
+      skipped.dropped = drop_reason_of(problem);
+      take(stats, skipped, source.name + "/" + relative, documents, sampled, kept_keys);
+    }
+    std::vector<std::pair<std::string, int64_t>> files;
+    for (const auto& f : walk.files) files.emplace_back(f.relative, f.bytes);
     std::vector<FileResult> results;
-    for (size_t begin = 0; begin < files.size(); begin += kBatchFiles) {
-      const size_t end = std::min(files.size(), begin + kBatchFiles);
+    const int64_t budget = std::max(kBatchTextBytes, kMaxCollectFileBytes * threads_);
+    for (size_t begin = 0, end = 0; begin < files.size(); begin = end) {
+      int64_t text = 0;
+      for (end = begin; end < files.size() && end - begin < kBatchFiles; ++end) {
+        const int64_t most = is_compressed_file_name(files[end].first) ? kMaxCollectFileBytes
+                                                                       : std::min(files[end].second, kMaxCollectFileBytes);
+        if (end > begin && text + most > budget) break;
+        text += most;
+      }
       results.assign(end - begin, {});
       std::vector<std::thread> workers;
       std::vector<std::string> errors(static_cast<size_t>(threads_));
@@ -412,7 +381,7 @@ class SourceCollector {
       ++stats.sample_files;
       stats.sample_bytes += static_cast<int64_t>(r.text.size());
     }
-    for (auto& piece : split_into_documents(std::move(r.text))) {
+    for (auto& piece : split_into_documents(std::move(r.text), o_.limits)) {
       if (piece.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
       // File names come from the archive as bytes: shown, never trusted to be UTF-8.
       const std::string line =

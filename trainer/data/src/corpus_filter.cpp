@@ -186,8 +186,20 @@ const char* drop_reason_name(DropReason reason) {
     case DropReason::kGenerated: return "generated";
     case DropReason::kDataTable: return "data_table";
     case DropReason::kDuplicate: return "duplicate";
+    case DropReason::kUnreadable: return "unreadable";
+    case DropReason::kSpecial: return "special";
+    case DropReason::kDamaged: return "damaged";
   }
   return "unknown";
+}
+
+DropReason drop_reason_of(InputProblem problem) {
+  switch (problem) {
+    case InputProblem::kUnreadable: return DropReason::kUnreadable;
+    case InputProblem::kSpecial: return DropReason::kSpecial;
+    case InputProblem::kDamaged: return DropReason::kDamaged;
+  }
+  return DropReason::kUnreadable;
 }
 
 bool is_compressed_file_name(std::string_view file_name) {
@@ -213,34 +225,6 @@ std::optional<DropReason> classify_text(std::string_view text) {
   if (looks_generated(text)) return DropReason::kGenerated;
   if (looks_like_data(text)) return DropReason::kDataTable;
   return std::nullopt;
-}
-
-std::vector<std::string> split_into_documents(std::string text) {
-  std::vector<std::string> pieces;
-  if (text.size() <= kMaxDocumentBytes) {
-    pieces.push_back(std::move(text));
-    return pieces;
-  }
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = pos + kDocumentChunkBytes;
-    if (end >= text.size()) {
-      end = text.size();
-    } else {
-      const std::string_view window(text.data() + pos, end - pos);
-      size_t cut = window.rfind("\n\n");
-      if (cut != std::string_view::npos && cut > 0) {
-        end = pos + cut + 2;
-      } else if ((cut = window.rfind('\n')) != std::string_view::npos && cut > 0) {
-        end = pos + cut + 1;
-      } else {
-        while (end > pos + 1 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-      }
-    }
-    pieces.push_back(text.substr(pos, end - pos));
-    pos = end;
-  }
-  return pieces;
 }
 
 }  // namespace mxablate::data

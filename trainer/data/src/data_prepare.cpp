@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "mxablate/data/output_dir.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/data/split_writer.h"
 #include "mxablate/data/text_documents.h"
@@ -25,7 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kMaxTrainingSentenceBytes = 4000;  // SentencePiece skips longer ones (4192)
+// A batch of documents encoded together: at most this many, and at most this many bytes, so the
+// batch's text and ids stay a bounded share of the memory (docs/design.md §4 "Reading input").
 constexpr size_t kEncodeBatchDocuments = 2048;
+constexpr size_t kEncodeBatchBytes = size_t{32} << 20;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -44,12 +48,16 @@ void validate(const DataPrepareOptions& o) {
     throw std::invalid_argument("--tokenizer-sentences: must be >= 1");
   if (!o.tokenizer_model.empty() && !fs::is_regular_file(o.tokenizer_model))
     throw std::invalid_argument("--tokenizer: " + o.tokenizer_model + ": no such file");
+  validate_text_limits(o.limits);
 }
 
 // Feeds the documents of every input to the SentencePiece trainer, in pieces it accepts.
 class DocumentSentences : public sentencepiece::SentenceIterator {
  public:
-  explicit DocumentSentences(const std::vector<std::string>& files) : files_(files) { advance(); }
+  DocumentSentences(const std::vector<std::string>& files, const TextLimits& limits)
+      : files_(files), limits_(limits) {
+    advance();
+  }
   bool done() const override { return done_; }
   void Next() override { advance(); }
   const std::string& value() const override { return pending_[index_]; }
@@ -68,7 +76,7 @@ class DocumentSentences : public sentencepiece::SentenceIterator {
             done_ = true;
             return;
           }
-          reader_ = std::make_unique<DocumentReader>(files_[file_++]);
+          reader_ = std::make_unique<DocumentReader>(files_[file_++], limits_);
         }
         if (!reader_->next(doc)) {
           reader_.reset();
@@ -94,6 +102,7 @@ class DocumentSentences : public sentencepiece::SentenceIterator {
   std::exception_ptr error_;
 
   const std::vector<std::string>& files_;
+  TextLimits limits_;
   size_t file_ = 0;
   std::unique_ptr<DocumentReader> reader_;
   std::vector<std::string> pending_;
@@ -105,7 +114,7 @@ class DocumentSentences : public sentencepiece::SentenceIterator {
 void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>& files,
                      const std::string& model_prefix, int threads) {
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(o.tokenizer_seed));
-  DocumentSentences sentences(files);
+  DocumentSentences sentences(files, o.limits);
   std::unordered_map<std::string, std::string> args = {
       {"model_prefix", model_prefix},
       {"model_type", "bpe"},
@@ -139,7 +148,9 @@ nlohmann::json options_json(const DataPrepareOptions& o) {
           {"tokenizer_seed", o.tokenizer_seed},
           {"val_fraction", o.val_fraction},
           {"split_seed", o.split_seed},
-          {"shard_tokens", o.shard_tokens}};
+          {"shard_tokens", o.shard_tokens},
+          {"max_line_bytes", o.limits.max_line_bytes},
+          {"max_document_bytes", o.limits.max_document_bytes}};
 }
 
 }  // namespace
@@ -149,22 +160,23 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
   const auto t0 = std::chrono::steady_clock::now();
   const int threads = o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const std::vector<std::string> files = expand_inputs(o.inputs);
+  const ExpandedInputs inputs = expand_inputs(o.inputs);
+  const std::vector<std::string>& files = inputs.files;
+  for (const auto& [path, problem] : inputs.skipped)
+    log << "data prepare: skipped " << path << " (" << input_problem_name(problem) << ")\n";
+  if (files.empty())
+    throw std::invalid_argument("--input: no readable input file (" + std::to_string(inputs.skipped.size()) +
+                                " skipped)");
 
-  const fs::path out(o.out_dir);
-  if (fs::exists(out)) {
-    if (!o.force)
-      throw std::invalid_argument("--out: " + o.out_dir +
-                                  " already exists; remove it or pass --force");
-  }
-  const fs::path partial = out.string() + ".partial";
-  fs::remove_all(partial);
-  fs::create_directories(partial);
+  // Everything is written into OUT.partial, which any error below removes.
+  PartialDir partial_dir(o.out_dir, o.force, files);
+  const fs::path& partial = partial_dir.path();
 
   Manifest m;
   m.options = options_json(o);
   for (const auto& f : files)
     m.sources.push_back({f, static_cast<int64_t>(fs::file_size(f)), sha256_file(f), 0, 0, 0});
+  for (const auto& [path, problem] : inputs.skipped) m.skipped.push_back({path, input_problem_name(problem)});
 
   // The tokenizer: train one on the inputs, or copy the given model beside the shards so the
   // data directory is self-contained.
@@ -181,8 +193,8 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
   }
   sentencepiece::SentencePieceProcessor sp;
   if (const auto status = sp.Load(tokenizer_path.string()); !status.ok())
-    throw std::runtime_error(tokenizer_path.string() + ": not a SentencePiece model: " +
-                             status.ToString());
+    throw std::invalid_argument(tokenizer_path.string() + ": not a SentencePiece model: " +
+                                status.ToString());
   m.tokenizer.file = "tokenizer.model";
   m.tokenizer.sha256 = sha256_file(tokenizer_path.string());
   m.tokenizer.vocab_size = sp.GetPieceSize();
@@ -193,11 +205,13 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
   m.bytes_per_token = m.tokenizer.vocab_size <= 65536 ? 2 : 4;
 
   // Encode: documents in order, a batch at a time, the batch's documents split across threads.
-  // Each document is followed by EOS so the model sees document boundaries.
+  // Each document is followed by EOS so the model sees document boundaries. A worker's error
+  // (SentencePiece's status or an exception) ends the command in one line like any other.
   SplitWriter train(partial.string(), "train", m.tokenizer.vocab_size, o.shard_tokens);
   SplitWriter validation(partial.string(), "validation", m.tokenizer.vocab_size, o.shard_tokens);
   int64_t document_index = 0;
   std::vector<std::string> batch;
+  size_t batch_bytes = 0;
   std::vector<std::vector<int>> encoded;
   const auto flush = [&](size_t source) {
     encoded.assign(batch.size(), {});
@@ -205,13 +219,21 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
     std::vector<std::string> errors(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
-        for (size_t i = static_cast<size_t>(t); i < batch.size(); i += static_cast<size_t>(threads)) {
-          const auto status = sp.Encode(batch[i], &encoded[i]);
-          if (!status.ok()) {
-            errors[static_cast<size_t>(t)] = status.ToString();
-            return;
+        try {
+          std::vector<int> ids;
+          for (size_t i = static_cast<size_t>(t); i < batch.size(); i += static_cast<size_t>(threads)) {
+            for (const std::string_view segment : encoding_segments(batch[i], o.limits)) {
+              const auto status = sp.Encode(absl::string_view(segment.data(), segment.size()), &ids);
+              if (!status.ok()) {
+                errors[static_cast<size_t>(t)] = status.ToString();
+                return;
+              }
+              encoded[i].insert(encoded[i].end(), ids.begin(), ids.end());
+            }
+            if (m.tokenizer.eos_id >= 0) encoded[i].push_back(static_cast<int>(m.tokenizer.eos_id));
           }
-          if (m.tokenizer.eos_id >= 0) encoded[i].push_back(static_cast<int>(m.tokenizer.eos_id));
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(t)] = e.what();
         }
       });
     }
@@ -230,23 +252,24 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
     }
     m.sources[source].documents += static_cast<int64_t>(batch.size());
     batch.clear();
+    batch_bytes = 0;
   };
   for (size_t s = 0; s < files.size(); ++s) {
-    DocumentReader reader(files[s]);
+    DocumentReader reader(files[s], o.limits);
     std::string doc;
     while (reader.next(doc)) {
+      batch_bytes += doc.size();
       batch.push_back(std::move(doc));
-      if (batch.size() == kEncodeBatchDocuments) flush(s);
+      if (batch.size() == kEncodeBatchDocuments || batch_bytes >= kEncodeBatchBytes) flush(s);
     }
     if (!batch.empty()) flush(s);
   }
   m.train = train.finish();
   m.validation = validation.finish();
-  if (m.train.tokens == 0) throw std::runtime_error("the inputs produced no training tokens");
+  if (m.train.tokens == 0) throw std::invalid_argument("--input: the inputs produced no training tokens");
   if (m.validation.tokens == 0)
-    throw std::runtime_error("no document fell into the validation split (" +
-                             std::to_string(document_index) +
-                             " documents); raise --val-fraction or add text");
+    throw std::invalid_argument("--val-fraction: no document fell into the validation split (" +
+                                std::to_string(document_index) + " documents); raise it or add text");
 
   write_manifest(partial.string(), m);
   const std::string composition = composition_table(m);
@@ -256,8 +279,7 @@ Manifest prepare_data(const DataPrepareOptions& o, std::ostream& log) {
     if (!table.flush())
       throw std::runtime_error((partial / kCompositionFile).string() + ": write failed");
   }
-  if (fs::exists(out)) fs::remove_all(out);
-  fs::rename(partial, out);
+  partial_dir.publish();
   int64_t source_bytes = 0;
   for (const auto& s : m.sources) source_bytes += s.bytes;
   log << "data prepare: " << m.train.tokens << " train tokens (" << m.train.documents

@@ -78,6 +78,8 @@ json to_json(const Manifest& m) {
     sources.push_back(
         {{"path", s.path}, {"bytes", s.bytes}, {"sha256", s.sha256}, {"documents", s.documents},
          {"text_bytes", s.text_bytes}, {"tokens", s.tokens}});
+  json skipped = json::array();
+  for (const auto& s : m.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
   const TokenizerInfo& t = m.tokenizer;
   return {{"version", m.version},
           {"tokenizer",
@@ -94,6 +96,7 @@ json to_json(const Manifest& m) {
           {"bytes_per_token", m.bytes_per_token},
           {"splits", {{"train", split_json(m.train)}, {"validation", split_json(m.validation)}}},
           {"sources", sources},
+          {"skipped", skipped},
           {"options", m.options}};
 }
 
@@ -137,6 +140,14 @@ Manifest manifest_from_json(const json& j) {
         throw DataError(w + "." + key + ": must be >= -1, got " + std::to_string(*field));
     }
   }
+  if (j.contains("skipped")) {
+    const json& skipped = required_list(j, "skipped", "");
+    for (size_t i = 0; i < skipped.size(); ++i) {
+      const std::string w = "skipped[" + std::to_string(i) + "]";
+      m.skipped.push_back({required<std::string>(skipped[i], "path", w),
+                           required<std::string>(skipped[i], "reason", w)});
+    }
+  }
   if (j.contains("options")) m.options = j.at("options");
   return m;
 }
@@ -167,7 +178,8 @@ void write_manifest(const std::string& data_dir, const Manifest& m) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) throw std::runtime_error(tmp.string() + ": cannot write the manifest");
-    out << to_json(m).dump(2) << "\n";
+    // Paths are the file system's bytes, not always UTF-8: shown with U+FFFD where they are not.
+    out << to_json(m).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     if (!out) throw std::runtime_error(tmp.string() + ": write failed");
   }
   fs::rename(tmp, path);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mxablate/data/megatron_index.h"
+#include "mxablate/data/output_dir.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/data/split_writer.h"
 
@@ -40,10 +41,6 @@ void validate(const MegatronImportOptions& o) {
 }
 
 // True when `path` is `dir` or lies under it (after resolving what exists of both).
-bool is_within(const fs::path& path, const fs::path& dir) {
-  const fs::path rel = fs::weakly_canonical(path).lexically_relative(fs::weakly_canonical(dir));
-  return !rel.empty() && *rel.begin() != "..";
-}
 
 // Decodes n tokens of type T into out; returns the index of the first one outside
 // [0, vocab_size), or n when all are inside. max_id is raised to the largest id seen.
@@ -278,31 +275,13 @@ Manifest import_megatron(const MegatronImportOptions& o, std::ostream& log) {
     datasets.push_back(std::move(ds));
   }
 
-  const fs::path out(o.out_dir);
-  const fs::path partial = out.string() + ".partial";
-  if (fs::exists(out) && !o.force)
-    throw std::invalid_argument("--out: " + o.out_dir +
-                                " already exists; remove it or pass --force");
-  for (const fs::path& dir : {out, partial})
-    for (const auto& ds : datasets)
-      for (const auto& source : {ds->idx().path(), ds->bin().path()})
-        if (is_within(source, dir))
-          throw std::invalid_argument("--out: " + o.out_dir + " holds the source " + source +
-                                      ", which the import would delete");
-
-  fs::remove_all(partial);
-  fs::create_directories(partial);
-  Manifest m;
-  try {
-    m = import_into(o, datasets, partial, log);
-    write_manifest(partial.string(), m);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(partial, ignored);
-    throw;
-  }
-  if (fs::exists(out)) fs::remove_all(out);
-  fs::rename(partial, out);
+  std::vector<std::string> sources;
+  for (const auto& ds : datasets)
+    for (const auto& source : {ds->idx().path(), ds->bin().path()}) sources.push_back(source);
+  PartialDir partial(o.out_dir, o.force, sources);
+  const Manifest m = import_into(o, datasets, partial.path(), log);
+  write_manifest(partial.path().string(), m);
+  partial.publish();
   log << "data import: " << m.train.tokens << " train tokens (" << m.train.documents
       << " documents, " << m.train.shards.size() << " shards), " << m.validation.tokens
       << " validation tokens (" << m.validation.documents << " documents), vocabulary "

@@ -11,10 +11,6 @@
 
 #include "mxablate/contract/json_file.h"
 
-#ifdef MXABLATE_HAVE_ZLIB
-#include <zlib.h>
-#endif
-
 namespace mxablate::data {
 namespace {
 
@@ -32,7 +28,7 @@ bool is_known_extension(const std::string& name) {
 
 bool is_blank(const std::string& line) {
   for (char c : line)
-    if (c != ' ' && c != '\t' && c != '\r' && c != '\f' && c != '\v') return false;
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') return false;
   return true;
 }
 
@@ -46,50 +42,34 @@ DocumentFormat document_format_of(const std::string& path) {
   return DocumentFormat::kPlainText;
 }
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
-  std::vector<std::string> files;
+ExpandedInputs expand_inputs(const std::vector<std::string>& inputs) {
+  ExpandedInputs expanded;
   for (const auto& input : inputs) {
     std::error_code ec;
     const fs::file_status st = fs::status(input, ec);
-    if (ec || !fs::exists(st)) throw std::invalid_argument(input + ": no such file or directory");
-    if (fs::is_directory(st)) {
-      std::vector<std::string> found;
-      for (const auto& entry : fs::recursive_directory_iterator(input))
-        if (entry.is_regular_file() && is_known_extension(entry.path().filename().string()))
-          found.push_back(entry.path().string());
-      if (found.empty())
-        throw std::invalid_argument(input +
-                                 ": holds no .txt, .text, .json, .jsonl, .json.gz or .jsonl.gz file");
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      files.push_back(input);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      throw InputFileError(InputProblem::kUnreadable, input + ": cannot read: " + ec.message());
+    if (!fs::exists(st)) throw std::invalid_argument(input + ": no such file or directory");
+    if (!fs::is_directory(st)) {
+      InputFile probe(input, is_gzip_path(input));  // a named file must be readable: refused here
+      expanded.files.push_back(input);
+      continue;
     }
+    const TreeWalk walk = walk_tree(input, [](std::string_view name) { return is_known_extension(std::string(name)); });
+    if (walk.files.empty() && walk.skipped.empty())
+      throw std::invalid_argument(input +
+                                  ": holds no .txt, .text, .json, .jsonl, .json.gz or .jsonl.gz file");
+    for (const auto& f : walk.files) expanded.files.push_back((fs::path(input) / f.relative).string());
+    for (const auto& [relative, problem] : walk.skipped)
+      expanded.skipped.emplace_back((fs::path(input) / relative).string(), problem);
   }
-  return files;
+  return expanded;
 }
 
-LineReader::LineReader(const std::string& path) : path_(path), buffer_(1 << 20) {
-  if (is_gzip_path(path)) {
-#ifdef MXABLATE_HAVE_ZLIB
-    gz_ = gzopen(path.c_str(), "rb");
-    if (!gz_) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-    gzbuffer(static_cast<gzFile>(gz_), 1 << 20);
-#else
-    throw std::runtime_error(path + ": this build has no zlib, so .gz inputs cannot be read");
-#endif
-  } else {
-    file_ = std::fopen(path.c_str(), "rb");
-    if (!file_) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  }
-}
-
-LineReader::~LineReader() {
-#ifdef MXABLATE_HAVE_ZLIB
-  if (gz_) gzclose(static_cast<gzFile>(gz_));
-#endif
-  if (file_) std::fclose(file_);
-}
+LineReader::LineReader(const std::string& path, int64_t max_line_bytes)
+    : file_(path, is_gzip_path(path)),
+      max_line_bytes_(max_line_bytes),
+      buffer_(static_cast<size_t>(std::min<int64_t>(max_line_bytes + 1, int64_t{1} << 20))) {}
 
 bool LineReader::fill() {
   if (eof_) return false;
@@ -98,25 +78,17 @@ bool LineReader::fill() {
     end_ -= begin_;
     begin_ = 0;
   }
-  if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);  // a line longer than the buffer
-  long got = 0;
-#ifdef MXABLATE_HAVE_ZLIB
-  if (gz_) {
-    got = gzread(static_cast<gzFile>(gz_), buffer_.data() + end_,
-                 static_cast<unsigned>(buffer_.size() - end_));
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(static_cast<gzFile>(gz_), &code);
-      throw std::runtime_error(path_ + ": gzip error: " + (msg ? msg : "unknown"));
-    }
+  if (end_ == buffer_.size()) {  // a line longer than the buffer
+    if (static_cast<int64_t>(end_) > max_line_bytes_)
+      throw std::invalid_argument(file_.path() + ":" + std::to_string(line_number_ + 1) +
+                                  ": a line longer than " + std::to_string(max_line_bytes_) +
+                                  " bytes (--max-line-bytes)");
+    buffer_.resize(static_cast<size_t>(
+        std::min<int64_t>(max_line_bytes_ + 1, static_cast<int64_t>(buffer_.size()) * 2)));
   }
-#endif
-  if (file_) {
-    got = static_cast<long>(std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_));
-    if (std::ferror(file_)) throw std::runtime_error(path_ + ": read error");
-  }
+  const size_t got = file_.read(buffer_.data() + end_, buffer_.size() - end_);
   if (got == 0) eof_ = true;
-  end_ += static_cast<size_t>(got);
+  end_ += got;
   return got > 0;
 }
 
@@ -137,16 +109,33 @@ bool LineReader::next(std::string& line) {
       break;
     }
   }
+  if (static_cast<int64_t>(line.size()) > max_line_bytes_)
+    throw std::invalid_argument(file_.path() + ":" + std::to_string(line_number_ + 1) +
+                                ": a line longer than " + std::to_string(max_line_bytes_) +
+                                " bytes (--max-line-bytes)");
   if (!line.empty() && line.back() == '\r') line.pop_back();
   ++line_number_;
   return true;
 }
 
-DocumentReader::DocumentReader(const std::string& path)
-    : path_(path), format_(document_format_of(path)), lines_(path) {}
+DocumentReader::DocumentReader(const std::string& path, const TextLimits& limits)
+    : path_(path), format_(document_format_of(path)), limits_(limits), lines_(path, limits.max_line_bytes) {}
 
 bool DocumentReader::next(std::string& document) {
+  while (pieces_.empty())
+    if (!read_next()) return false;
+  document = std::move(pieces_.front());
+  pieces_.pop_front();
+  return true;
+}
+
+// Reads on until at least one document (or piece of one) is queued; false at the end.
+bool DocumentReader::read_next() {
   std::string line;
+  const auto queue = [this](std::string text) {
+    for (auto& piece : split_into_documents(std::move(text), limits_))
+      if (!is_blank(piece)) pieces_.push_back(std::move(piece));
+  };
   if (format_ == DocumentFormat::kJsonLines) {
     while (lines_.next(line)) {
       if (is_blank(line)) continue;
@@ -159,25 +148,43 @@ bool DocumentReader::next(std::string& document) {
       } catch (const contract::JsonFileError& e) {
         throw std::invalid_argument(e.what());
       }
+      line.clear();
+      line.shrink_to_fit();
       if (!j.is_object()) throw std::invalid_argument(where + ": not a JSON object");
       const auto text = j.find("text");
       if (text == j.end() || !text->is_string())
         throw std::invalid_argument(where + ": no string field \"text\"");
-      document = text->get<std::string>();
-      if (!is_blank(document)) return true;
+      queue(std::move(text->get_ref<std::string&>()));
+      if (!pieces_.empty()) return true;
     }
     return false;
   }
-  document.clear();
+  // Plain text: the paragraph being built lives in `open_` between calls.
   while (lines_.next(line)) {
     if (is_blank(line)) {
-      if (!document.empty()) return true;
+      if (!open_.empty()) {
+        queue(std::move(open_));
+        open_.clear();
+        if (!pieces_.empty()) return true;
+      }
       continue;
     }
-    if (!document.empty()) document.push_back(' ');
-    document += line;
+    if (!open_.empty()) open_.push_back(' ');
+    open_ += line;
+    if (open_.size() > limits_.max_document_bytes) {
+      // Cut now, keeping the last piece open: the paragraph goes on in the next lines.
+      std::vector<std::string> pieces = split_into_documents(std::move(open_), limits_);
+      open_ = std::move(pieces.back());
+      pieces.pop_back();
+      for (auto& piece : pieces)
+        if (!is_blank(piece)) pieces_.push_back(std::move(piece));
+      if (!pieces_.empty()) return true;
+    }
   }
-  return !document.empty();
+  if (open_.empty()) return false;
+  queue(std::move(open_));
+  open_.clear();
+  return !pieces_.empty();
 }
 
 std::vector<std::string> split_for_tokenizer_training(const std::string& document,
@@ -187,8 +194,11 @@ std::vector<std::string> split_for_tokenizer_training(const std::string& documen
   while (pos < document.size()) {
     size_t end = std::min(document.size(), pos + max_bytes);
     if (end < document.size()) {
-      size_t cut = document.find_last_of(" \n\t", end);
-      if (cut != std::string::npos && cut > pos) {
+      // The last whitespace in (pos, end]: searched in the window only, so a document without
+      // whitespace costs linear time, not quadratic.
+      size_t cut = end;
+      while (cut > pos && document[cut] != ' ' && document[cut] != '\n' && document[cut] != '\t') --cut;
+      if (cut > pos) {
         end = cut;
       } else {  // no whitespace: cut at a UTF-8 character boundary
         while (end > pos && (static_cast<unsigned char>(document[end]) & 0xC0) == 0x80) --end;

@@ -17,7 +17,9 @@ namespace {
 using contract::ConfigError;
 using contract::RunConfig;
 
-// A rank of a data-parallel run takes the GPU of its local rank among the visible ones.
+// A rank of a data-parallel run takes the GPU of its local rank among the visible ones. Its
+// refusals depend on the machine, not the config: the trainer's alone (docs/design.md §5,
+// "Validation before anything runs"; `mxablate run` checks ranks against its slots).
 at::Device resolve_device(const RunConfig& c, int local_rank) {
   if (c.device == contract::Device::kCPU) return at::kCPU;
   if (!torch::cuda::is_available())
@@ -33,8 +35,9 @@ at::Device resolve_device(const RunConfig& c, int local_rank) {
 
 // How each GEMM precision runs here (contract/gemm_route.h holds the rule): what the device and
 // this build can run, as the kernels say, then the rule. A GEMM path the config demands but the
-// device lacks is a ConfigError; auto's fallback to emulation is said on rank 0's stderr (and in
-// run_start).
+// device lacks is a ConfigError, the machine's (check_run_fits has refused what the config alone
+// rules out: a shape FP8 tensor cores cannot take); auto's fallback to emulation is said on rank
+// 0's stderr (and in run_start).
 contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& device,
                                          const std::vector<LinearShape>& layers, int64_t n_layers,
                                          int64_t tokens, bool say_fallback) {
@@ -88,7 +91,8 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
   s.layers = linear_layers(s.shape, vocab);
 
-  // Every layer in every phase of the schedule must be able to run: checked before training.
+  // Every layer in every phase of the schedule must be able to run, the LM head at the data's
+  // vocabulary too: checked before training (run_trainer has checked the rest, check_runnable).
   check_run_fits(config, s.shape, vocab);
 
   auto session = std::make_shared<QuantSession>();
@@ -115,18 +119,11 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   // buffer, and a checkpoint is loaded into the parameters in place.
   s.engine = make_step_engine(config, *s.model, s.group.get());
 
-  StepCaptureFacts facts;
-  facts.cuda = s.device.is_cuda();
+  // The config's facts are the planner's (step_capture.h); check_run_fits above has refused `on`
+  // where they rule a graph out, so `on` can fail here only for want of CUDA graphs in this build.
+  StepCaptureFacts facts = step_capture_facts(config, s.layers, s.shape.n_layers);
   facts.graphs_available = compat::kHasCudaGraphs;
-  facts.ranks = rank.world;
-  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase)
-    for (const LinearPlan& p : layer_plans(config, s.layers, s.shape.n_layers, phase)) {
-      facts.reads_back_each_step = facts.reads_back_each_step || p.occ.has_value();
-      for (const GemmPlan& g : p.gemm)
-        facts.chooses_gemms_on_host = facts.chooses_gemms_on_host || s.routes.of(g.precision) == contract::GemmRoute::kMXFP4AsFP8;
-    }
   facts.parameters = s.model->parameter_count();
-  facts.micro_batch_tokens = s.plan.micro_batch_tokens;
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
   s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(config, s.shape, vocab).total(),
                                        weight_cache_bytes(config, s.shape, vocab),

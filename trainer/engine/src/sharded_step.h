@@ -42,8 +42,8 @@ class ShardedStep final : public StepEngine {
   static constexpr int64_t kBucketBytes = kGradientBucketBytes;
   // ZeRO-2: staged buckets being reduce-scattered at once, in bytes (at least two buckets).
   // Waiting on one makes the backward's stream wait for it, so the window must be long enough
-  // for the reduce-scatter to be done by then: two buckets cost llama-1.3b 3 % of its 4-rank
-  // throughput (docs/performance.md).
+  // for the reduce-scatter to be done by then (a window of two buckets was measured slower at
+  // llama-1.3b on 4 ranks; that figure was not kept).
   static constexpr int64_t kInFlightBytes = kShardedInFlightBytes;
 
   ShardedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel& group,

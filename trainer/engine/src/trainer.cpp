@@ -17,6 +17,7 @@
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/ranks.h"
+#include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/training_run.h"
 #include "data_parallel.h"
 #include "error_line.h"
@@ -56,6 +57,10 @@ int run_trainer(const TrainOptions& options) {
                                         : options.config_path;
     config_read = contract::read_run_config(config_path);
     const RunConfig& config = *config_read;
+    // What the config alone decides, refused as `mxablate plan` refuses it (the same function),
+    // before the machine, the ranks or the data are looked at (docs/design.md §5, "Validation
+    // before anything runs").
+    check_runnable(config);
     const int ranks = config.parallel.data;
     if (options.standby_fd && ranks > 1)
       throw ConfigError(std::string(contract::kStandbyFdEnv) + ": a run of " +
@@ -64,6 +69,7 @@ int run_trainer(const TrainOptions& options) {
                         "prestarted");
     const std::optional<RankInfo> rank = rank_from_environment(ranks);
     if (!rank && ranks > 1) {
+      // The build's (NCCL, Gloo), not the config's: refused here alone (docs/design.md §5).
       const std::string missing = missing_backend(config.device == contract::Device::kCUDA, ranks);
       if (!missing.empty()) throw ConfigError(missing);
       return launch_ranks(ranks, options.arguments);

@@ -4,8 +4,9 @@
 // it. Only each dataset's manifest.json is read (token counts, vocabulary), never the shards.
 //
 // Errors (RecipeError): a dataset that does not exist or is not prepared; data.seq_len longer than
-// a split can hold; eval.tokens more than the validation split holds at that sequence length; a
-// data vocabulary larger than a model preset's own.
+// a split can hold; a run that does not fit its model at the data's vocabulary
+// (trainer::check_run_fits, as mxablate-train checks it: the LM head's shapes, the parameter
+// count); eval.tokens more than the validation split holds at that sequence length.
 // check_ranks, made by `run` once it knows its slots: a run of more ranks than the executor can
 // ever give one run.
 // Warnings: a token budget of more than two epochs of the training split (small models overfit a

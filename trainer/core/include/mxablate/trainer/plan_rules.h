@@ -25,7 +25,8 @@ std::string check_occ(const LinearPlan& plan);
 // "" when every FP8 GEMM the config plans, in any precision phase, has a shape FP8 tensor cores
 // take (kernels/gemm_shape.h: K and N multiples of 16; Wgrad reduces over the micro-batch's
 // `tokens`); otherwise "LAYER GEMM: why" for the first that does not. The trainer's
-// fp8-tensorwise route needs it (docs/design.md §3).
+// fp8-tensorwise route needs it (docs/design.md §3). A layer of out_features 0 (the LM head
+// before the vocabulary is known) is skipped.
 std::string check_fp8_tensor_core_shapes(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
                                          int64_t n_layers, int64_t tokens);
 

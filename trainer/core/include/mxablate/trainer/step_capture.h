@@ -7,8 +7,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mxablate/contract/quant_settings.h"
+#include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
 
@@ -19,7 +22,8 @@ namespace mxablate::trainer {
 // launches.
 inline constexpr double kGraphedStepWorkLimit = 2.5e12;
 
-// What the rule needs to know about a run; the trainer fills it in.
+// What the rule needs to know about a run: step_capture_facts gives what the config decides, the
+// trainer adds what its build and model say.
 struct StepCaptureFacts {
   bool cuda = false;               // the run's device is a CUDA GPU
   bool graphs_available = false;   // this LibTorch can capture CUDA graphs
@@ -41,5 +45,19 @@ struct StepCapture {
 // The decision for `setting`. Throws contract::ConfigError (one line, naming train.cuda_graphs)
 // when the setting is `on` and the run cannot be graphed.
 StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureFacts& facts);
+
+// The facts `config` decides on `layers` (linear_layers of its model; the LM head's shape does
+// not matter here): the device, the ranks, the tokens per micro-batch, and whether a layer in any
+// phase of the precision schedule clamps outliers (OCC) or has an MXFP4 GEMM on the mxfp4-as-fp8
+// route. graphs_available and parameters are left for the trainer (its LibTorch, its vocabulary).
+StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
+                                    int64_t n_layers);
+
+// decide_step_capture's refusal of `on` where the config alone rules a graph out, whatever the
+// machine: decided on step_capture_facts with a LibTorch that can capture graphs (one that
+// cannot is the trainer's to find). check_run_fits calls it, so `mxablate plan` refuses such a
+// run at the recipe position of train.cuda_graphs and mxablate-train before it starts any rank
+// (docs/design.md §4, "Graphed steps").
+void check_step_capture(const contract::RunConfig& config, const std::vector<LinearShape>& layers, int64_t n_layers);
 
 }  // namespace mxablate::trainer

@@ -37,6 +37,7 @@ struct CollectOptions {
   std::string sample_dir;              // empty: no sample
   double sample_fraction = 0;          // of the kept files, by a keyed hash of their bytes
   uint64_t sample_seed = 1;
+  TextLimits limits;                   // max_document_bytes cuts long texts (input_file.h)
   int threads = 0;                     // 0: all cores
 };
 
@@ -47,9 +48,9 @@ struct DropCount {
 
 struct CollectStats {
   std::string source;
-  int64_t files = 0, bytes = 0;             // regular files seen under the directory
+  int64_t files = 0, bytes = 0;             // entries seen under the directory (kept + dropped)
   int64_t kept_files = 0, kept_bytes = 0;   // became documents
-  int64_t documents = 0;                    // a kept file longer than 1 MiB is several
+  int64_t documents = 0;                    // a kept file longer than max_document_bytes is several
   int64_t sample_files = 0, sample_bytes = 0;
   std::map<DropReason, DropCount> dropped;
   bool resumed = false;                     // read back from a previous run, not collected now

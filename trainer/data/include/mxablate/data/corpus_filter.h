@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mxablate/data/input_file.h"
+
 namespace mxablate::data {
 
 // Why a file did not become a document. One name table (drop_reason_name) serves the stats
@@ -23,18 +25,23 @@ enum class DropReason {
   kGenerated,  // says in its head that a program wrote it
   kDataTable,  // numbers, not language: hex tables, register maps, test vectors
   kDuplicate,  // the exact bytes of a file kept before (in any source)
+  // What the one input reader (input_file.h) cannot read, as `data prepare` names it:
+  kUnreadable,  // permission denied, an I/O error, a directory that cannot be listed
+  kSpecial,     // a FIFO, socket or device, or a symbolic link (never followed)
+  kDamaged,     // a .gz/.dz that fails its check (cut short, bad CRC) or is not compressed
 };
 inline constexpr DropReason kAllDropReasons[] = {
-    DropReason::kNotText,  DropReason::kEmpty,     DropReason::kTooLarge, DropReason::kBinary,
-    DropReason::kMinified, DropReason::kGenerated, DropReason::kDataTable, DropReason::kDuplicate};
+    DropReason::kNotText,   DropReason::kEmpty,      DropReason::kTooLarge,
+    DropReason::kBinary,    DropReason::kMinified,   DropReason::kGenerated,
+    DropReason::kDataTable, DropReason::kDuplicate,  DropReason::kUnreadable,
+    DropReason::kSpecial,   DropReason::kDamaged};
 const char* drop_reason_name(DropReason reason);
+DropReason drop_reason_of(InputProblem problem);
 
-// Files larger than this are not read at all.
+// Files larger than this are not read at all. A kept text longer than
+// TextLimits::max_document_bytes is cut by split_into_documents (input_file.h), so one
+// dictionary or one ChangeLog is not one 40 MB "document".
 inline constexpr int64_t kMaxCollectFileBytes = int64_t{64} << 20;
-// A text longer than this is cut into documents of at most kDocumentChunkBytes (at blank lines
-// where possible), so one dictionary or one ChangeLog is not one 40 MB "document".
-inline constexpr size_t kMaxDocumentBytes = size_t{1} << 20;
-inline constexpr size_t kDocumentChunkBytes = size_t{256} << 10;
 
 // Whether a file name is one we read as text: source code, build files and prose by extension
 // or by well-known name (Makefile, README, ChangeLog, …). A trailing .gz/.dz (gzip, dictzip) is
@@ -49,9 +56,5 @@ std::optional<DropReason> classify_text(std::string_view text);
 // see classify_text's binary rule), so every document written is valid UTF-8.
 void repair_utf8(std::string& text);
 
-// Cuts a text longer than kMaxDocumentBytes into pieces of at most kDocumentChunkBytes, at the
-// last blank line (else line break, else UTF-8 character boundary) before the limit; a shorter
-// text is one piece. No byte is lost: the pieces concatenate to the text.
-std::vector<std::string> split_into_documents(std::string text);
 
 }  // namespace mxablate::data

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mxablate/data/input_file.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/split_writer.h"  // is_validation_document
 
@@ -28,13 +29,16 @@ struct DataPrepareOptions {
   double val_fraction = kDefaultValFraction;  // of the documents, by a keyed hash of the index
   uint64_t split_seed = kDefaultSplitSeed;
   int64_t shard_tokens = kDefaultShardTokens;  // tokens per shard file at most
+  TextLimits limits;                // a line's and a document's bytes (input_file.h)
   int threads = 0;                  // 0: all cores
   bool force = false;               // replace an existing out_dir
 };
 
 // Validates the options (std::invalid_argument naming the option), then runs. Writes into
 // OUT_DIR.partial and renames it to OUT_DIR only when complete, with the composition table
-// (manifest.h) beside the manifest. Progress lines go to `log`.
+// (manifest.h) beside the manifest; any error removes OUT_DIR.partial (output_dir.h). Bad input
+// (an unreadable or damaged file, a malformed line, a line over the limit) is
+// std::invalid_argument naming the file. Progress lines go to `log`.
 Manifest prepare_data(const DataPrepareOptions& options, std::ostream& log);
 
 }  // namespace mxablate::data

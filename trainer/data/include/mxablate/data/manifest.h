@@ -39,6 +39,13 @@ struct SourceInfo {
   int64_t tokens = -1;
 };
 
+// An input that a walked directory held but that could not be read (input_file.h): listed, so
+// the composition says what the directory held beyond what was prepared.
+struct SkippedInput {
+  std::string path;
+  std::string reason;  // input_problem_name: unreadable, special
+};
+
 struct TokenizerInfo {
   std::string file;                // relative to the data directory (a copy of the model);
                                    // empty: none (imported ids, see megatron_import.h)
@@ -58,6 +65,7 @@ struct Manifest {
   SplitInfo train;
   SplitInfo validation;
   std::vector<SourceInfo> sources;
+  std::vector<SkippedInput> skipped;  // absent in directories prepared before it was recorded
   nlohmann::json options = nlohmann::json::object();  // the prepare options, for provenance
 };
 
