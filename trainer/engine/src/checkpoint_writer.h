@@ -39,7 +39,6 @@ class CheckpointWriter {
   // Starts writing the checkpoint at `at`; `write` returns the published path. Any write before
   // must have been collected (collect(true)).
   void start(Progress at, std::function<std::string()> write);
-  bool in_flight() const { return pending_.has_value(); }
   // The write in flight, once it has finished (nullopt while it runs, or when there is none);
   // `wait`: blocks until it has. A write that failed throws its exception here, once.
   std::optional<Written> collect(bool wait);

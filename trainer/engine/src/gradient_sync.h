@@ -49,8 +49,6 @@ class GradientSync {
   // then waits for all. The gradients then hold the sum over the ranks.
   void finish();
 
-  size_t bucket_count() const { return buckets_.size(); }
-
  private:
   struct Bucket {
     at::Tensor flat;

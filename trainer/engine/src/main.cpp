@@ -49,13 +49,14 @@ int main(int argc, char** argv) {
                  "Write a Kineto trace (Chrome JSON) of optimizer steps FIRST:LAST (1-based) to "
                  "--profile-trace; scripts/profile-summary.py summarizes it");
   app.add_option("--profile-trace", options.profile_trace, "Where --profile-steps writes its trace");
-  // Fault injection for tests; not shown in --help.
-  app.add_option("--debug-inject-nonfinite-at-step", options.inject_nonfinite_at_step)->group("");
-  app.add_option("--debug-signal-at-step", options.signal_at_step)->group("");
-  app.add_option("--debug-crash-at-step", options.crash_at_step)->group("");
-  app.add_option("--debug-crash-writing-checkpoint", options.crash_writing_checkpoint)->group("");
-  app.add_option("--debug-crash-after-checkpoint-published", options.crash_after_checkpoint_published)->group("");
-  app.add_option("--debug-fault-rank", options.fault_rank)->group("");
+  // Fault injection for tests (fault_plan.h); not shown in --help.
+  FaultPlan faults;
+  app.add_option("--debug-inject-nonfinite-at-step", faults.inject_nonfinite_at_step)->group("");
+  app.add_option("--debug-signal-at-step", faults.signal_at_step)->group("");
+  app.add_option("--debug-crash-at-step", faults.crash_at_step)->group("");
+  app.add_option("--debug-crash-writing-checkpoint", faults.crash_writing_checkpoint)->group("");
+  app.add_option("--debug-crash-after-checkpoint-published", faults.crash_after_checkpoint_published)->group("");
+  app.add_option("--debug-fault-rank", faults.fault_rank)->group("");
   app.add_flag("--debug-synchronous-checkpoints", options.synchronous_checkpoints)->group("");
   app.add_option("--debug-always-verify-data-bytes", options.always_verify_data_bytes)->group("");
   try {
@@ -84,5 +85,5 @@ int main(int argc, char** argv) {
     std::cerr << "mxablate-train: " << e.what() << "\n";
     return exit_code::kBadConfig;
   }
-  return run_trainer(options);
+  return run_trainer(options, faults);
 }

@@ -41,7 +41,7 @@ std::string resolve_dataset_dir(const std::string& dataset) {
   return dir;
 }
 
-int run_trainer(const TrainOptions& options) {
+int run_trainer(const TrainOptions& options, const FaultPlan& faults) {
   // Setup is timed from the process's start (before the re-exec and the libraries' loading),
   // as far as /proc tells; from here otherwise.
   const Clock::time_point process_start =
@@ -82,7 +82,7 @@ int run_trainer(const TrainOptions& options) {
       throw ConfigError("parallel.data: " + std::to_string(ranks) + " but this process is rank " +
                         std::to_string(rank->rank) + " of " + std::to_string(rank->world) +
                         " (WORLD_SIZE or SLURM_NTASKS)");
-    run = std::make_unique<TrainingRun>(config, options, rank.value_or(RankInfo{}));
+    run = std::make_unique<TrainingRun>(config, options, rank.value_or(RankInfo{}), faults);
     double standby_s = 0;
     if (options.standby_fd) {
       // Ready for the first step: wait for the slot (contract/standby.h); abandoned, nothing has

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "mxablate/trainer/fault_plan.h"
+
 namespace mxablate::trainer {
 
 namespace exit_code {
@@ -34,19 +36,6 @@ struct TrainOptions {
   // step is done, then the trainer waits on this descriptor for the orchestrator's go before it
   // writes anything; closed instead, it exits 4 having written nothing.
   std::optional<int> standby_fd;
-  // Fault injection for tests, acting at optimizer step N (1-based; -1: off):
-  int64_t inject_nonfinite_at_step = -1;  // a NaN weight before step N's forward pass
-  int64_t signal_at_step = -1;            // raise(SIGTERM) after step N
-  // _exit(137) after step N, flushing nothing (kill -9), once every rank's checkpoint write in
-  // flight has finished: what was on disk when checkpoints were written in place.
-  int64_t crash_at_step = -1;
-  // _exit(137) on the checkpoint writer's thread while checkpoint N is written: its files are in
-  // the temporary directory, state.json and the rename are not done (training may be steps on).
-  int64_t crash_writing_checkpoint = -1;
-  // _exit(137) on rank 0's writer thread just after checkpoint N is published, before the training
-  // thread has recorded its event.
-  int64_t crash_after_checkpoint_published = -1;
-  int fault_rank = -1;  // the rank of a data-parallel run the faults above act on (-1: every rank)
   // Checkpoints written on the training thread, as before they had a writer thread of their own
   // (docs/design.md §4, "Checkpoints and exact resume"): for tests that compare the two.
   bool synchronous_checkpoints = false;
@@ -55,11 +44,11 @@ struct TrainOptions {
   int64_t profile_first_step = 0;
   int64_t profile_last_step = 0;
   std::string profile_trace;
-  // (and always_verify_data_bytes, to reach the checks made while reading bigger data)
 };
 
-// Runs and returns the exit code; errors reach stderr as one line.
-int run_trainer(const TrainOptions& options);
+// Runs and returns the exit code; errors reach stderr as one line. `faults`: a test's
+// (fault_plan.h); empty for every real run.
+int run_trainer(const TrainOptions& options, const FaultPlan& faults = {});
 
 // Where config "data.dataset" points: "default" is $MXABLATE_DEFAULT_DATASET or the repository's
 // data/default (built by scripts/build-corpus.sh); anything else is a prepared data directory.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/fault_plan.h"
 #include "mxablate/trainer/ranks.h"
 #include "mxablate/trainer/trainer.h"
 
@@ -22,7 +23,9 @@ class TrainingRun {
  public:
   // Builds everything the first step needs; throws contract::ConfigError for a config, data or
   // device that cannot run (nothing is written then). `options` must outlive the run.
-  TrainingRun(const contract::RunConfig& config, const TrainOptions& options, const RankInfo& rank = {});
+  // `faults`: a test's (fault_plan.h); empty for every real run.
+  TrainingRun(const contract::RunConfig& config, const TrainOptions& options, const RankInfo& rank = {},
+              const FaultPlan& faults = {});
   ~TrainingRun();
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
