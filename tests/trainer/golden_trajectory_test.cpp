@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -45,8 +46,13 @@ json machine() {
     const char* v = std::getenv(name);
     return std::string(v ? v : "");
   };
+  // OpenBLAS sizes its blocks by the L2 cache, and splits work by the CPUs it sees.
+  std::string l2;
+  std::ifstream("/sys/devices/system/cpu/cpu0/cache/index2/size") >> l2;
   return {{"cpu", cpu},
           {"isa", isa},
+          {"l2", l2},
+          {"cpus", static_cast<int64_t>(std::thread::hardware_concurrency())},
           {"OPENBLAS_CORETYPE", env("OPENBLAS_CORETYPE")},
           {"OPENBLAS_L2_SIZE", env("OPENBLAS_L2_SIZE")},
           {"OPENBLAS_NUM_THREADS", env("OPENBLAS_NUM_THREADS")},
