@@ -320,3 +320,44 @@ TEST_CASE("data prepare counts text bytes and tokens per source, writes composit
   CHECK(train_i == decoded_train.size());
   CHECK(validation_i == decoded_validation.size());
 }
+
+TEST_CASE("data prepare: a vocabulary the text cannot fill is bad input naming --vocab-size, and .dz is read as gzip",
+          "[data][prepare]") {
+  const Inputs in = make_inputs("mxablate_prepare_vocab_dz");
+  std::ostringstream log;
+  DataPrepareOptions o = options(in, "out");
+  o.inputs = {in.text.string()};
+  o.vocab_size = 100000;
+  try {
+    prepare_data(o, log);
+    FAIL("a 100000-token vocabulary was trained on a small book");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(std::string(e.what()), has_text("--vocab-size 100000: training the SentencePiece tokenizer on the "
+                                               "inputs failed: "));
+    CHECK_THAT(std::string(e.what()), has_text("Vocabulary size too high"));
+  }
+  CHECK_FALSE(fs::exists(in.dir / "out.partial"));
+  CHECK_FALSE(fs::exists(in.dir / "out"));
+
+  // The same gzip stream named .dz (dictzip is gzip): the same documents as the .json.gz, read
+  // by the same rule as `data collect` reads it.
+  const fs::path dz = in.dir / "book.txt.dz";
+  {
+    std::ifstream book(in.text, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(book)), {});
+    gzFile f = gzopen(dz.string().c_str(), "wb");
+    REQUIRE(f != nullptr);
+    gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(f);
+  }
+  o = options(in, "from_dz");
+  o.inputs = {dz.string()};
+  const Manifest from_dz = prepare_data(o, log);
+  o = options(in, "from_txt");
+  o.inputs = {in.text.string()};
+  const Manifest from_txt = prepare_data(o, log);
+  REQUIRE(from_dz.sources.size() == 1);
+  CHECK(from_dz.sources[0].documents == 300);
+  CHECK(from_dz.train.tokens == from_txt.train.tokens);
+  CHECK(from_dz.train.shards[0].sha256 == from_txt.train.shards[0].sha256);
+}

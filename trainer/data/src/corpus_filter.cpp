@@ -34,7 +34,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 std::string_view strip_compression(std::string_view name) {
-  for (std::string_view ext : {".gz", ".dz"})
+  for (std::string_view ext : kCompressedSuffixes)
     if (ends_with(name, ext)) return name.substr(0, name.size() - ext.size());
   return name;
 }
@@ -200,10 +200,6 @@ DropReason drop_reason_of(InputProblem problem) {
     case InputProblem::kDamaged: return DropReason::kDamaged;
   }
   return DropReason::kUnreadable;
-}
-
-bool is_compressed_file_name(std::string_view file_name) {
-  return strip_compression(file_name) != file_name;
 }
 
 bool is_text_file_name(std::string_view file_name) {

@@ -134,8 +134,11 @@ void train_tokenizer(const DataPrepareOptions& o, const std::vector<std::string>
   }
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences);
   sentences.rethrow_input_error();
+  // What fails here is the inputs against the options (a vocabulary larger than the text
+  // allows, no sentence at all): bad input, exit 2, in SentencePiece's words.
   if (!status.ok())
-    throw std::runtime_error("training the SentencePiece tokenizer failed: " + status.ToString());
+    throw std::invalid_argument("--vocab-size " + std::to_string(o.vocab_size) +
+                                ": training the SentencePiece tokenizer on the inputs failed: " + status.ToString());
 }
 
 nlohmann::json options_json(const DataPrepareOptions& o) {

@@ -35,6 +35,12 @@ InputFileError open_error(const std::string& path, int err) {
 
 }  // namespace
 
+bool is_compressed_file_name(std::string_view name) {
+  for (const std::string_view suffix : kCompressedSuffixes)
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) return true;
+  return false;
+}
+
 const char* input_problem_name(InputProblem problem) {
   switch (problem) {
     case InputProblem::kUnreadable: return "unreadable";
@@ -118,11 +124,6 @@ TreeWalk walk_tree(const fs::path& dir, const std::function<bool(std::string_vie
       continue;
     }
     for (; it != fs::directory_iterator(); it.increment(ec)) {
-      if (ec) {  // the listing broke off midway: what was listed stands, the rest is unreadable
-        walk.skipped.emplace_back(rel.empty() ? std::string(".") : rel.generic_string(),
-                                  InputProblem::kUnreadable);
-        break;
-      }
       const fs::path child = rel / it->path().filename();
       const fs::file_status st = it->symlink_status(ec);
       if (ec) {
@@ -145,6 +146,11 @@ TreeWalk walk_tree(const fs::path& dir, const std::function<bool(std::string_vie
       const auto size = it->file_size(ec);
       walk.files.push_back({child.generic_string(), ec ? 0 : static_cast<int64_t>(size)});
     }
+    // A listing that broke off midway ends the loop as if complete, with the increment's error
+    // (the body's own errors are cleared by the next increment): what was listed stands, the
+    // directory counts as unreadable.
+    if (ec)
+      walk.skipped.emplace_back(rel.empty() ? std::string(".") : rel.generic_string(), InputProblem::kUnreadable);
   }
   std::sort(walk.files.begin(), walk.files.end(),
             [](const TreeEntry& a, const TreeEntry& b) { return a.relative < b.relative; });

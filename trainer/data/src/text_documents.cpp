@@ -34,7 +34,6 @@ bool is_blank(const std::string& line) {
 
 }  // namespace
 
-bool is_gzip_path(const std::string& path) { return ends_with(path, ".gz"); }
 
 DocumentFormat document_format_of(const std::string& path) {
   for (const char* ext : {".json", ".jsonl", ".json.gz", ".jsonl.gz"})
@@ -51,7 +50,7 @@ ExpandedInputs expand_inputs(const std::vector<std::string>& inputs) {
       throw InputFileError(InputProblem::kUnreadable, input + ": cannot read: " + ec.message());
     if (!fs::exists(st)) throw std::invalid_argument(input + ": no such file or directory");
     if (!fs::is_directory(st)) {
-      InputFile probe(input, is_gzip_path(input));  // a named file must be readable: refused here
+      InputFile probe(input, is_compressed_file_name(input));  // a named file must be readable: refused here
       expanded.files.push_back(input);
       continue;
     }
@@ -67,7 +66,7 @@ ExpandedInputs expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 LineReader::LineReader(const std::string& path, int64_t max_line_bytes)
-    : file_(path, is_gzip_path(path)),
+    : file_(path, is_compressed_file_name(path)),
       max_line_bytes_(max_line_bytes),
       buffer_(static_cast<size_t>(std::min<int64_t>(max_line_bytes + 1, int64_t{1} << 20))) {}
 

@@ -47,7 +47,7 @@ inline constexpr int64_t kMaxCollectFileBytes = int64_t{64} << 20;
 // or by well-known name (Makefile, README, ChangeLog, …). A trailing .gz/.dz (gzip, dictzip) is
 // looked through: "gcide.dict.dz" is text that must be decompressed first.
 bool is_text_file_name(std::string_view file_name);
-bool is_compressed_file_name(std::string_view file_name);  // .gz or .dz
+// (is_compressed_file_name: input_file.h, the rule both data commands read by.)
 
 // The content rules, in order: empty, binary, minified, generated, data table. nullopt: keep.
 std::optional<DropReason> classify_text(std::string_view text);

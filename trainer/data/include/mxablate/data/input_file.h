@@ -30,6 +30,11 @@ inline constexpr InputProblem kAllInputProblems[] = {InputProblem::kUnreadable,
                                                      InputProblem::kSpecial, InputProblem::kDamaged};
 const char* input_problem_name(InputProblem problem);
 
+// A name that says the file is gzip-compressed (.gz; dictzip's .dz is gzip too): read through
+// gzip, verified, by both commands.
+inline constexpr std::string_view kCompressedSuffixes[] = {".gz", ".dz"};
+bool is_compressed_file_name(std::string_view file_name);
+
 // An input that cannot be read: bad input (exit 2), one line naming the file and the reason.
 struct InputFileError : std::invalid_argument {
   InputFileError(InputProblem problem, const std::string& message)

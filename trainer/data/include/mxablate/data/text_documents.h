@@ -23,7 +23,6 @@ namespace mxablate::data {
 enum class DocumentFormat { kPlainText, kJsonLines };
 
 DocumentFormat document_format_of(const std::string& path);
-bool is_gzip_path(const std::string& path);
 
 // Bad inputs (missing, unreadable or damaged files, malformed JSON lines, a line over the
 // limit) throw std::invalid_argument (InputFileError for the file itself) naming file[:line].
@@ -38,7 +37,7 @@ struct ExpandedInputs {
 };
 ExpandedInputs expand_inputs(const std::vector<std::string>& inputs);
 
-// Reads one file line by line (through gzip for *.gz), each line at most
+// Reads one file line by line (through gzip for is_compressed_file_name), each line at most
 // limits.max_line_bytes.
 class LineReader {
  public:
