@@ -99,12 +99,15 @@ std::optional<PlannedWeightCache> planned_weight_cache(const RunSpec& run, const
   if (it == vocabularies.end()) return std::nullopt;
   PlannedWeightCache c;
   // The planner resolved and checked every run's model: this cannot throw.
-  c.bytes = trainer::weight_cache_bytes(run.config, trainer::model_shape(run.config.model), it->second);
+  const trainer::ModelShape shape = trainer::model_shape(run.config.model);
+  const trainer::RunLayerPlans plans =
+      trainer::plan_run_layers(run.config, trainer::linear_layers(shape, it->second), shape.n_layers);
+  c.bytes = trainer::weight_cache_bytes(plans);
   if (run.config.device != contract::Device::kCUDA) {
     c.decision = trainer::decide_weight_cache(false, 0, c.bytes, 0);
     return c;
   }
-  const int64_t plan_total = trainer::plan_memory(run.config, it->second).total();
+  const int64_t plan_total = trainer::plan_memory(run.config, shape, it->second, plans).total();
   c.least_gpu_memory = trainer::weight_cache_least_device_memory(plan_total, c.bytes);
   if (gpu) c.decision = trainer::decide_weight_cache(true, plan_total, c.bytes, gpu->bytes);
   return c;

@@ -73,6 +73,7 @@ const std::map<std::string, std::string> kPinned = {
     {"train.activation_checkpointing", "set execution"},
     {"train.cuda_graphs", "set execution"},
     {"train.fused_producers", "set execution"},
+    {"train.deterministic", "set trajectory arm"},
     {"eval.every_tokens", "arm"},
     {"eval.tokens", "arm"},
     {"precision.fprop", "trajectory arm"},
@@ -182,7 +183,7 @@ TEST_CASE("the identity JSON leaves out exactly the keys written when set, while
                                              "quant.fp8_scaling", "quant.occ", "quant.sr_prescale",
                                              "quant.weight_blocks", "target.hopeless_confidence",
                                              "target.stop_hopeless", "train.activation_checkpointing", "train.cuda_graphs",
-                                             "train.fused_producers"});
+                                             "train.deterministic", "train.fused_producers"});
   CHECK_FALSE(compact.contains("parallel"));  // a section left empty goes too
 }
 

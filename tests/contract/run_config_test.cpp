@@ -375,3 +375,17 @@ TEST_CASE("target.stop_hopeless and hopeless_confidence: written only when set (
   bad["target"]["hopeless_confidence"] = "high";
   CHECK(error_of(bad).find("target.hopeless_confidence: expected a number") == 0);
 }
+
+TEST_CASE("train.deterministic: written only when on (run ids stay), a trajectory setting, true or false") {
+  RunConfig c;
+  CHECK_FALSE(to_json(c)["train"].contains("deterministic"));
+  const json default_identity = to_json(c);
+  c.train.deterministic = true;
+  const json j = to_json(c);
+  CHECK(j["train"]["deterministic"] == true);
+  CHECK(run_config_from_json(j).train.deterministic);
+  CHECK(j != default_identity);  // other attention bits on CUDA: another run id
+  json bad = valid();
+  bad["train"]["deterministic"] = "yes";
+  CHECK(error_of(bad) == "train.deterministic: expected true or false, got \"yes\"");
+}

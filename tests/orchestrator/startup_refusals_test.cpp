@@ -68,7 +68,7 @@ const std::vector<Row> kRefused = {
      {{"train.cuda_graphs", R"("on")"}},
      "train.cuda_graphs",
      R"(train.cuda_graphs: "on", but the run's device is not a CUDA GPU)"},
-    // quant.gemm_path (contract/gemm_route.h): a path demanding FP8 tensor cores for a GEMM shape
+    // quant.gemm_path (contract/gemm_routing.h): a path demanding FP8 tensor cores for a GEMM shape
     // they cannot take (Wgrad reduces over the micro-batch's 1000 tokens).
     {"gemm_path fp8 with an FP8 GEMM of K 1000",
      {{"device", kCuda}, {"data.seq_len", "40"}, {"train.global_batch_tokens", "1000"},

@@ -60,7 +60,7 @@ class BenchArms(unittest.TestCase):
         routes = cpp_names("kernels/include/mxablate/kernels/gemm_route.h", "GemmRoute")
         self.assertTrue(precisions >= {"bf16", "fp8", "mxfp4"}, precisions)
         self.assertEqual(paths, {"auto", "emulated", "fp8", "fp8-where-exact"})
-        self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8", "native-mxfp4", "mxfp4-as-fp8"})
+        self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8", "mxfp4-as-fp8"})
         for name, a in ARMS.items():
             self.assertIn(a["precision"], precisions, name)
             self.assertLessEqual(set(a["quant"]), {"hadamard", "gemm_path", "fp8_scaling"}, name)

@@ -95,8 +95,8 @@ TEST_CASE("quantized_gemm refuses what it cannot do, in one sentence", "[torch][
   CHECK_THROWS_AS(quantized_gemm({a, Axis::kRows, mx, {}}, {b, Axis::kRows, mx, {}}),
                   std::invalid_argument);
   const GemmOperand ok{a, Axis::kRows, mx, {}};
-  CHECK_THROWS_AS(quantized_gemm(ok, ok, GemmPath::kNativeMXFP4), std::invalid_argument);
-  CHECK_FALSE(gemm_path_unavailable_reason(GemmPath::kNativeMXFP4, at::kCPU).empty());
+  CHECK_THROWS_AS(quantized_gemm(ok, ok, GemmPath::kMXFP4AsFP8), std::invalid_argument);
+  CHECK_FALSE(gemm_path_unavailable_reason(GemmPath::kMXFP4AsFP8, at::kCPU).empty());
   CHECK_FALSE(gemm_path_unavailable_reason(GemmPath::kHopperFP8, at::kCPU).empty());
   CHECK(gemm_path_unavailable_reason(GemmPath::kEmulated, at::kCPU).empty());
   CHECK_THROWS_AS(quantized_gemm(ok, ok, GemmPath::kHopperFP8), std::invalid_argument);

@@ -56,7 +56,7 @@ StepResult train_step(const contract::RunConfig& config, bool checkpointing) {
   o.shape = *find_model_preset("smoke");
   o.vocab_size = kVocab;
   o.init_seed = 5;
-  o.layer_plans = layer_plans(config, linear_layers(o.shape, kVocab), o.shape.n_layers, 0);
+  o.layer_plans = plan_run_layers(config, linear_layers(o.shape, kVocab), o.shape.n_layers).phases[0];
   o.session = std::make_shared<QuantSession>();
   o.session->seed = 17;
   o.session->step = 3;

@@ -1,4 +1,4 @@
-// The model with the fused common-path ops (fused_ops.h, docs/design.md §4) against the unfused
+// The model with the fused common-path ops (fused_model_ops.h, docs/design.md §4) against the unfused
 // model: on the CPU by default nothing changes (bit for bit); the fused ops' CPU references wired
 // in (FusedOps::kAlways) and, on CUDA, the fused kernels give the unfused loss and gradients
 // within tolerance; checkpointed blocks recompute them bit for bit; CUDA runs repeat exactly.
@@ -11,7 +11,7 @@
 
 #include "catch.h"
 #include "mxablate/kernels/torch/fused_ops.h"
-#include "mxablate/trainer/fused_ops.h"
+#include "mxablate/trainer/fused_model_ops.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model.h"
 
@@ -52,7 +52,7 @@ Pass forward_backward(FusedOps fused, const at::Device& device, bool checkpointi
   o.shape = *find_model_preset("smoke");
   o.vocab_size = kVocab;
   o.init_seed = 5;
-  o.layer_plans = layer_plans(config, linear_layers(o.shape, kVocab), o.shape.n_layers, 0);
+  o.layer_plans = plan_run_layers(config, linear_layers(o.shape, kVocab), o.shape.n_layers).phases[0];
   o.session = std::make_shared<QuantSession>();
   o.session->seed = 17;
   o.session->step = 3;

@@ -15,7 +15,7 @@
 
 #include "catch.h"
 #include "linear_test_util.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/kernels/torch/fake_quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/dge.h"
@@ -206,8 +206,9 @@ TEST_CASE("a GEMM routed where it cannot run fails in one clear line", "[trainer
   CHECK(hopper == kernels::gemm_route_unavailable_reason(GemmRoute::kHopperFP8, at::kCPU));
   CHECK(hopper.find('\n') == std::string::npos);
 
-  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kNativeMXFP4);
-  const std::string native = error_of<std::exception>([&] { LinearState(0, plan, session); });
-  CHECK(native == kernels::gemm_route_unavailable_reason(GemmRoute::kNativeMXFP4, at::kCPU));
-  CHECK(native.find('\n') == std::string::npos);
+  set_route(*session, GemmPrecision::kMXFP4, GemmRoute::kMXFP4AsFP8);
+  auto as_fp8_state = std::make_shared<const LinearState>(LinearState{0, plan, session});
+  const std::string as_fp8 = error_of<std::exception>([&] { mx_linear(x, w, as_fp8_state); });
+  CHECK(as_fp8 == kernels::gemm_route_unavailable_reason(GemmRoute::kMXFP4AsFP8, at::kCPU));
+  CHECK(as_fp8.find('\n') == std::string::npos);
 }

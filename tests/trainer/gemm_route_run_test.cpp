@@ -1,4 +1,4 @@
-// mxablate-train's GEMM routes (contract/gemm_route.h) as a run shows them: run_start names the
+// mxablate-train's GEMM routes (contract/gemm_routing.h) as a run shows them: run_start names the
 // engine of every GEMM precision, a fallback of quant.gemm_path auto is said in the log, and on a
 // GPU with FP8 tensor cores the FP8 arm runs on them and trains like its exact emulation.
 #include <cmath>

@@ -91,7 +91,7 @@ TEST_CASE("BF16 GEMMs never round stochastically, kept layers are plain BF16", "
   c.quant.hadamard = {HadamardMode::kDeterministic, 16, {GemmKind::kWgrad}};
   c.quant.bf16_first_blocks = 1;
   const std::vector<LinearShape> layers = two_blocks();
-  const std::vector<LinearPlan> plans = layer_plans(c, layers, 2, 0);
+  const std::vector<LinearPlan> plans = plan_run_layers(c, layers, 2).phases[0];
   const LinearPlan& p = plans[7];  // blocks.1.attn.q: not kept
   CHECK(op(p, GemmKind::kFprop, Operand::kA).rounding == Rounding::kNearest);
   CHECK(op(p, GemmKind::kDgrad, Operand::kA).rounding == Rounding::kStochastic);
@@ -218,30 +218,30 @@ TEST_CASE("FP8 tensor cores take a run only if every FP8 GEMM's K and N are mult
   const std::vector<LinearShape> layers = two_blocks();  // d_model 64, ffn 192, vocabulary 256
   contract::RunConfig fp8;
   fp8.precision = {kFP8, kFP8, kFP8};
-  CHECK(check_fp8_tensor_core_shapes(fp8, layers, 2, 1024).empty());
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(fp8, layers, 2), 1024).empty());
   // Wgrad reduces over the micro-batch's tokens.
-  CHECK(check_fp8_tensor_core_shapes(fp8, layers, 2, 1000) ==
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(fp8, layers, 2), 1000) ==
         "blocks.0.attn.q wgrad: FP8 tensor cores need K and N to be multiples of 16, got K 1000, N 64");
   // Only FP8 GEMMs count: BF16 and MXFP4 ones never run there.
   contract::RunConfig mx;
   mx.precision = {kMX, kMX, kMX};
-  CHECK(check_fp8_tensor_core_shapes(mx, layers, 2, 1000).empty());
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(mx, layers, 2), 1000).empty());
   contract::RunConfig fprop_only;
   fprop_only.precision = {kFP8, kBF16, kBF16};
-  CHECK(check_fp8_tensor_core_shapes(fprop_only, layers, 2, 1000).empty());
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(fprop_only, layers, 2), 1000).empty());
   // A layer whose width is no multiple of 16 (the LM head over a 250-token vocabulary, here
   // made FP8 by an override; by default it stays BF16 and never counts).
   ModelShape shape = *find_model_preset("smoke");
   const std::vector<LinearShape> odd_vocab = linear_layers(shape, 250);
-  CHECK(check_fp8_tensor_core_shapes(fp8, odd_vocab, shape.n_layers, 1024).empty());
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(fp8, odd_vocab, shape.n_layers), 1024).empty());
   contract::RunConfig head = fp8;
   head.overrides = {{"lm_head", {}}};
   head.overrides[0].patch.fprop = kFP8;
-  CHECK(check_fp8_tensor_core_shapes(head, odd_vocab, shape.n_layers, 1024) ==
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(head, odd_vocab, shape.n_layers), 1024) ==
         "lm_head fprop: FP8 tensor cores need K and N to be multiples of 16, got K 64, N 250");
   // A later precision phase counts too.
   contract::RunConfig scheduled;
   scheduled.precision_schedule = {{0.5, {kBF16, kBF16, kFP8}}};
-  CHECK(check_fp8_tensor_core_shapes(scheduled, layers, 2, 1000) ==
+  CHECK(check_fp8_tensor_core_shapes(plan_run_layers(scheduled, layers, 2), 1000) ==
         "blocks.0.attn.q wgrad: FP8 tensor cores need K and N to be multiples of 16, got K 1000, N 64");
 }

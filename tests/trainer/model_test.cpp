@@ -98,7 +98,7 @@ TEST_CASE("Blocks kept in BF16 get the BF16 plan, the others the run's plan", "[
   config.quant.bf16_last_blocks = 1;
   ModelOptions o = smoke_options();
   o.shape.n_layers = 4;
-  o.layer_plans = layer_plans(config, linear_layers(o.shape, o.vocab_size), 4, 0);
+  o.layer_plans = plan_run_layers(config, linear_layers(o.shape, o.vocab_size), 4).phases[0];
   LlamaModel model(o);
   const auto linears = model->linears();
   for (const auto& l : linears) {

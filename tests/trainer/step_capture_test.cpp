@@ -96,29 +96,29 @@ TEST_CASE("Graphed steps: the facts a config decides, in every phase and overrid
   contract::RunConfig c;
   c.device = contract::Device::kCUDA;
   c.train.cuda_graphs = CudaGraphs::kOn;
-  StepCaptureFacts f = trainer::step_capture_facts(c, layers, shape.n_layers);
+  StepCaptureFacts f = trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers));
   CHECK(f.cuda);
   CHECK(f.ranks == 1);
   CHECK(f.micro_batch_tokens == contract::micro_batch_tokens(c));
   CHECK_FALSE(f.reads_back_each_step);
   CHECK_FALSE(f.chooses_gemms_on_host);
-  CHECK_NOTHROW(trainer::check_step_capture(c, layers, shape.n_layers));
+  CHECK_NOTHROW(trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers)));
 
   // fp8-where-exact without an MXFP4 GEMM chooses nothing on the host; with one in a later phase
   // of the schedule it does, and `on` is refused for the whole run.
   c.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
-  CHECK_FALSE(trainer::step_capture_facts(c, layers, shape.n_layers).chooses_gemms_on_host);
+  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
   c.precision_schedule = {{0.5, {GemmPrecision::kBF16, GemmPrecision::kBF16, GemmPrecision::kMXFP4}}};
-  CHECK(trainer::step_capture_facts(c, layers, shape.n_layers).chooses_gemms_on_host);
+  CHECK(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
   try {
-    trainer::check_step_capture(c, layers, shape.n_layers);
+    trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers));
     FAIL("on was not refused");
   } catch (const contract::ConfigError& e) {
     CHECK(starts_with(e.what(), "train.cuda_graphs: \"on\", but quant.gemm_path: fp8-where-exact"));
   }
   // Under `fp8` the MXFP4 GEMMs take the Hopper path, decided once: no read-back.
   c.quant.gemm_path = contract::GemmPath::kFP8;
-  CHECK_FALSE(trainer::step_capture_facts(c, layers, shape.n_layers).chooses_gemms_on_host);
+  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
   // An override that brings the LM head into MXFP4 counts too.
   c.precision_schedule.clear();
   c.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
@@ -126,20 +126,20 @@ TEST_CASE("Graphed steps: the facts a config decides, in every phase and overrid
   head.layers = "lm_head";
   head.patch.dgrad = GemmPrecision::kMXFP4;
   c.overrides = {head};
-  CHECK(trainer::step_capture_facts(c, layers, shape.n_layers).chooses_gemms_on_host);
+  CHECK(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
   c.overrides.clear();
   c.quant.gemm_path = contract::GemmPath::kAuto;
 
   // OCC where a block keeps it; none where every block is kept in plain BF16.
   c.quant.occ = contract::OccConfig{};
-  CHECK(trainer::step_capture_facts(c, layers, shape.n_layers).reads_back_each_step);
+  CHECK(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).reads_back_each_step);
   c.quant.bf16_first_blocks = shape.n_layers;
-  CHECK_FALSE(trainer::step_capture_facts(c, layers, shape.n_layers).reads_back_each_step);
+  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).reads_back_each_step);
   // `auto` and `off` are never refused: auto says why not when the trainer decides.
   c.quant.bf16_first_blocks = 0;
   c.parallel.data = 2;
   for (CudaGraphs g : {CudaGraphs::kAuto, CudaGraphs::kOff}) {
     c.train.cuda_graphs = g;
-    CHECK_NOTHROW(trainer::check_step_capture(c, layers, shape.n_layers));
+    CHECK_NOTHROW(trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers)));
   }
 }

@@ -20,6 +20,10 @@ RunConfig uniform(GemmPrecision p) {
   return c;
 }
 
+RunLayerPlans plans(const RunConfig& c, const ModelShape& shape, int64_t vocab) {
+  return plan_run_layers(c, linear_layers(shape, vocab), shape.n_layers);
+}
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
@@ -33,9 +37,9 @@ TEST_CASE("The weight cache holds two BF16 operands per quantized weight element
   const int64_t d = shape.d_model, kv = d / shape.n_heads * shape.n_kv_heads, f = shape.ffn_hidden;
   const int64_t block = 2 * d * d + 2 * d * kv + 3 * d * f;
   const int64_t head = vocab * d;
-  CHECK(weight_cache_bytes(uniform(GemmPrecision::kBF16), shape, vocab) == (shape.n_layers * block + head) * 2);
-  CHECK(weight_cache_bytes(uniform(GemmPrecision::kMXFP4), shape, vocab) == shape.n_layers * block * 4 + head * 2);
-  CHECK(weight_cache_bytes(uniform(GemmPrecision::kFP8), shape, vocab) == shape.n_layers * block * 4 + head * 2);
+  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kBF16), shape, vocab)) == (shape.n_layers * block + head) * 2);
+  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kMXFP4), shape, vocab)) == shape.n_layers * block * 4 + head * 2);
+  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kFP8), shape, vocab)) == shape.n_layers * block * 4 + head * 2);
 }
 
 TEST_CASE("The weight cache is kept on the CPU, and on CUDA where the plan and the cache fit", "[weight_cache]") {

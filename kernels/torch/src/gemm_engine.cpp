@@ -325,10 +325,9 @@ const GemmEngine& gemm_engine(GemmRoute route) {
     case GemmRoute::kEmulated: return emulated;
     case GemmRoute::kFP8Tensorwise: return fp8_tensorwise;
     case GemmRoute::kHopperFP8: return hopper_fp8;
-    case GemmRoute::kNativeMXFP4: break;
   }
-  // The native MXFP4 seam: the reason is the same on every device.
-  throw std::invalid_argument(gemm_route_unavailable_reason(GemmRoute::kNativeMXFP4, at::kCPU));
+  throw std::invalid_argument("gemm_engine: no GEMM route numbered " +
+                              std::to_string(static_cast<int>(route)));
 }
 
 std::string gemm_route_unavailable_reason(GemmRoute route, const at::Device& device) {
@@ -346,9 +345,6 @@ std::string gemm_route_unavailable_reason(GemmRoute route, const at::Device& dev
 #else
       return {};
 #endif
-    case GemmRoute::kNativeMXFP4:
-      return "native MXFP4 GEMMs need gfx950 or sm_100 tensor cores; no kernel is built for them "
-             "(see kernels/torch/README.md, 'native MXFP4 seam')";
     case GemmRoute::kMXFP4AsFP8:
       if (!gpu_kernels_here) return "the mxfp4-as-fp8 path needs a CUDA device and the GPU kernels";
       if (!MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM)

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mxablate/contract/config_keys.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/kernels/quant_spec.h"
 #include "quant_keys.h"
@@ -40,7 +40,7 @@ json model_json(const ModelChoice& m, JsonKeys keys) {
 }
 
 // gemm_path as the run's identity (the compact JSON, whose hash is the run id) spells it: a
-// config without an FP8 GEMM computes the same bits under auto and emulated (gemm_route.h), so
+// config without an FP8 GEMM computes the same bits under auto and emulated (gemm_routing.h), so
 // auto is written "emulated" there, as every config was before auto existed, and those runs
 // keep their ids. A config with an FP8 GEMM writes "auto": its FP8 GEMMs may run on FP8 tensor
 // cores, another computation than the emulated runs of earlier releases, so another id.
@@ -106,6 +106,7 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
   out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
   out["train"]["cuda_graphs"] = name_json(to_string(c.train.cuda_graphs));
   out["train"]["fused_producers"] = c.train.fused_producers;
+  out["train"]["deterministic"] = c.train.deterministic;
   {
     json phases = json::array();
     for (const PrecisionPhase& p : c.precision_schedule)

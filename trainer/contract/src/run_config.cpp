@@ -151,6 +151,7 @@ static RunConfig parse_run_config(const json& j) {
     r.get("activation_checkpointing", c.train.activation_checkpointing);
     r.get("cuda_graphs", c.train.cuda_graphs);
     r.get("fused_producers", c.train.fused_producers);
+    r.get("deterministic", c.train.deterministic);
     r.finish();
   }
   if (const json* e = root.child("eval")) {

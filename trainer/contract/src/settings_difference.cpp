@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "mxablate/contract/config_keys.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 
 namespace mxablate::contract {
 namespace {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "json_reading.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 
 namespace mxablate::contract::detail {
 namespace {

@@ -149,14 +149,17 @@ contract::LayerSettings layer_settings(const contract::RunConfig& config, const 
   return s;
 }
 
-std::vector<LinearPlan> layer_plans(const contract::RunConfig& config,
-                                    const std::vector<LinearShape>& layers, int64_t n_layers,
-                                    size_t phase) {
-  std::vector<LinearPlan> plans;
-  plans.reserve(layers.size());
-  for (const LinearShape& l : layers)
-    plans.push_back(make_linear_plan(layer_settings(config, l, n_layers, phase)));
-  return plans;
+RunLayerPlans plan_run_layers(const contract::RunConfig& config, std::vector<LinearShape> layers,
+                              int64_t n_layers) {
+  RunLayerPlans r;
+  r.layers = std::move(layers);
+  r.phases.resize(config.precision_schedule.size() + 1);
+  for (size_t phase = 0; phase < r.phases.size(); ++phase) {
+    r.phases[phase].reserve(r.layers.size());
+    for (const LinearShape& l : r.layers)
+      r.phases[phase].push_back(make_linear_plan(layer_settings(config, l, n_layers, phase)));
+  }
+  return r;
 }
 
 std::string check_override_patterns(const contract::RunConfig& config,

@@ -113,10 +113,10 @@ struct ActivationMemory {
 };
 
 ActivationMemory activation_memory(const RunConfig& c, const ModelShape& s,
-                                   const std::vector<LinearShape>& layers, size_t phase) {
+                                   const std::vector<LinearShape>& layers,
+                                   const std::vector<LinearPlan>& plans) {
   const int64_t t = contract::micro_batch_tokens(c);
   const int64_t d = s.d_model;
-  const std::vector<LinearPlan> plans = layer_plans(c, layers, s.n_layers, phase);
   int64_t saved = 0, largest_saved = 0, operands = 0, largest_operands = 0, working = 0;
   for (int64_t b = 0; b < s.n_layers; ++b) {
     const BlockMemory m = block_memory(s, plans, static_cast<size_t>(b * 7));
@@ -170,6 +170,12 @@ int64_t MemoryPlan::total() const {
 }
 
 MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
+  return plan_memory(c, shape, vocab_size,
+                     plan_run_layers(c, linear_layers(shape, vocab_size), shape.n_layers));
+}
+
+MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t vocab_size,
+                       const RunLayerPlans& plans) {
   MemoryPlan m;
   const int64_t p = parameter_count(shape, vocab_size);
   m.parameters = p;
@@ -179,9 +185,8 @@ MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t voca
   if (c.parallel.shard == ShardLevel::kGradients && c.parallel.data > 1)
     m.gradients += kShardedInFlightBytes;
   m.optimizer = shard_of(2 * p * kF32, c, ShardLevel::kOptimizer);
-  const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
-  for (size_t phase = 0; phase <= c.precision_schedule.size(); ++phase) {
-    const ActivationMemory a = activation_memory(c, shape, layers, phase);
+  for (const std::vector<LinearPlan>& phase : plans.phases) {
+    const ActivationMemory a = activation_memory(c, shape, plans.layers, phase);
     m.activations = std::max(m.activations, a.activations);
     m.weight_operands = std::max(m.weight_operands, a.weight_operands);
     m.working = std::max(m.working, a.working);

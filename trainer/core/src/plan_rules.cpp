@@ -36,15 +36,13 @@ std::string check_occ(const LinearPlan& plan) {
   return "";
 }
 
-std::string check_fp8_tensor_core_shapes(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
-                                         int64_t n_layers, int64_t tokens) {
-  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase) {
-    const std::vector<LinearPlan> plans = layer_plans(config, layers, n_layers, phase);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const LinearShape& l = layers[i];
+std::string check_fp8_tensor_core_shapes(const RunLayerPlans& plans, int64_t tokens) {
+  for (const std::vector<LinearPlan>& phase : plans.phases) {
+    for (size_t i = 0; i < plans.layers.size(); ++i) {
+      const LinearShape& l = plans.layers[i];
       if (l.out_features == 0) continue;  // the LM head while the vocabulary is not known
       for (kernels::GemmKind g : contract::kAllGemms) {
-        if (plans[i][g].precision != contract::GemmPrecision::kFP8) continue;
+        if (phase[i][g].precision != contract::GemmPrecision::kFP8) continue;
         // (M, N, K) of Y = X Wᵀ, dX = dY W, dW = dYᵀ X.
         const auto [m, n, k] = g == kernels::GemmKind::kFprop   ? std::tuple{tokens, l.out_features, l.in_features}
                                : g == kernels::GemmKind::kDgrad ? std::tuple{tokens, l.in_features, l.out_features}

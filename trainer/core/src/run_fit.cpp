@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/plan_rules.h"
 #include "mxablate/trainer/step_capture.h"
@@ -87,18 +87,19 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
   if (c.quant.dge && !contract::is_fp4(c.precision.fprop))
     throw ConfigError("quant.dge: needs precision.fprop mxfp4 or nvfp4 (it differentiates W's "
                       "4-bit quantizer), got " + std::string(contract::to_string(c.precision.fprop)));
-  for (size_t phase = 0; phase <= c.precision_schedule.size(); ++phase) {
+  const RunLayerPlans plans = plan_run_layers(c, layers, shape.n_layers);
+  for (size_t phase = 0; phase < plans.phases.size(); ++phase) {
     const std::string when =
         phase == 0 ? "" : " from precision_schedule[" + std::to_string(phase - 1) + "]";
-    for (const LinearShape& l : layers) {
-      const LayerSettings settings = layer_settings(c, l, shape.n_layers, phase);
-      const LinearPlan full = make_linear_plan(settings);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LinearShape& l = layers[i];
+      const LinearPlan& full = plans.phases[phase][i];
       for (const auto& [key, why] : {std::pair{"quant.dge", check_dge(full)},
                                      std::pair{"quant.occ", check_occ(full)}})
         if (!why.empty()) throw ConfigError(std::string(key) + ": layer " + l.name + when + ": " + why);
       if (l.out_features == 0) continue;  // the LM head when the vocabulary is not known yet
       for (Stage stage : {Stage::kBlocks, Stage::kTiles, Stage::kRotations}) {
-        const LinearPlan plan = make_linear_plan(at_stage(settings, stage));
+        const LinearPlan plan = make_linear_plan(at_stage(layer_settings(c, l, shape.n_layers, phase), stage));
         const std::string problem = check_linear_shapes(plan, l.in_features, l.out_features, tokens);
         if (problem.empty()) continue;
         const std::string key =
@@ -114,9 +115,9 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
   // it refuses there, a path demanding FP8 tensor cores for an FP8 GEMM whose shape they cannot
   // take, it refuses on every machine. What a device lacks is the trainer's to find.
   contract::GemmRouteSupport shapes_only;
-  shapes_only.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, shape.n_layers, tokens);
+  shapes_only.fp8_tensorwise = check_fp8_tensor_core_shapes(plans, tokens);
   contract::resolve_gemm_routes(c.quant.gemm_path, shapes_only);
-  check_step_capture(c, layers, shape.n_layers);
+  check_step_capture(c, plans);
 }
 
 void check_runnable(const RunConfig& c) { check_run_fits(c, runnable_model_shape(c), 0); }

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/linear_plan.h"
 
@@ -42,18 +42,17 @@ StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureF
   return {true, fmt::format("parameters × micro-batch tokens is {:.2g}, at most {:.2g}", work, kGraphedStepWorkLimit)};
 }
 
-StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
-                                    int64_t n_layers) {
+StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const RunLayerPlans& plans) {
   StepCaptureFacts f;
   f.cuda = config.device == contract::Device::kCUDA;
   f.ranks = config.parallel.data;
   f.micro_batch_tokens = contract::micro_batch_tokens(config);
   // A GEMM's route as the one rule gives it where every route can run: where one cannot, a GEMM
-  // path that demands it is refused before any step (contract/gemm_route.h), so a run that
+  // path that demands it is refused before any step (contract/gemm_routing.h), so a run that
   // trains has exactly these routes.
   const contract::GemmRouteSupport every_route;
-  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase)
-    for (const LinearPlan& p : layer_plans(config, layers, n_layers, phase)) {
+  for (const std::vector<LinearPlan>& phase : plans.phases)
+    for (const LinearPlan& p : phase) {
       f.reads_back_each_step = f.reads_back_each_step || p.occ.has_value();
       for (const GemmPlan& g : p.gemm)
         f.chooses_gemms_on_host =
@@ -64,9 +63,9 @@ StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const std
   return f;
 }
 
-void check_step_capture(const contract::RunConfig& config, const std::vector<LinearShape>& layers, int64_t n_layers) {
+void check_step_capture(const contract::RunConfig& config, const RunLayerPlans& plans) {
   if (config.train.cuda_graphs != contract::CudaGraphs::kOn) return;
-  StepCaptureFacts facts = step_capture_facts(config, layers, n_layers);
+  StepCaptureFacts facts = step_capture_facts(config, plans);
   facts.graphs_available = true;  // the build's part: the trainer's to find
   decide_step_capture(config.train.cuda_graphs, facts);
 }

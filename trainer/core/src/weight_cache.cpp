@@ -14,15 +14,13 @@ constexpr int64_t kBF16Bytes = 2;
 constexpr double kGiBf = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
-int64_t weight_cache_bytes(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size) {
-  const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
+int64_t weight_cache_bytes(const RunLayerPlans& plans) {
   int64_t most = 0;
-  for (size_t phase = 0; phase <= config.precision_schedule.size(); ++phase) {
-    const std::vector<LinearPlan> plans = layer_plans(config, layers, shape.n_layers, phase);
+  for (const std::vector<LinearPlan>& phase : plans.phases) {
     int64_t bytes = 0;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const int64_t elements = layers[i].in_features * layers[i].out_features;
-      bytes += elements * kBF16Bytes * (weight_shares_rounding(plans[i]) ? 1 : 2);
+    for (size_t i = 0; i < plans.layers.size(); ++i) {
+      const int64_t elements = plans.layers[i].in_features * plans.layers[i].out_features;
+      bytes += elements * kBF16Bytes * (weight_shares_rounding(phase[i]) ? 1 : 2);
     }
     most = std::max(most, bytes);
   }

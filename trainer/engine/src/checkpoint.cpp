@@ -17,7 +17,7 @@
 
 #include "error_line.h"
 #include "host_buffers.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/step_engine.h"
 

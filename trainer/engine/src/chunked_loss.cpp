@@ -20,7 +20,7 @@
 #include <memory>
 #include <utility>
 
-#include "mxablate/trainer/fused_ops.h"
+#include "mxablate/trainer/fused_model_ops.h"
 #include "telemetry_setting.h"
 
 namespace mxablate::trainer {

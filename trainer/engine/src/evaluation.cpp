@@ -10,7 +10,7 @@
 #include "mxablate/trainer/process_stats.h"
 #include "mxablate/trainer/trainer.h"
 #include "telemetry_setting.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {

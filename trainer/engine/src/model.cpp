@@ -9,7 +9,7 @@
 #include "mxablate/trainer/block_checkpoint.h"
 #include "mxablate/trainer/chunked_loss.h"
 #include "mxablate/trainer/loss_chunks.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 

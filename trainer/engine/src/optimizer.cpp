@@ -7,7 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 

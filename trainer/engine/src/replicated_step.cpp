@@ -12,7 +12,7 @@
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/optimizer.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {

@@ -7,7 +7,7 @@
 #include "error_line.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/process_stats.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/process_stats.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 
@@ -111,7 +111,7 @@ void RunRecord::step_done(Progress p, double loss, double lr, double grad_norm) 
 
 void RunRecord::quant_stats(Progress p, const std::vector<QuantSession::Record>& records) {
   for (const auto& r : records)
-    events_->quant_stats(p, r.layer, s_.layers[static_cast<size_t>(r.layer)].name, gemm_name(r.gemm),
+    events_->quant_stats(p, r.layer, s_.layer_plans.layers[static_cast<size_t>(r.layer)].name, gemm_name(r.gemm),
                          operand_name(r.gemm, r.operand), r.telemetry, r.occ_fraction);
 }
 

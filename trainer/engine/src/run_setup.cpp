@@ -4,12 +4,12 @@
 
 #include <iostream>
 
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/plan_rules.h"
 #include "mxablate/trainer/run_fit.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -33,17 +33,16 @@ at::Device resolve_device(const RunConfig& c, int local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-// How each GEMM precision runs here (contract/gemm_route.h holds the rule): what the device and
+// How each GEMM precision runs here (contract/gemm_routing.h holds the rule): what the device and
 // this build can run, as the kernels say, then the rule. A GEMM path the config demands but the
 // device lacks is a ConfigError, the machine's (check_run_fits has refused what the config alone
 // rules out: a shape FP8 tensor cores cannot take); auto's fallback to emulation is said on rank
 // 0's stderr (and in run_start).
 contract::GemmRoutes resolve_gemm_routes(const RunConfig& c, const at::Device& device,
-                                         const std::vector<LinearShape>& layers, int64_t n_layers,
-                                         int64_t tokens, bool say_fallback) {
+                                         const RunLayerPlans& plans, int64_t tokens, bool say_fallback) {
   contract::GemmRouteSupport support;
   support.fp8_tensorwise = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kFP8Tensorwise, device);
-  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(c, layers, n_layers, tokens);
+  if (support.fp8_tensorwise.empty()) support.fp8_tensorwise = check_fp8_tensor_core_shapes(plans, tokens);
   support.hopper_fp8 = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kHopperFP8, device);
   support.mxfp4_as_fp8 = kernels::gemm_route_unavailable_reason(kernels::GemmRoute::kMXFP4AsFP8, device);
   const contract::GemmRoutes routes = contract::resolve_gemm_routes(c.quant.gemm_path, support);
@@ -76,6 +75,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
     compat::set_blas_threads(config.threads);
   }
   s.device = resolve_device(config, rank.local_rank);
+  if (config.train.deterministic && s.device.is_cuda()) compat::use_deterministic_cuda_kernels();
   if (s.device.is_cuda()) compat::set_current_device(s.device);
 
   s.shape = runnable_model_shape(config);
@@ -89,26 +89,25 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   }
   verify_data(*s.dataset, options);
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
-  s.layers = linear_layers(s.shape, vocab);
-
   // Every layer in every phase of the schedule must be able to run, the LM head at the data's
   // vocabulary too: checked before training (run_trainer has checked the rest, check_runnable).
   check_run_fits(config, s.shape, vocab);
+  s.layer_plans = plan_run_layers(config, linear_layers(s.shape, vocab), s.shape.n_layers);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
-  s.routes = resolve_gemm_routes(config, s.device, s.layers, s.shape.n_layers,
-                                 s.plan.micro_batch_tokens, rank.rank == 0);
+  s.routes = resolve_gemm_routes(config, s.device, s.layer_plans, s.plan.micro_batch_tokens,
+                                 rank.rank == 0);
   session->routes = s.routes;
   session->fused_producers = config.train.fused_producers;
   if (config.quant.fp8_scaling == contract::Fp8Scaling::kDelayed)
-    session->fp8_history = std::make_shared<Fp8AmaxHistory>(static_cast<int64_t>(s.layers.size()),
+    session->fp8_history = std::make_shared<Fp8AmaxHistory>(static_cast<int64_t>(s.layer_plans.layers.size()),
                                                             config.quant.fp8_amax_history,
                                                             config.quant.fp8_margin, s.device);
   ModelOptions mo;
   mo.shape = s.shape;
   mo.vocab_size = vocab;
-  mo.layer_plans = layer_plans(config, s.layers, s.shape.n_layers, 0);
+  mo.layer_plans = s.layer_plans.phases[0];
   mo.session = session;
   mo.device = s.device;
   mo.init_seed = config.train.seed;
@@ -121,12 +120,12 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
 
   // The config's facts are the planner's (step_capture.h); check_run_fits above has refused `on`
   // where they rule a graph out, so `on` can fail here only for want of CUDA graphs in this build.
-  StepCaptureFacts facts = step_capture_facts(config, s.layers, s.shape.n_layers);
+  StepCaptureFacts facts = step_capture_facts(config, s.layer_plans);
   facts.graphs_available = compat::kHasCudaGraphs;
   facts.parameters = s.model->parameter_count();
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
-  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(config, s.shape, vocab).total(),
-                                       weight_cache_bytes(config, s.shape, vocab),
+  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(config, s.shape, vocab, s.layer_plans).total(),
+                                       weight_cache_bytes(s.layer_plans),
                                        compat::device_memory_bytes(s.device));
   session->cache_weight_operands = s.weight_cache.on;
   if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data_parallel.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/trainer/batches.h"
@@ -38,7 +38,7 @@ struct RunSetup {
   TrainingPlan plan;
   std::string data_dir;
   std::unique_ptr<data::TokenDataset> dataset;
-  std::vector<LinearShape> layers;
+  RunLayerPlans layer_plans;  // every layer's shape, and its plan in each precision phase
   contract::GemmRoutes routes;  // how each GEMM precision runs here
   LlamaModel model{nullptr};
   std::unique_ptr<DataParallel> group;  // a data-parallel run's process group (null for one rank)

@@ -15,7 +15,7 @@
 #include "host_buffers.h"
 #include "mxablate/trainer/checkpoint.h"
 #include "mxablate/trainer/optimizer.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {

@@ -23,7 +23,7 @@
 
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/mx_linear.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "mxablate/contract/run_config.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {

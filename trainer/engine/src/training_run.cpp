@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "evaluation.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/batches.h"
 #include "mxablate/trainer/checkpoint.h"
@@ -29,7 +29,7 @@
 #include "run_record.h"
 #include "run_setup.h"
 #include "step_profiler.h"
-#include "torch_compat.h"
+#include "libtorch_compat.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -249,7 +249,7 @@ class TrainingRun::Loop {
   // The schedule's phase `phase` takes effect from the next forward on (docs/design.md §4).
   void enter_precision_phase(size_t phase, bool announce) {
     if (phase == phase_) return;
-    s_.model->set_layer_plans(layer_plans(s_.config, s_.layers, s_.shape.n_layers, phase));
+    s_.model->set_layer_plans(s_.layer_plans.phases[phase]);
     phase_ = phase;
     if (announce)
       record_.events().precision_switch(progress(), phase, contract::block_settings_in_phase(s_.config, phase).precision);

@@ -18,8 +18,7 @@ enum class GemmRoute : uint8_t {
   kEmulated = 0,
   // MXFP4 operands re-expressed as E4M3 with 1x128 FP32 chunk scales on FP8 tensor cores.
   kHopperFP8 = 1,
-  // Native MXFP4 tensor cores (gfx950, sm_100): a seam that reports itself unavailable.
-  kNativeMXFP4 = 2,
+  // 2 was a native-MXFP4 seam without an engine: removed, its value not reused.
   // Per-tensor FP8 codes with tensor-wise decode scales on FP8 tensor cores.
   kFP8Tensorwise = 3,
   // MXFP4 operands re-expressed as E4M3 with one scale per tensor where that is exact, on the
@@ -27,10 +26,9 @@ enum class GemmRoute : uint8_t {
   kMXFP4AsFP8 = 4,
 };
 
-inline constexpr NameTable<GemmRoute, 5> kGemmRouteNames{{{GemmRoute::kEmulated, "emulated"},
+inline constexpr NameTable<GemmRoute, 4> kGemmRouteNames{{{GemmRoute::kEmulated, "emulated"},
                                                           {GemmRoute::kFP8Tensorwise, "fp8-tensorwise"},
                                                           {GemmRoute::kHopperFP8, "hopper-fp8"},
-                                                          {GemmRoute::kNativeMXFP4, "native-mxfp4"},
                                                           {GemmRoute::kMXFP4AsFP8, "mxfp4-as-fp8"}}};
 
 constexpr std::string_view to_string(GemmRoute route) { return name_of(kGemmRouteNames, route); }

@@ -54,6 +54,9 @@ inline constexpr ConfigKey kConfigKeys[] = {
     // Replays each step as a captured CUDA graph: the same bits, fewer launches.
     {"train.cuda_graphs", kWrittenWhenSet | kExecution},
     {"train.fused_producers", kWrittenWhenSet | kExecution},
+    // Deterministic kernels on CUDA: other attention bits than the default's, so a trajectory
+    // setting, in the identity only when on.
+    {"train.deterministic", kWrittenWhenSet | kTrajectory | kDescribesArm},
     {"eval", kDescribesArm},
     {"precision", kTrajectory | kDescribesArm},
     {"quant", kTrajectory | kDescribesArm},

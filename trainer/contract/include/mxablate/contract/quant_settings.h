@@ -29,7 +29,7 @@ using kernels::ScaleRule;
 enum class GemmPrecision : uint8_t { kBF16, kFP8, kMXFP4, kNVFP4 };
 // The three operand tensors of a linear layer: X (activation), W (weight), dY (grad).
 enum class OperandClass : uint8_t { kActivation, kWeight, kGrad };
-// quant.gemm_path, how GEMMs are computed (gemm_route.h holds the rule, docs/design.md §3):
+// quant.gemm_path, how GEMMs are computed (gemm_routing.h holds the rule, docs/design.md §3):
 // kAuto (the default) runs GEMMs whose two operands are per-tensor FP8 on FP8 tensor cores
 // where the device has them (the FP8 baseline is real FP8) and everything else emulated;
 // kEmulated forces the exact emulation everywhere; kFP8 demands FP8 tensor cores for FP8 GEMMs

@@ -59,6 +59,11 @@ struct TrainConfig {
   // (docs/design.md §4, "Quantization in the producers"): the same bits. Off by default: measured
   // slower than the plain kernels followed by the quantizer (docs/performance.md).
   bool fused_producers = false;
+  // A CUDA run that repeats itself bit for bit (docs/design.md §4, "Runs that repeat bit for
+  // bit"): attention on a kernel whose backward sums in a fixed order, LibTorch's deterministic
+  // mode. Other bits than the default's (another attention kernel), so part of the trajectory.
+  // CPU runs repeat themselves either way.
+  bool deterministic = false;
 };
 
 struct EvalConfig {
@@ -86,7 +91,7 @@ struct QuantConfig {
   std::optional<DgeConfig> dge;
   std::optional<OccConfig> occ;
   // auto: FP8 GEMMs on FP8 tensor cores where the device has them; emulated: the exact
-  // emulation everywhere; fp8: FP8 and MXFP4 GEMMs on FP8 tensor cores (gemm_route.h).
+  // emulation everywhere; fp8: FP8 and MXFP4 GEMMs on FP8 tensor cores (gemm_routing.h).
   GemmPath gemm_path = GemmPath::kAuto;
   // Where FP8 operands' decode scales come from (quant_settings.h, Fp8Scaling; docs/design.md §3):
   // current (the tensor's own amax) or delayed (the largest amax of the operand instance's last

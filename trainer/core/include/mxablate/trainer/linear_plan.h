@@ -80,10 +80,15 @@ size_t precision_phase(const contract::RunConfig& config, double tokens_before);
 // the layer's name, in order (docs/design.md §5).
 contract::LayerSettings layer_settings(const contract::RunConfig& config, const LinearShape& layer,
                                        int64_t n_layers, size_t phase);
-// One plan per layer of `layers` (model order), for `phase`.
-std::vector<LinearPlan> layer_plans(const contract::RunConfig& config,
-                                    const std::vector<LinearShape>& layers, int64_t n_layers,
-                                    size_t phase);
+// Every layer's plan in every precision phase of a run, derived from the config once and passed
+// to whatever reads a layer's plan: the model (phase 0, then each switch), the memory plan, the
+// weight cache's size, the FP8 shape check and the graph rule.
+struct RunLayerPlans {
+  std::vector<LinearShape> layers;               // model order (linear_layers)
+  std::vector<std::vector<LinearPlan>> phases;   // [phase][layer]; phase 0 before the first switch
+};
+RunLayerPlans plan_run_layers(const contract::RunConfig& config, std::vector<LinearShape> layers,
+                              int64_t n_layers);
 // "" when every override pattern matches at least one of `layers`, else a message
 // "overrides[i].layers: ..." naming the pattern.
 std::string check_override_patterns(const contract::RunConfig& config,

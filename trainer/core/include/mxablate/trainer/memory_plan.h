@@ -3,7 +3,7 @@
 // refuse a run by, and that a trainer which still runs out of memory quotes in its last line.
 //
 // It models the CUDA path as trainer/engine runs it (model.cpp, mx_linear.cpp,
-// block_checkpoint.cpp, fused_ops_autograd.cpp, gradient_sync.h): what stays allocated for the
+// block_checkpoint.cpp, fused_model_ops.cpp, gradient_sync.h): what stays allocated for the
 // whole run (FP32 master weights, gradients, AdamW's two moments), what one micro-batch saves
 // for its backward pass, the largest working set on top of that, the loss's chunk of logits, and
 // fixed allowances for NCCL, the CUDA context and the caching allocator. Every quantized GEMM is
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
@@ -68,6 +69,10 @@ struct MemoryPlan {
 // config's model to it). Activation sizes are the largest over the precision schedule's phases.
 MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
                        int64_t vocab_size);
+// The same with the layers' plans already derived (plan_run_layers of linear_layers(shape,
+// vocab_size)): what the trainer, which holds them, asks.
+MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
+                       int64_t vocab_size, const RunLayerPlans& plans);
 
 // The same for a run config whose model the planner has already resolved and checked.
 MemoryPlan plan_memory(const contract::RunConfig& config, int64_t vocab_size);

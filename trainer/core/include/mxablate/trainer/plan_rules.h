@@ -27,7 +27,6 @@ std::string check_occ(const LinearPlan& plan);
 // `tokens`); otherwise "LAYER GEMM: why" for the first that does not. The trainer's
 // fp8-tensorwise route needs it (docs/design.md §3). A layer of out_features 0 (the LM head
 // before the vocabulary is known) is skipped.
-std::string check_fp8_tensor_core_shapes(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
-                                         int64_t n_layers, int64_t tokens);
+std::string check_fp8_tensor_core_shapes(const RunLayerPlans& plans, int64_t tokens);
 
 }  // namespace mxablate::trainer

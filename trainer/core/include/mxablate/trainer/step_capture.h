@@ -11,6 +11,7 @@
 
 #include "mxablate/contract/quant_settings.h"
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
@@ -46,18 +47,17 @@ struct StepCapture {
 // when the setting is `on` and the run cannot be graphed.
 StepCapture decide_step_capture(contract::CudaGraphs setting, const StepCaptureFacts& facts);
 
-// The facts `config` decides on `layers` (linear_layers of its model; the LM head's shape does
+// The facts `config` decides with its layers' plans (plan_run_layers; the LM head's shape does
 // not matter here): the device, the ranks, the tokens per micro-batch, and whether a layer in any
 // phase of the precision schedule clamps outliers (OCC) or has an MXFP4 GEMM on the mxfp4-as-fp8
 // route. graphs_available and parameters are left for the trainer (its LibTorch, its vocabulary).
-StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const std::vector<LinearShape>& layers,
-                                    int64_t n_layers);
+StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const RunLayerPlans& plans);
 
 // decide_step_capture's refusal of `on` where the config alone rules a graph out, whatever the
 // machine: decided on step_capture_facts with a LibTorch that can capture graphs (one that
 // cannot is the trainer's to find). check_run_fits calls it, so `mxablate plan` refuses such a
 // run at the recipe position of train.cuda_graphs and mxablate-train before it starts any rank
 // (docs/design.md §4, "Graphed steps").
-void check_step_capture(const contract::RunConfig& config, const std::vector<LinearShape>& layers, int64_t n_layers);
+void check_step_capture(const contract::RunConfig& config, const RunLayerPlans& plans);
 
 }  // namespace mxablate::trainer

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/model_presets.h"
 
@@ -23,7 +24,7 @@ inline constexpr int64_t kWeightCacheMemoryPercent = 90;
 // Bytes the cache holds at most: every linear's weight operands along rows (Fprop) and down
 // columns (Dgrad) as the emulated route keeps them (BF16 values; one shared rounding for a plain
 // BF16 layer), in the precision phase that needs the most.
-int64_t weight_cache_bytes(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
+int64_t weight_cache_bytes(const RunLayerPlans& plans);
 
 struct WeightCache {
   bool on = false;

@@ -14,7 +14,7 @@
 #include <memory>
 #include <utility>
 
-#include "mxablate/trainer/fused_ops.h"
+#include "mxablate/trainer/fused_model_ops.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/mx_linear.h"

@@ -32,7 +32,7 @@
 #include <optional>
 #include <vector>
 
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/kernels/quantize.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/kernels/torch/produced_operands.h"
@@ -60,7 +60,7 @@ class QuantSession {
   // While a step is captured into a CUDA graph: the device word the graph's launches read the
   // step from at replay (RngKey::step_source; step_graph.h). Null otherwise.
   const uint32_t* device_step = nullptr;
-  // The route of each GEMM precision (contract/gemm_route.h), resolved once by the trainer
+  // The route of each GEMM precision (contract/gemm_routing.h), resolved once by the trainer
   // before the model is built: FP8 GEMMs on FP8 tensor cores (fp8-tensorwise), MXFP4 GEMMs on
   // the Hopper FP8 path or on mxfp4-as-fp8, the rest (and everything by default) the exact
   // emulation. Read when a

@@ -134,8 +134,8 @@ class GemmEngine {
 // times their scales, exact in BF16). MXLinear counts the GEMMs each way with it.
 bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOperand& b);
 
-// The engine of `route`, one per process. Throws std::invalid_argument with one sentence for a
-// route that has no engine in this build (native-mxfp4).
+// The engine of `route`, one per process (every route has one; std::invalid_argument for a
+// value outside the enum).
 const GemmEngine& gemm_engine(GemmRoute route);
 
 // Empty when `route` can run on `device`, else one sentence saying why not.

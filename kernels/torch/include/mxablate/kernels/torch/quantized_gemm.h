@@ -34,8 +34,6 @@ namespace mxablate::kernels {
 //                    32-blocks of each 128-chunk of K lie within 14 binades; other chunks are
 //                    counted (GemmReport), not hidden. MXFP4 operands, K a multiple of 128, M and
 //                    N multiples of 16; output bf16.
-//   kNativeMXFP4:    native MXFP4 tensor cores (gfx950, sm_100): the seam only, reported
-//                    unavailable rather than shipping code nobody can test.
 //   kFP8Tensorwise:  per-tensor FP8 operands (fp8-e4m3, fp8-e5m2; not both e5m2) as FP8 codes
 //                    with tensor-wise decode scales on FP8 tensor cores (CUDA torch >= 2.5,
 //                    compute capability 8.9+), fp8_gemm.h. K and N multiples of 16; output in

@@ -1,8 +1,8 @@
-// quant.gemm_path and the route of each GEMM (gemm_route.h): the rule per setting, precision and
+// quant.gemm_path and the route of each GEMM (gemm_routing.h): the rule per setting, precision and
 // device; the stated fallback; run ids that stay put where auto and emulated compute the same.
 #include "catch.h"
 #include "config_error.h"
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/contract/settings_difference.h"
 

@@ -25,8 +25,7 @@
 
 namespace mxablate::contract {
 
-// The route names are the kernels' (one enum, one name table; docs/design.md §3). The rule below
-// never picks native-mxfp4, which no device here has.
+// The route names are the kernels' (one enum, one name table; docs/design.md §3).
 using GemmRoute = kernels::GemmRoute;  // emulated, fp8-tensorwise, hopper-fp8, mxfp4-as-fp8
 using kernels::parse_gemm_route;
 using kernels::to_string;

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -206,6 +207,26 @@ inline void set_current_device(const at::Device& device) {
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
   (void)device;
+}
+
+// train.deterministic on a CUDA device (docs/design.md §4, "Runs that repeat bit for bit"), for
+// the whole process, before its first CUDA kernel:
+//   - LibTorch's deterministic mode: FlashAttention's backward then sums dQ in a fixed order
+//     instead of with atomics, and an op without a deterministic kernel throws instead of
+//     running;
+//   - attention kept off cuDNN's and the memory-efficient kernels, whose backward passes are not
+//     deterministic, so that SDPA takes FlashAttention;
+//   - cuBLAS with a fixed workspace configuration (LibTorch refuses deterministic mode without
+//     one; a user's own setting is kept).
+inline void use_deterministic_cuda_kernels() {
+#if MXABLATE_TRAINER_CUDA
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setSDPUseMemEfficient(false);
+#if MXABLATE_TRAINER_TORCH_AT_LEAST(2, 4)
+  at::globalContext().setSDPUseCuDNN(false);
+#endif
+#endif
 }
 
 inline constexpr bool kHasCudaGraphs = MXABLATE_TRAINER_CUDA_GRAPHS != 0;

@@ -7,7 +7,7 @@
 
 #include "mxablate/kernels/torch/fused_ops.h"
 #include "mxablate/kernels/torch/produced_operands.h"
-#include "mxablate/trainer/fused_ops.h"
+#include "mxablate/trainer/fused_model_ops.h"
 
 namespace mxablate::trainer {
 namespace {

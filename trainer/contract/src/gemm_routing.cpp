@@ -1,4 +1,4 @@
-#include "mxablate/contract/gemm_route.h"
+#include "mxablate/contract/gemm_routing.h"
 
 namespace mxablate::contract {
 namespace {
