@@ -70,7 +70,7 @@ ModelShape runnable_model_shape(const RunConfig& c) {
   return shape;
 }
 
-void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
+RunLayerPlans check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
   check_model_shape(shape);
   // In double: a hostile manifest's vocabulary times d_model may not fit int64.
   const double with_embeddings =
@@ -98,8 +98,9 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
                                      std::pair{"quant.occ", check_occ(full)}})
         if (!why.empty()) throw ConfigError(std::string(key) + ": layer " + l.name + when + ": " + why);
       if (l.out_features == 0) continue;  // the LM head when the vocabulary is not known yet
+      const LayerSettings settings = layer_settings(c, l, shape.n_layers, phase);
       for (Stage stage : {Stage::kBlocks, Stage::kTiles, Stage::kRotations}) {
-        const LinearPlan plan = make_linear_plan(at_stage(layer_settings(c, l, shape.n_layers, phase), stage));
+        const LinearPlan plan = make_linear_plan(at_stage(settings, stage));
         const std::string problem = check_linear_shapes(plan, l.in_features, l.out_features, tokens);
         if (problem.empty()) continue;
         const std::string key =
@@ -118,6 +119,7 @@ void check_run_fits(const RunConfig& c, const ModelShape& shape, int64_t vocab_s
   shapes_only.fp8_tensorwise = check_fp8_tensor_core_shapes(plans, tokens);
   contract::resolve_gemm_routes(c.quant.gemm_path, shapes_only);
   check_step_capture(c, plans);
+  return plans;
 }
 
 void check_runnable(const RunConfig& c) { check_run_fits(c, runnable_model_shape(c), 0); }

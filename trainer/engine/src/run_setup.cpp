@@ -91,8 +91,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   const int64_t vocab = s.dataset->manifest.tokenizer.vocab_size;
   // Every layer in every phase of the schedule must be able to run, the LM head at the data's
   // vocabulary too: checked before training (run_trainer has checked the rest, check_runnable).
-  check_run_fits(config, s.shape, vocab);
-  s.layer_plans = plan_run_layers(config, linear_layers(s.shape, vocab), s.shape.n_layers);
+  s.layer_plans = check_run_fits(config, s.shape, vocab);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "mxablate/contract/run_config.h"
+#include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
@@ -46,8 +47,9 @@ ModelShape runnable_model_shape(const contract::RunConfig& config);
 // (check_step_capture).
 // vocab_size 0: not known yet (the planner's expansion); the LM head's shapes are then not
 // checked. check_model_shape comes first; with a vocabulary the whole count must stay within
-// kMaxModelParameters too.
-void check_run_fits(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
+// kMaxModelParameters too. Returns the layers' plans it checked (plan_run_layers), for a caller
+// that goes on to run them.
+RunLayerPlans check_run_fits(const contract::RunConfig& config, const ModelShape& shape, int64_t vocab_size);
 
 // What a run config alone decides: runnable_model_shape, then check_run_fits without the
 // vocabulary. The planner applies it to every run it expands; mxablate-train applies it first,
