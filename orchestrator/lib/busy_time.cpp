@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace mxablate::orchestrator {
 namespace {
@@ -17,6 +18,18 @@ std::optional<double> span_of(const AttemptSpan& a, double now) {
   const double end = a.ended_at.value_or(now);
   if (!std::isfinite(a.launched_at) || !std::isfinite(end) || end < a.launched_at) return std::nullopt;
   return end - a.launched_at;
+}
+
+// The length of the union of some [from, to] spans.
+double union_length(std::vector<std::pair<double, double>> spans) {
+  std::sort(spans.begin(), spans.end());
+  double length = 0, covered_to = -HUGE_VAL;
+  for (const auto& [from, to] : spans) {
+    const double start = std::max(from, covered_to);
+    if (to > start) length += to - start;
+    covered_to = std::max(covered_to, to);
+  }
+  return length;
 }
 
 }  // namespace
@@ -46,9 +59,13 @@ std::vector<std::string> slot_parts(const std::string& label) {
 BusySummary summarize_busy(const std::vector<AttemptSpan>& attempts, double now) {
   BusySummary s;
   std::vector<std::pair<double, double>> spans;
+  std::map<std::string, std::vector<std::pair<double, double>>> slot_spans;
   for (const AttemptSpan& a : attempts) {
     const std::optional<double> span = span_of(a, now);
     if (span) spans.emplace_back(a.launched_at, a.launched_at + *span);
+    if (span)
+      for (const std::string& slot : slot_parts(a.slot))
+        slot_spans[slot].emplace_back(a.launched_at, a.launched_at + *span);
     if (!a.ended_at) ++s.open;
     // The attempt's time within its span: busy parts, then the setup it waited for.
     SlotTime t;
@@ -80,12 +97,21 @@ BusySummary summarize_busy(const std::vector<AttemptSpan>& attempts, double now)
       it->standby_s += t.standby_s;
     }
   }
-  std::sort(spans.begin(), spans.end());
-  double covered_to = -HUGE_VAL;
-  for (const auto& [from, to] : spans) {
-    const double start = std::max(from, covered_to);
-    if (to > start) s.wall_s += to - start;
-    covered_to = std::max(covered_to, to);
+  s.wall_s = union_length(spans);
+  // One slot's attempts overlap where the next run takes the slot at the last one's run_end
+  // while that trainer still tears down, so each attempt's own cap can count the overlap twice:
+  // the slot's time also counts at most once, its busy parts at most the union of its attempts'
+  // spans and its setup at most what that union leaves (docs/design.md §9, "Busy slots").
+  for (SlotTime& t : s.slots) {
+    const double slot_wall = union_length(slot_spans[t.slot]);
+    const double busy = t.busy_s();
+    if (busy > slot_wall) {
+      const double scale = busy > 0 ? slot_wall / busy : 0.0;
+      t.train_s *= scale;
+      t.eval_s *= scale;
+      t.checkpoint_s *= scale;
+    }
+    t.setup_s = std::min(t.setup_s, std::max(0.0, slot_wall - t.busy_s()));
   }
   return s;
 }

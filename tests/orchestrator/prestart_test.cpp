@@ -19,7 +19,6 @@
 #include "process_util.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/standby.h"
-#include "mxablate/orchestrator/busy_time.h"
 #include "mxablate/results/sqlite_db.h"
 #include "sweep_fixture.h"
 
@@ -398,10 +397,12 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
                                    "checkpoint_s, run_id, ended_at - launched_at, train_s, eval_s, "
                                    "checkpoint_s, setup_s, prestarted, standby_s FROM attempts");
   std::vector<std::pair<double, double>> spans;
+  std::map<std::string, std::vector<std::pair<double, double>>> slot_spans;
   std::map<std::string, double> busy;
   std::map<std::string, std::map<std::string, double>> parts;  // slot → column → seconds
   for (const auto& row : rows) {
     spans.emplace_back(std::stod(row[1]), std::stod(row[2]));
+    slot_spans[row[0]].emplace_back(std::stod(row[1]), std::stod(row[2]));
     busy[row[0]] += std::stod(row[3]);
     CHECK(std::stod(row[3]) > 0.2);  // 20 steps of 10 ms and 5 evaluations of 20 ms at least
     parts[row[0]]["train"] += std::stod(row[6]);
@@ -419,12 +420,21 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
   std::smatch m;
   INFO(s.out);
   REQUIRE(std::regex_search(s.out, m, line));
-  std::sort(spans.begin(), spans.end());
-  double wall = 0, reached = 0;
-  for (const auto& [from, to] : spans) {
-    wall += std::max(0.0, to - std::max(from, reached));
-    reached = std::max(reached, to);
-  }
+  const auto union_of = [](std::vector<std::pair<double, double>> s) {
+    std::sort(s.begin(), s.end());
+    double length = 0, reached = 0;
+    for (const auto& [from, to] : s) {
+      length += std::max(0.0, to - std::max(from, reached));
+      reached = std::max(reached, to);
+    }
+    return length;
+  };
+  const double wall = union_of(spans);
+  // A slot's runs overlap where one took the slot at the last one's run_end, during that
+  // trainer's teardown: its setup is at most what the union of its spans leaves after its busy
+  // time (a loaded machine's teardown once made its shares add up to 101.1 %).
+  for (auto& [slot, p] : parts)
+    p["setup"] = std::min(p["setup"], std::max(0.0, union_of(slot_spans[slot]) - busy[slot]));
   CHECK(std::stod(m[1]) == Approx(100 * busy["cpu0"] / wall).margin(0.06));
   CHECK(std::stod(m[2]) == Approx(100 * busy["cpu1"] / wall).margin(0.06));
   CHECK(std::stod(m[3]) == Approx(50 * (busy["cpu0"] + busy["cpu1"]) / wall).margin(0.06));
@@ -444,7 +454,7 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
     CHECK(share(2) == Approx(expect("eval")).margin(0.06));
     CHECK(share(3) == Approx(expect("checkpoint")).margin(0.06));
     CHECK(share(4) == Approx(expect("setup")).margin(0.06));
-    CHECK(share(1) + share(2) + share(3) + share(4) + share(5) == Approx(100).margin(0.5));  // rounding, clocks
+    CHECK(share(1) + share(2) + share(3) + share(4) + share(5) == Approx(100).margin(0.2501));  // 5 roundings of 0.05
     CHECK(share(6) == Approx(100 * busy[slot] / wall).margin(0.06));
     CHECK(share(7) == Approx(expect("overlapped setup")).margin(0.06));
     CHECK(share(8) == Approx(expect("standby wait")).margin(0.06));
@@ -473,110 +483,6 @@ TEST_CASE("mxablate run --no-prestart, and status prints each slot's busy fracti
   CHECK_FALSE(contains(old.out, "time per slot"));
   CHECK(contains(s.out, "\n  busy: "));
   CHECK(contains(old.out, "budget_exhausted"));
-}
-
-namespace {
-
-// Timings of an attempt that wrote a run_end (missing parts: std::nullopt).
-AttemptTimings timed(std::optional<double> train, std::optional<double> eval = 0.0,
-                     std::optional<double> checkpoint = 0.0, std::optional<double> setup = 0.0,
-                     bool prestarted = false, std::optional<double> standby = std::nullopt) {
-  AttemptTimings t;
-  t.train_s = train;
-  t.eval_s = eval;
-  t.checkpoint_s = checkpoint;
-  t.setup_s = setup;
-  t.prestarted = prestarted;
-  t.standby_s = standby;
-  return t;
-}
-
-}  // namespace
-
-TEST_CASE("busy time is training + evaluation + checkpoints: the union of the attempts' spans, "
-          "where the rest went, and rows a store should never hold count nothing") {
-  const double nan = std::nan("");
-  // The one definition: all three parts, each known, finite and not negative.
-  CHECK(*busy_seconds(timed(5, 1, 2)) == Approx(8));
-  CHECK(!busy_seconds(timed(5, std::nullopt, 2)));  // no eval_s: an older trainer
-  CHECK(!busy_seconds(timed(5, 1, std::nullopt)));
-  CHECK(!busy_seconds(timed(nan, 1, 2)));
-  CHECK(!busy_seconds(timed(5, -1, 2)));
-  CHECK(!busy_seconds(timed(5, 1, HUGE_VAL)));
-  CHECK(!busy_seconds(AttemptTimings{}));  // no run_end at all (a crash)
-
-  // Two slots; a gap (12..20) when nothing ran (between two `mxablate run`s) is not wall time.
-  const std::vector<AttemptSpan> spans{
-      {"gpu0", 0, 10, timed(7, 1, 1, 0.5)},
-      {"gpu1", 1, 12, timed(8, 2, 0, 1)},
-      {"gpu0", 20, 30, timed(6, 1, 1, 2, true, 3)},  // prestarted: setup and wait overlapped
-      {"gpu0+gpu1", 30, 32, timed(2)},               // one run of two ranks: busy on both
-  };
-  const BusySummary b = summarize_busy(spans, 100);
-  CHECK(b.wall_s == Approx(24));
-  CHECK(*b.fraction("gpu0") == Approx(19.0 / 24));
-  CHECK(*b.fraction("gpu1") == Approx(12.0 / 24));
-  CHECK(*b.overall() == Approx(31.0 / 48));
-  CHECK(b.total_busy_s() == Approx(31));
-  CHECK(b.untimed == 0);
-  REQUIRE(b.slots.size() == 2);
-  const SlotTime& g0 = b.slots[0];
-  CHECK(g0.slot == "gpu0");
-  CHECK(g0.train_s == Approx(15));
-  CHECK(g0.eval_s == Approx(2));
-  CHECK(g0.checkpoint_s == Approx(2));
-  CHECK(g0.setup_s == Approx(0.5));           // only the setup the slot waited for
-  CHECK(g0.overlapped_setup_s == Approx(2));  // the prestarted one's
-  CHECK(g0.standby_s == Approx(3));
-  CHECK(b.idle_s(g0) == Approx(24 - 19 - 0.5));
-  CHECK(b.idle_s(b.slots[1]) == Approx(24 - 12 - 1));
-
-  // An open attempt runs up to `now` and counts once it ends; an ended one without timings, or
-  // with a part missing or hostile, is idle time.
-  const BusySummary open = summarize_busy({{"cpu0", 0, std::nullopt, timed(3)},
-                                           {"cpu1", 0, 4, AttemptTimings{}},
-                                           {"cpu1", 4, 6, timed(1, nan)},
-                                           {"cpu1", 6, 8, timed(1, 1, -1)}},
-                                          10);
-  CHECK(open.wall_s == Approx(10));
-  CHECK(open.untimed == 3);
-  CHECK(open.open == 1);
-  CHECK(*open.overall() == Approx(0));
-  CHECK(open.idle_s(open.slots[1]) == Approx(10));
-
-  // Hostile spans: an end before the start, a non-finite time; busy time beyond its own span is
-  // scaled down to it (parts in proportion), and setup gets only what the span leaves.
-  const BusySummary hostile = summarize_busy(
-      {{"cpu0", 10, 5, timed(3)},
-       {"cpu0", nan, 5, timed(3)},
-       {"cpu0", 0, 2, timed(-1)},
-       {"cpu0", 2, 4, timed(3e8, 1e8, 0, 50)},
-       {"cpu0", 4, nan, timed(1)}},
-      10);
-  CHECK(hostile.wall_s == Approx(4));
-  CHECK(*hostile.fraction("cpu0") == Approx(0.5));  // 4e8 capped at its own 2 s span
-  CHECK(hostile.slots[0].train_s == Approx(1.5));
-  CHECK(hostile.slots[0].eval_s == Approx(0.5));
-  CHECK(hostile.slots[0].setup_s == Approx(0));
-  CHECK(hostile.idle_s(hostile.slots[0]) == Approx(2));
-  CHECK(hostile.untimed == 4);
-  // A slot never claims more than all its wall time.
-  CHECK(*summarize_busy({{"cpu0", 0, 2, timed(2)}, {"cpu0", 1, 3, timed(2)}}, 5).fraction("cpu0") ==
-        Approx(1));
-
-  // A run's own fraction: its ended, timed attempts over their spans.
-  CHECK(*run_busy_fraction({{"cpu0", 0, 10, timed(6, 1, 1)}, {"cpu0", 10, 20, AttemptTimings{}}}) ==
-        Approx(0.8));
-  CHECK(*run_busy_fraction({{"cpu0", 0, 10, timed(6, 1, 1)}, {"cpu0", 10, 20, timed(2, 0, 0)}}) ==
-        Approx(0.5));
-  CHECK(*run_busy_fraction({{"cpu0", 0, 2, timed(1e8)}}) == Approx(1));
-  CHECK(!run_busy_fraction({{"cpu0", 0, std::nullopt, timed(1)}}));
-  CHECK(!run_busy_fraction({{"cpu0", 5, 2, timed(1)}, {"cpu0", nan, 2, timed(1)}}));
-  CHECK(!run_busy_fraction({}));
-
-  CHECK(slot_parts("gpu0.0+gpu1.0") == std::vector<std::string>{"gpu0.0", "gpu1.0"});
-  CHECK(slot_parts("cpu0+cpu1+cpu2+…+cpu15 (16 slots)").size() == 1);
-  CHECK(!summarize_busy({}, 5).overall());
 }
 
 namespace {
