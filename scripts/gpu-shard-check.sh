@@ -20,11 +20,15 @@
 #      BF16's in the same run (the rates the README's cost of the paper's experiment uses).
 #   4. (one GPU of 80 GB) llama-8b unsharded on one rank: the trainer must end with its one-line
 #      out-of-memory reason and exit 5 (what it tried to allocate, the prediction, the setting).
+#   6. (one GPU) llama-8b unsharded, one rank's work (16,384 tokens a step as 2 micro-batches),
+#      BF16: every block recomputed against train.activation_checkpointing: auto (the memory
+#      plan's choice on this GPU): tokens/s, MFU, the blocks auto recomputed, peak memory against
+#      the plan's prediction for each.
 # The data are uniform random tokens (scripts/synthetic-megatron.py): speed, memory and the
 # agreement of sharded and replicated runs only; nothing is learnt from them.
 #      Then the same run unsharded: it must end with the one-line out-of-memory reason on 80 GB.
 #
-# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4 5"]   (carry: [".carry"]; parts 1-3 need 4 GPUs, 5 two)
+# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4 5 6"]   (carry: [".carry"]; parts 1-3 need 4 GPUs, 5 two)
 #   Env: MXABLATE_GPU_BUILD_DIR (build-gpu), MXABLATE_CHECK_OUT (/tmp/mxablate-gpu-shard-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +67,7 @@ synthetic() {  # synthetic NAME VOCAB DOCUMENTS TOKENS
   realpath "$dir"
 }
 DATA=$(synthetic random32k 32000 1200 2049)
-[[ "$PARTS" =~ [345] ]] && SYNTH=$(synthetic random128k 128256 600 8193)
+[[ "$PARTS" =~ [3456] ]] && SYNTH=$(synthetic random128k 128256 600 8193)
 
 # rank_peaks DIR: every rank's peak GPU memory as its line in output.txt says it.
 rank_peaks() { grep -h "peak GPU memory" "$1/output.txt" | sed 's/^/    /' || true; }
@@ -201,6 +205,35 @@ if [[ " $PARTS " == *" 4 "* ]]; then
     tail -3 "$OUT/p4-one-rank/output.txt" | cut -c1-400 | sed 's/^/      /'
     [ "$rc" -eq 5 ] || failures=$((failures + 1))
   fi
+fi
+
+if [[ " $PARTS " == *" 6 "* ]]; then
+  echo "== 6. llama-8b unsharded, one rank's work, BF16: every block recomputed against auto"
+  DATA=$SYNTH
+  for setting in true auto; do
+    value=$setting
+    [ "$setting" = auto ] && value='"auto"'
+    CUDA_VISIBLE_DEVICES=0 run "p6-$setting" cuda llama-8b bf16 8192 16384 8192 8 1000 8192 0 \
+      "{\"train\": {\"activation_checkpointing\": $value}}" || failures=$((failures + 1))
+    summary "$OUT/p6-$setting"
+  done
+  $PY - "$OUT" <<'PYEOF' || failures=$((failures + 1))
+import json, statistics, sys
+sys.path.insert(0, "scripts")
+from llama_shapes import flops_per_token
+shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
+rates = {}
+for setting in ("true", "auto"):
+    ev = [json.loads(l) for l in open(f"{sys.argv[1]}/p6-{setting}/events.jsonl") if l.endswith("\n")]
+    start = next(e for e in ev if e["kind"] == "run_start")
+    end = [e for e in ev if e["kind"] == "run_end"][-1]
+    rates[setting] = statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2)
+    # MFU against the dense BF16 peak, 989 TFLOP/s; the recomputed forwards are not counted.
+    mfu = rates[setting] * flops_per_token(shape, 128256) / 989e12
+    print(f"    {setting}: {rates[setting]:,.0f} tokens/s, MFU {100 * mfu:.1f} %, peak "
+          f"{end['peak_gpu_bytes'] / 2**30:.1f} GiB; {start['recompute']['reason']}")
+print(f"    auto / every block: {rates['auto'] / rates['true']:.3f}x tokens/s (target >= 1.15x)")
+PYEOF
 fi
 
 echo "gpu-shard-check: $failures failure(s); run directories in $OUT"

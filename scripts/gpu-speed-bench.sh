@@ -20,7 +20,8 @@
 # calls together where they were measured on the same GPU (it refuses otherwise).
 #
 # Usage: scripts/gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none]
-#          [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--profile]
+#          [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE]
+#          [--recompute true|auto|N] [--profile]
 #   --only        the models (default: every model of llama_shapes.py's BENCH: llama-20m,
 #                 llama-125m, llama-1.3b)
 #   --arms        our arms, comma-separated (default: all of bench_arms.py); none: no trainer run
@@ -32,6 +33,9 @@
 #   --gemm-shapes   also run gemm_shapes_bench.py (about 20 s)
 #   --results     the results file to append to (default OUT/results.jsonl); point it under the
 #                 device tool's $OUT to have it come back
+#   --recompute   train.activation_checkpointing of our runs where llama_shapes.py checkpoints
+#                 (default true: every block; auto: the memory plan's choice on this GPU, a count;
+#                 run_start says what each run recomputed)
 #   --profile     also writes a Kineto trace of steps 6-8 of each of our runs and prints
 #                 profile-summary.py's tables, our kernels also by launch shape (the profiled run
 #                 is separate from the timed one)
@@ -43,12 +47,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-USAGE="usage: gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none] [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--profile]"
+USAGE="usage: gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none] [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--recompute true|auto|N] [--profile]"
 [ $# -ge 1 ] && [[ $1 != --* ]] || { echo "$USAGE" >&2; exit 2; }
 CALL_ARGS="$*"  # recorded in the results file's header line
 DATA=$1
 shift
-PEER=1 PROFILE=0 BASELINES=1 GEMM_SHAPES=0 ONLY="" ARMS_ARG="" PEER_ARMS_ARG="" RESULTS_ARG=""
+PEER=1 PROFILE=0 BASELINES=1 GEMM_SHAPES=0 ONLY="" ARMS_ARG="" PEER_ARMS_ARG="" RESULTS_ARG="" RECOMPUTE=true
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu-speed-bench: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -60,6 +64,10 @@ while [ $# -gt 0 ]; do
     --arms) need_value "$@"; ARMS_ARG=$2; shift ;;
     --peer-arms) need_value "$@"; PEER_ARMS_ARG=$2; shift ;;
     --results) need_value "$@"; RESULTS_ARG=$2; shift ;;
+    --recompute)
+      need_value "$@"
+      [[ $2 =~ ^(true|auto|[0-9]+)$ ]] || { echo "gpu-speed-bench: --recompute: expected true, auto or a number of blocks, got '$2'" >&2; exit 2; }
+      RECOMPUTE=$2; shift ;;
     *) echo "gpu-speed-bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -137,9 +145,11 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
   steps=${MXABLATE_BENCH_STEPS:-$steps}
   # llama_shapes.py says which models checkpoint activations (the peer reads the same flag).
   extra='{}'
-  [ "$ckpt" = 1 ] && extra='{"train": {"activation_checkpointing": true}}'
+  value=$RECOMPUTE
+  [ "$value" = auto ] && value='"auto"'
+  [ "$ckpt" = 1 ] && extra="{\"train\": {\"activation_checkpointing\": $value}}"
   if [ ${#ARMS[@]} -gt 0 ]; then
-    echo "== mxablate-train $model ($steps steps of $step tokens, micro-batches of $micro, seq $seq$([ "$ckpt" = 1 ] && echo ", activation checkpointing"))"
+    echo "== mxablate-train $model ($steps steps of $step tokens, micro-batches of $micro, seq $seq$([ "$ckpt" = 1 ] && echo ", activation_checkpointing: $RECOMPUTE"))"
   fi
   for arm in "${ARMS[@]}"; do
     name=ours-$model-$arm
@@ -147,6 +157,9 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
     rc=$(our_run "$name" "$model" "$arm" "$seq" "$step" "$micro" "$steps" "$extra")
     echo "  $name: exit $rc in $((SECONDS - t0)) s ($(tail -1 "$OUT/$name/output.txt"))"
     summary "$OUT/$name" || true
+    # What the run recomputed (run_start's recompute: `auto` resolved on this GPU).
+    grep -h '"kind":"run_start"' "$OUT/$name/events.jsonl" 2>/dev/null |
+      $PY -c 'import json,sys; [print("    recompute:", json.loads(l).get("recompute", {}).get("reason", "?")) for l in sys.stdin]' || true
     $PY scripts/speed-report.py --ours-line "$OUT/$name" "$model" "$arm" "$rc" >>"$RESULTS" ||
       echo "  speed-report.py --ours-line failed for $name"
     if [ "$EAGER" = 1 ]; then  # the same run with every step eager: what graphed steps gain

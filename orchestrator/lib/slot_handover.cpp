@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mxablate/trainer/memory_plan.h"
+#include "mxablate/trainer/recompute_plan.h"
 #include "mxablate/trainer/run_fit.h"
 
 namespace mxablate::orchestrator {
@@ -28,7 +29,11 @@ HandoverRule make_handover_rule(const Plan& plan, const DatasetVocabularies& voc
     if (vocab == vocabularies.end()) continue;
     // The planner resolved and checked every run's model (check_gpu_memory relies on it too).
     const trainer::ModelShape shape = trainer::model_shape(run.config.model);
-    rule.peak_bytes[run.run_id] = trainer::plan_memory(run.config, shape, vocab->second).total();
+    // As the trainer will run it: `auto` recompute resolved against the slot's share of the GPU.
+    const contract::RunConfig executed =
+        rule.slot_bytes ? trainer::resolve_recompute(run.config, shape, vocab->second, *rule.slot_bytes)
+                        : run.config;
+    rule.peak_bytes[run.run_id] = trainer::plan_memory(executed, shape, vocab->second).total();
   }
   return rule;
 }

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <iostream>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 #include "mxablate/orchestrator/text_table.h"
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/memory_plan.h"
+#include "mxablate/trainer/recompute_plan.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/run_fit.h"
 #include "mxablate/trainer/weight_cache.h"
@@ -72,14 +74,41 @@ ModelSize model_size(const RunSpec& run, const DatasetVocabularies& vocabularies
 
 std::string name(contract::GemmPrecision p) { return std::string(contract::to_string(p)); }
 
-// A CUDA run's predicted peak GPU memory per rank (memory_plan.h) at its dataset's vocabulary;
-// none for CPU runs (not modelled) or an unknown vocabulary.
-std::optional<trainer::MemoryPlan> memory_plan(const RunSpec& run,
-                                               const DatasetVocabularies& vocabularies) {
+// A CUDA run's predicted peak GPU memory per rank (memory_plan.h) at its dataset's vocabulary,
+// and the recompute it plans with (recompute_plan.h): `auto` resolved against --gpu-memory where
+// given, else at its least (every block); none for CPU runs (not modelled) or an unknown
+// vocabulary.
+struct RunMemory {
+  trainer::MemoryPlan plan;
+  int64_t recomputed = 0, blocks = 0;  // blocks 0 … recomputed-1 of the model's `blocks`
+  double recompute_flops = 0;          // the FLOPs they add, a fraction of the step's
+  bool is_auto = false, resolved = false;
+};
+
+std::optional<RunMemory> memory_plan(const RunSpec& run, const DatasetVocabularies& vocabularies,
+                                     const std::optional<GpuMemory>& gpu) {
   if (run.config.device != contract::Device::kCUDA) return std::nullopt;
   const auto it = vocabularies.find(run.config.data.dataset);
   if (it == vocabularies.end()) return std::nullopt;
-  return trainer::plan_memory(run.config, it->second);
+  // The planner resolved and checked every run's model: this cannot throw.
+  const trainer::ModelShape shape = trainer::model_shape(run.config.model);
+  RunMemory m;
+  m.is_auto = run.config.train.activation_checkpointing.mode == contract::Recompute::Mode::kAuto;
+  m.resolved = m.is_auto && gpu;
+  const contract::RunConfig executed =
+      gpu ? trainer::resolve_recompute(run.config, shape, it->second, gpu->bytes) : run.config;
+  m.plan = trainer::plan_memory(executed, shape, it->second);
+  m.blocks = shape.n_layers;
+  m.recomputed = trainer::recomputed_blocks(executed.train.activation_checkpointing, shape.n_layers);
+  m.recompute_flops =
+      trainer::recompute_flops_fraction(shape, run.config.data.seq_len, it->second, m.recomputed);
+  return m;
+}
+
+// "-", "27/32", "auto 27/32" (resolved), "auto ≤32/32" (at its least until the GPU is known).
+std::string recompute_cell(const RunMemory& m) {
+  if (!m.is_auto && m.recomputed == 0) return "-";
+  return fmt::format("{}{}/{}", m.is_auto ? (m.resolved ? "auto " : "auto ≤") : "", m.recomputed, m.blocks);
 }
 
 // Whether the trainer will keep each layer's weight operands for a whole step (docs/design.md §4,
@@ -107,13 +136,17 @@ std::optional<PlannedWeightCache> planned_weight_cache(const RunSpec& run, const
     c.decision = trainer::decide_weight_cache(false, 0, c.bytes, 0);
     return c;
   }
-  const int64_t plan_total = trainer::plan_memory(run.config, shape, it->second, plans).total();
+  // The plan of the config the trainer runs: `auto` recompute resolved on the GPU where known.
+  const contract::RunConfig executed =
+      gpu ? trainer::resolve_recompute(run.config, shape, it->second, plans, gpu->bytes) : run.config;
+  const int64_t plan_total = trainer::plan_memory(executed, shape, it->second, plans).total();
   c.least_gpu_memory = trainer::weight_cache_least_device_memory(plan_total, c.bytes);
   if (gpu) c.decision = trainer::decide_weight_cache(true, plan_total, c.bytes, gpu->bytes);
   return c;
 }
 
-void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies) {
+void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies,
+                const std::optional<GpuMemory>& gpu) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
   // Free text from the recipe (names are validated by the loader): shown, never sent raw.
   if (!recipe.description.empty())
@@ -170,8 +203,8 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
     row.push_back(r.interventions);
     if (ranks) row.push_back(std::to_string(r.config.parallel.data));
     if (on_gpu) {
-      const std::optional<trainer::MemoryPlan> m = memory_plan(r, vocabularies);
-      row.push_back(m ? trainer::format_bytes(m->total()) : "-");
+      const std::optional<RunMemory> m = memory_plan(r, vocabularies, gpu);
+      row.push_back(m ? trainer::format_bytes(m->plan.total()) : "-");
     }
     row.push_back(format_count(r.config.train.max_tokens));
     table.add_row(row);
@@ -237,19 +270,63 @@ void print_layers(const Plan& plan) {
   }
 }
 
+// What `auto` chooses between, for each run that has it: the predicted peak and the FLOPs added
+// at none, a quarter, half and three quarters of the blocks, every block but the last, and the
+// choice at the GPU's memory where known. Runs whose configs plan alike share one line.
+void print_recompute_ladders(const Plan& plan, const DatasetVocabularies& vocabularies,
+                             const std::optional<GpuMemory>& gpu, const std::vector<size_t>& runs) {
+  std::map<std::string, std::vector<size_t>> lines;  // ladder text → its runs, in plan order
+  std::vector<std::string> order;
+  for (const size_t i : runs) {
+    const RunSpec& r = plan.runs[i];
+    const int64_t vocab = vocabularies.at(r.config.data.dataset);
+    const trainer::ModelShape shape = trainer::model_shape(r.config.model);
+    const int64_t n = shape.n_layers;
+    std::set<int64_t> counts{0, n / 4, n / 2, 3 * n / 4, std::max<int64_t>(0, n - 1)};
+    std::optional<int64_t> chosen;
+    if (gpu) {
+      const trainer::RunLayerPlans plans =
+          trainer::plan_run_layers(r.config, trainer::linear_layers(shape, vocab), n);
+      chosen = trainer::choose_recompute(r.config, shape, vocab, plans, gpu->bytes).blocks;
+      counts.insert(*chosen);
+    }
+    std::string text;
+    for (const int64_t k : counts) {
+      contract::RunConfig c = r.config;
+      c.train.activation_checkpointing = trainer::recompute_of_blocks(k, n);
+      text += fmt::format("{}{}/{} {} +{:.1f}%{}", text.empty() ? "" : ", ", k, n,
+                          trainer::format_bytes(trainer::plan_memory(c, shape, vocab).total()),
+                          100 * trainer::recompute_flops_fraction(shape, r.config.data.seq_len, vocab, k),
+                          chosen && *chosen == k ? " (chosen)" : "");
+    }
+    if (!lines.count(text)) order.push_back(text);
+    lines[text].push_back(i + 1);
+  }
+  for (const std::string& text : order) {
+    std::string numbers;
+    for (const size_t n : lines[text]) numbers += (numbers.empty() ? "#" : ", #") + std::to_string(n);
+    std::cout << fmt::format("auto recompute of {}: {}\n", numbers, text);
+  }
+}
+
 // `plan --memory`: each CUDA run's predicted peak GPU memory per rank, part by part, and the weight
 // cache the trainer will decide on beside it: on or off for `gpu` (--gpu-memory), else the least
 // GPU memory that keeps it.
 void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, const std::optional<GpuMemory>& gpu) {
-  TextTable table({"#", "run_id", "arm", "weights", "grads", "optimizer", "activations", "w operands",
-                   "working", "logits", "comm", "workspace", "fragment", "total", "w cache", "kept"});
+  TextTable table({"#", "run_id", "arm", "recompute", "+flops", "weights", "grads", "optimizer",
+                   "activations", "w operands", "working", "logits", "comm", "workspace", "fragment",
+                   "total", "w cache", "kept"});
   bool any = false;
+  std::vector<size_t> auto_runs;
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     const RunSpec& r = plan.runs[i];
-    const std::optional<trainer::MemoryPlan> m = memory_plan(r, vocabularies);
-    if (!m) continue;
+    const std::optional<RunMemory> rm = memory_plan(r, vocabularies, gpu);
+    if (!rm) continue;
     any = true;
-    std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm};
+    if (rm->is_auto) auto_runs.push_back(i);
+    const trainer::MemoryPlan* m = &rm->plan;
+    std::vector<std::string> row{std::to_string(i + 1), r.run_id, r.arm, recompute_cell(*rm),
+                                 rm->recomputed == 0 ? "-" : fmt::format("{:.1f}%", 100 * rm->recompute_flops)};
     for (const int64_t bytes : {m->weights, m->gradients, m->optimizer, m->activations,
                                 m->weight_operands, m->working, m->logits, m->communication,
                                 m->workspace, m->fragmentation, m->total()})
@@ -276,6 +353,15 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, con
       trainer::format_bytes(trainer::kShardedInFlightBytes),
       trainer::format_bytes(trainer::kNcclBufferBytes),
       trainer::format_bytes(trainer::kCudaWorkspaceBytes), trainer::kFragmentationPercent);
+  std::cout << fmt::format(
+      "recompute: the blocks that recompute in the backward (the first ones; docs/design.md §4, "
+      "\"Recompute chosen by the memory plan\"), +flops what they add to the step; auto takes the "
+      "fewest whose total is within {}% of the GPU's memory: {}\n",
+      trainer::kAutoRecomputeMemoryPercent,
+      gpu ? "here the " + trainer::format_bytes(gpu->bytes) + " of " + gpu->source
+          : std::string("not known here (give --gpu-memory SIZE), so auto is shown at its least "
+                        "memory, every block recomputed"));
+  print_recompute_ladders(plan, vocabularies, gpu, auto_runs);
   std::cout << fmt::format(
       "w cache: the weight operands the trainer keeps for a whole step (docs/trainer.md, \"GPU "
       "memory\"), not in total; kept where total + w cache is within {}% of the GPU's memory: {}\n",
@@ -321,12 +407,22 @@ void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const
         {"non_embedding_parameters", size.non_embedding},
         {"vocab_size", size.vocab ? nlohmann::json(*size.vocab) : nlohmann::json()},
         {"parameters", size.total ? nlohmann::json(*size.total) : nlohmann::json()}};
-    const std::optional<trainer::MemoryPlan> memory = memory_plan(r, vocabularies);
+    const std::optional<RunMemory> memory = memory_plan(r, vocabularies, gpu);
+    nlohmann::json memory_out;
+    if (memory) {
+      memory_out = memory_json(memory->plan);
+      // auto's blocks are its least where the GPU is not known (resolved false).
+      memory_out["recompute"] = {{"setting", contract::recompute_json(r.config.train.activation_checkpointing)},
+                                 {"blocks", memory->recomputed},
+                                 {"of", memory->blocks},
+                                 {"resolved", !memory->is_auto || memory->resolved},
+                                 {"flops_fraction", memory->recompute_flops}};
+    }
     out.push_back({{"run_id", r.run_id},
                    {"arm", r.arm},
                    {"axes", axes},
                    {"model", model},
-                   {"gpu_memory_per_rank", memory ? memory_json(*memory) : nlohmann::json()},
+                   {"gpu_memory_per_rank", memory_out},
                    {"weight_cache", weight_cache_json(planned_weight_cache(r, vocabularies, gpu))},
                    {"config", r.config_json}});
   }
@@ -376,7 +472,7 @@ void register_plan_command(CLI::App& app) {
     if (opts->json) print_json(input.plan, input.vocabularies, gpu);
     else if (opts->layers) print_layers(input.plan);
     else if (opts->memory) print_memory(input.plan, input.vocabularies, gpu);
-    else print_plan(input.recipe, input.plan, input.vocabularies);
+    else print_plan(input.recipe, input.plan, input.vocabularies, gpu);
   });
 }
 

@@ -16,6 +16,7 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "mxablate/analysis/sweep_analysis.h"
+#include "mxablate/contract/gpu_memory_env.h"
 #include "mxablate/orchestrator/executor_local.h"
 #include "mxablate/orchestrator/gpu_memory.h"
 #include "mxablate/orchestrator/slot_handover.h"
@@ -246,6 +247,11 @@ void run_sweep(const RunOptions& o) {
         throw InputError(e.what());
       }
     }
+  // The memory each GPU slot's trainer plans `auto` recompute into (gpu_memory_env.h): its share
+  // of the GPU, the figure the handover rule below and `plan --gpu-memory` use.
+  if (gpu)
+    for (Slot& slot : slots)
+      if (slot.gpu) slot.env[contract::kGpuMemoryEnv] = std::to_string(gpu->bytes / std::max(1, o.per_gpu));
   fs::path trainer;
   try {
     trainer = find_trainer(o.trainer);

@@ -208,7 +208,7 @@ TEST_CASE("parallel.shard: an execution key, in the identity only when not none"
 
 TEST_CASE("keys_with takes the keys with a trait, sections key by key where their keys differ") {
   RunConfig c;
-  c.train.activation_checkpointing = true;
+  c.train.activation_checkpointing = {Recompute::Mode::kAuto, 0};
   c.quant.dge = DgeConfig{};
   c.device = Device::kCUDA;
   const json full = to_json_full(c);
@@ -228,6 +228,6 @@ TEST_CASE("keys_with takes the keys with a trait, sections key by key where thei
                           {"threads", 0},
                           {"mllog", false},
                           {"parallel", full["parallel"]},
-                          {"train", {{"activation_checkpointing", true}, {"cuda_graphs", "auto"},
+                          {"train", {{"activation_checkpointing", "auto"}, {"cuda_graphs", "auto"},
                                      {"fused_producers", false}}}});
 }

@@ -44,27 +44,53 @@ TEST_CASE("Keys added after the first release stay out of the compact JSON at th
   CHECK(tree["precision_schedule"][0].contains("at_fraction"));
   CHECK(tree["overrides"][0]["quant"].contains("sr_prescale"));
   CHECK_FALSE(tree["overrides"][0]["quant"].contains("gemm_path"));
-  CHECK(tree["train"]["activation_checkpointing"] == false);  // the schema's type: a bool
+  CHECK(tree["train"]["activation_checkpointing"] == false);  // false, true, "auto" or a count
 }
 
-TEST_CASE("Activation checkpointing is read, written when on, and does not describe an arm") {
+TEST_CASE("Activation checkpointing is read in every form, written when on, and does not describe an arm") {
+  using Mode = Recompute::Mode;
   json j = valid();
-  j["train"]["activation_checkpointing"] = true;
-  const RunConfig c = run_config_from_json(j);
-  CHECK(c.train.activation_checkpointing);
-  CHECK(to_json(c)["train"]["activation_checkpointing"] == true);
-  CHECK(run_config_from_json(to_json(c)).train.activation_checkpointing);
-  j["train"]["activation_checkpointing"] = "yes";
-  CHECK(error_of(j) == "train.activation_checkpointing: expected true or false, got \"yes\"");
+  const auto read = [&](const json& v) {
+    j["train"]["activation_checkpointing"] = v;
+    return run_config_from_json(j).train.activation_checkpointing;
+  };
+  CHECK(read(true) == Recompute{Mode::kAll, 0});
+  CHECK(read(false) == Recompute{});
+  CHECK(read("auto") == Recompute{Mode::kAuto, 0});
+  CHECK(read(12) == Recompute{Mode::kFirstBlocks, 12});
+  CHECK(read(12.0) == Recompute{Mode::kFirstBlocks, 12});
+  CHECK(read(0) == Recompute{});  // false's setting: one identity per setting
+  // Each writes back as it was read, and reads back the same; false stays out of the identity.
+  for (const json& v : {json(true), json("auto"), json(12)}) {
+    INFO(v.dump());
+    json k = valid();
+    k["train"]["activation_checkpointing"] = v;
+    const RunConfig c = run_config_from_json(k);
+    CHECK(to_json(c)["train"]["activation_checkpointing"] == v);
+    CHECK(run_config_from_json(to_json(c)).train.activation_checkpointing == c.train.activation_checkpointing);
+    CHECK(to_string(c.train.activation_checkpointing) == (v.is_string() ? v.get<std::string>() : v.dump()));
+  }
+  CHECK_FALSE(to_json(run_config_from_json(valid()))["train"].contains("activation_checkpointing"));
+  const std::string expected = "train.activation_checkpointing: expected true, false, auto or a "
+                               "number of blocks from 0 to 4096, got ";
+  for (const json& bad : {json("yes"), json("AUTO"), json(-1), json(2.5), json(4097), json(1e300),
+                          json::array(), json(nullptr), json::object()}) {
+    j = valid();
+    j["train"]["activation_checkpointing"] = bad;
+    CHECK(error_of(j) == expected + shown_json(bad));
+  }
   // It changes how a run executes, not one bit of its results: not an intervention.
   const RunConfig fp8 = with(kFP8, kFP8, kFP8);
-  RunConfig arm = fp8;
-  arm.train.activation_checkpointing = true;
-  CHECK(settings_difference(arm, fp8).empty());
-  CHECK(describe_differences(settings_difference(arm, fp8), true) == "-");
-  arm.precision.fprop = kMX;
-  CHECK(describe_differences(settings_difference(arm, fp8), true) == "fprop mxfp4");
-  CHECK(paper_figure(arm, fp8) == "modest");
+  for (const Recompute r :
+       {Recompute{Mode::kAll, 0}, Recompute{Mode::kAuto, 0}, Recompute{Mode::kFirstBlocks, 3}}) {
+    RunConfig arm = fp8;
+    arm.train.activation_checkpointing = r;
+    CHECK(settings_difference(arm, fp8).empty());
+    CHECK(describe_differences(settings_difference(arm, fp8), true) == "-");
+    arm.precision.fprop = kMX;
+    CHECK(describe_differences(settings_difference(arm, fp8), true) == "fprop mxfp4");
+    CHECK(paper_figure(arm, fp8) == "modest");
+  }
 }
 
 TEST_CASE("Malformed numerics settings name their key path") {

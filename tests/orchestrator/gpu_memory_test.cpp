@@ -34,8 +34,8 @@ void write_dataset(const fs::path& dir) {
 
 // The 8B shape at seq 8192, 16 micro-batches a step over 4 ranks. parallel.shard's value is at
 // 14:12, train.activation_checkpointing's at 11:31.
-std::string recipe(const std::string& dataset, const std::string& device, bool checkpointing,
-                   const std::string& shard) {
+std::string recipe(const std::string& dataset, const std::string& device,
+                   const std::string& checkpointing, const std::string& shard) {
   return fmt::format(R"(name: memory
 base:
   model: {{d_model: 4096, n_layers: 32, n_heads: 32, n_kv_heads: 8, ffn_hidden: 14336}}
@@ -53,7 +53,7 @@ base:
 arms:
   A: {{}}
 )",
-                     device, dataset, checkpointing ? "true" : "false", shard);
+                     device, dataset, checkpointing, shard);
 }
 
 struct Fixture {
@@ -94,30 +94,30 @@ TEST_CASE("sizes: decimal and binary units, bytes in exponent form, anything els
 
 TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memory its parts") {
   Fixture f;
-  const ProcessResult r = f.mx({"plan"}, recipe(f.data.string(), "cuda", false, "none"));
+  const ProcessResult r = f.mx({"plan"}, recipe(f.data.string(), "cuda", "false", "none"));
   INFO(r.err);
   REQUIRE(r.code() == 0);
   CHECK(contains(r.out, "gpu mem/rank"));
   CHECK(contains(r.out, "180.2 GiB"));
   CHECK(contains(r.out, "gpu mem/rank: the predicted peak GPU memory of each rank (CUDA runs; "
                         "`plan --memory` shows its parts and the weight cache)"));
-  const ProcessResult m = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", true, "gradients"));
+  const ProcessResult m = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", "true", "gradients"));
   INFO(m.err);
   REQUIRE(m.code() == 0);
-  // weights, grads, optimizer, activations, w operands, working, logits, comm, workspace,
-  // fragment, total (memory_plan_test: sharded gradients with checkpointing), then the weight
-  // cache (the next test case).
-  CHECK(contains(m.out, "  A    29.9 GiB  8.0 GiB  15.0 GiB   5.3 GiB      1.4 GiB     1.1 GiB  "
-                        "376 MiB  512 MiB  1.0 GiB    832 MiB   63.3 GiB  14.0 GiB  if ≥ 85.9 GiB\n"));
+  // recompute and the FLOPs it adds, weights, grads, optimizer, activations, w operands, working,
+  // logits, comm, workspace, fragment, total (memory_plan_test: sharded gradients with
+  // checkpointing), then the weight cache (the next test case).
+  CHECK(contains(m.out, "  A    32/32      31.3%   29.9 GiB  8.0 GiB  15.0 GiB   5.3 GiB      1.4 GiB     "
+                        "1.1 GiB  376 MiB  512 MiB  1.0 GiB    832 MiB   63.3 GiB  14.0 GiB  if ≥ 85.9 GiB\n"));
   // --json: the parts in bytes (memory_plan_test's 67959160012 in all).
-  const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", true, "gradients"));
+  const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", "true", "gradients"));
   REQUIRE(j.code() == 0);
   const nlohmann::json runs = nlohmann::json::parse(j.out);
   CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 67959160012);
   CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8567132160);
   CHECK(runs[0]["gpu_memory_per_rank"]["logits_chunk_tokens"] == 512);
   // A CPU run is not modelled: no column, and --gpu-memory does not refuse it.
-  const ProcessResult cpu = f.mx({"plan", "--gpu-memory", "1GB"}, recipe(f.data.string(), "cpu", false, "none"));
+  const ProcessResult cpu = f.mx({"plan", "--gpu-memory", "1GB"}, recipe(f.data.string(), "cpu", "false", "none"));
   INFO(cpu.err);
   CHECK(cpu.code() == 0);
   CHECK_FALSE(contains(cpu.out, "gpu mem/rank"));
@@ -129,7 +129,7 @@ TEST_CASE("plan --memory and --json show the weight cache by the trainer's rule,
   // (14.0 GiB). Kept where the plan's 67959160012 B plus it are within 90% of the GPU: from
   // ⌈82968476876 · 100 / 90⌉ = 92187196529 B (85.9 GiB) up, so off at 80 GB, on at 141e9.
   Fixture f;
-  const std::string text = recipe(f.data.string(), "cuda", true, "gradients");
+  const std::string text = recipe(f.data.string(), "cuda", "true", "gradients");
   const ProcessResult unknown = f.mx({"plan", "--memory"}, text);
   INFO(unknown.err);
   REQUIRE(unknown.code() == 0);
@@ -161,15 +161,70 @@ TEST_CASE("plan --memory and --json show the weight cache by the trainer's rule,
   CHECK(cache["reason"] ==
         "the memory plan (63.3 GiB) plus the cache (14.0 GiB) is within 90% of the GPU's 131.3 GiB");
   // A CPU run: always kept, with no boundary.
-  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cpu", true, "gradients")).out)[0]
+  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cpu", "true", "gradients")).out)[0]
                                     ["weight_cache"];
   CHECK(cache == nlohmann::json{{"bytes", 15009316864}, {"least_gpu_memory", nullptr}, {"on", true},
                                 {"reason", "the CPU's memory is not planned"}});
 }
 
+// train.activation_checkpointing: auto (docs/design.md §4, "Recompute chosen by the memory plan"):
+// plan shows what it chooses at --gpu-memory (recompute_plan_test.cpp: 27 of 32 blocks at 80 GB
+// with sharded gradients) and the ladder it chooses from; without a GPU size, its least.
+TEST_CASE("plan --memory shows auto's recompute: its choice at the GPU's memory and what each step costs") {
+  Fixture f;
+  const std::string text = recipe(f.data.string(), "cuda", "auto", "gradients");
+  const ProcessResult known = f.mx({"plan", "--memory", "--gpu-memory", "80GB"}, text);
+  INFO(known.err);
+  INFO(known.out);
+  REQUIRE(known.code() == 0);
+  CHECK(contains(known.out, "  A    auto 27/32  26.4%   29.9 GiB  8.0 GiB  15.0 GiB   9.5 GiB      "
+                            "3.0 GiB     1.1 GiB  376 MiB  512 MiB  1.0 GiB    1.4 GiB   69.8 GiB  "
+                            "14.0 GiB  off\n"));
+  CHECK(contains(known.out, "auto recompute of #1: 0/32 113.4 GiB +0.0%, 8/32 "));
+  CHECK(contains(known.out, ", 27/32 69.8 GiB +26.4% (chosen), 31/32 63.3 GiB +30.3%\n"));
+  CHECK(contains(known.out, "auto takes the fewest whose total is within 95% of the GPU's memory: "
+                            "here the 74.5 GiB of --gpu-memory 80GB"));
+  const ProcessResult unknown = f.mx({"plan", "--memory"}, text);
+  REQUIRE(unknown.code() == 0);
+  CHECK(contains(unknown.out, "  A    auto ≤32/32  31.3%   29.9 GiB"));
+  CHECK(contains(unknown.out, " 63.3 GiB  14.0 GiB  if ≥ 85.9 GiB\n"));
+  CHECK(contains(unknown.out, "so auto is shown at its least memory, every block recomputed"));
+  CHECK_FALSE(contains(unknown.out, "(chosen)"));
+  // --json: the setting, the blocks and whether they are the resolved choice.
+  const nlohmann::json runs = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "80GB"}, text).out);
+  const nlohmann::json& r = runs[0]["gpu_memory_per_rank"]["recompute"];
+  CHECK(r["setting"] == "auto");
+  CHECK(r["blocks"] == 27);
+  CHECK(r["of"] == 32);
+  CHECK(r["resolved"] == true);
+  CHECK(r["flops_fraction"].get<double>() == Approx(0.264).margin(0.001));
+  CHECK(runs[0]["gpu_memory_per_rank"]["total"].get<int64_t>() < int64_t{76'000'000'000});
+  // A fixed count: shown as it is, at any GPU size.
+  const ProcessResult fixed = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", "16", "gradients"));
+  REQUIRE(fixed.code() == 0);
+  CHECK(contains(fixed.out, "  A    16/32      15.6%   29.9 GiB  8.0 GiB  15.0 GiB   21.2 GiB     "
+                            "7.5 GiB     1.1 GiB  376 MiB  512 MiB  1.0 GiB    3.0 GiB   87.5 GiB"));
+  // auto where even every block recomputed does not fit: refused at the setting to change, naming
+  // the settings that fit (one rank cannot shard: none; 4 ranks unsharded: sharding).
+  ProcessResult r2 = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "auto", "none"));
+  CHECK(r2.code() == 2);
+  CHECK(r2.err.rfind(f.at("14:12") + "parallel.shard: predicted 130.1 GiB", 0) == 0);
+  // With sharded gradients, auto recomputes 27 blocks: its prediction is the fix's.
+  CHECK(contains(r2.err, "; set parallel.shard: gradients (predicted 69.8 GiB per rank) (run: A)\n"));
+  // More blocks than the model has, or a setting that is none: one line at the value, exit 2.
+  r2 = f.mx({"plan"}, recipe(f.data.string(), "cuda", "33", "none"));
+  CHECK(r2.code() == 2);
+  CHECK(r2.err == f.at("11:31") + "train.activation_checkpointing: 33 blocks, more than the 32 of model "
+                                  "d4096-L32-h32/8-f14336 (true recomputes every block) (set in base; run: arm A)\n");
+  r2 = f.mx({"plan"}, recipe(f.data.string(), "cuda", "selective", "none"));
+  CHECK(r2.code() == 2);
+  CHECK(contains(r2.err, "11:31: train.activation_checkpointing: expected true, false, auto or a "
+                         "number of blocks from 0 to 4096, got \"selective\""));
+}
+
 TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to change") {
   Fixture f;
-  ProcessResult r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", false, "none"));
+  ProcessResult r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "false", "none"));
   CHECK(r.code() == 2);
   CHECK(r.out.empty());
   CHECK(r.err ==
@@ -178,26 +233,26 @@ TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to ch
             "gradients 29.9 GiB, optimizer 59.8 GiB, activations 38.2 GiB, weight operands 14.0 "
             "GiB, working 1.1 GiB, logits 376 MiB, communication 512 MiB, workspace 1.0 GiB, "
             "fragmentation 5.4 GiB), more than the 74.5 GiB of --gpu-memory 80GB; set "
-            "parallel.shard: gradients and train.activation_checkpointing: true (predicted 63.3 "
+            "parallel.shard: gradients and train.activation_checkpointing: auto (predicted 69.8 "
             "GiB per rank) (run: A)\n");
   // Sharded gradients alone leave 113.4 GiB: checkpointing is the setting to change.
-  r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", false, "gradients"));
+  r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "false", "gradients"));
   CHECK(r.code() == 2);
   CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 113.4 GiB", 0) == 0);
-  CHECK(contains(r.err, "; set train.activation_checkpointing: true (predicted 63.3 GiB per "
+  CHECK(contains(r.err, "; set train.activation_checkpointing: auto (predicted 69.8 GiB per "
                         "rank) (run: A)\n"));
   // Both: 63.3 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
   // an H200's 141e9.
-  CHECK(f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", true, "gradients")).code() == 0);
-  CHECK(f.mx({"plan", "--gpu-memory", "141e9"}, recipe(f.data.string(), "cuda", true, "none")).code() == 0);
+  CHECK(f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "true", "gradients")).code() == 0);
+  CHECK(f.mx({"plan", "--gpu-memory", "141e9"}, recipe(f.data.string(), "cuda", "true", "none")).code() == 0);
   // A size that is not one: one line, exit 2, before the recipe is read.
-  r = f.mx({"plan", "--gpu-memory", "80XB"}, recipe(f.data.string(), "cuda", true, "none"));
+  r = f.mx({"plan", "--gpu-memory", "80XB"}, recipe(f.data.string(), "cuda", "true", "none"));
   CHECK(r.code() == 2);
   CHECK(r.err == "mxablate: --gpu-memory: expected a size such as 80GB, 80GiB or 141e9 (bytes), "
                  "more than 0, got '80XB'\n");
   // An empty size is a mistake too, not the option left out (which would check nothing on plan
   // and ask nvidia-smi on run).
-  r = f.mx({"plan", "--gpu-memory", ""}, recipe(f.data.string(), "cuda", false, "none"));
+  r = f.mx({"plan", "--gpu-memory", ""}, recipe(f.data.string(), "cuda", "false", "none"));
   CHECK(r.code() == 2);
   CHECK(r.err == "mxablate: --gpu-memory: expected a size such as 80GB, 80GiB or 141e9 (bytes), "
                  "more than 0, got ''\n");
@@ -209,14 +264,14 @@ TEST_CASE("run refuses before creating anything, and without nvidia-smi it says 
                                      "--poll-ms", "20"};
   std::vector<std::string> with_size = run;
   with_size.insert(with_size.end(), {"--gpu-memory", "80GB"});
-  const ProcessResult r = f.mx(with_size, recipe(f.data.string(), "cuda", false, "none"));
+  const ProcessResult r = f.mx(with_size, recipe(f.data.string(), "cuda", "false", "none"));
   CHECK(r.code() == 2);
   CHECK(r.err.rfind(f.at("14:12") + "parallel.shard: predicted 180.2 GiB", 0) == 0);
   CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
   CHECK_FALSE(fs::exists(f.dir.path() / "runs"));
   std::vector<std::string> empty_size = run;
   empty_size.insert(empty_size.end(), {"--gpu-memory", ""});
-  const ProcessResult empty = f.mx(empty_size, recipe(f.data.string(), "cuda", true, "gradients"));
+  const ProcessResult empty = f.mx(empty_size, recipe(f.data.string(), "cuda", "true", "gradients"));
   CHECK(empty.code() == 2);
   CHECK(contains(empty.err, "--gpu-memory: expected a size such as 80GB"));
   CHECK_FALSE(fs::exists(f.dir.path() / "mxablate.db"));
@@ -230,7 +285,7 @@ TEST_CASE("run refuses before creating anything, and without nvidia-smi it says 
   std::string why;
   CHECK_FALSE(query_gpu_memory(&why));
   CHECK(why == "nvidia-smi is not on PATH");
-  const ProcessResult noted = f.mx(run, recipe(f.data.string(), "cuda", true, "gradients"));
+  const ProcessResult noted = f.mx(run, recipe(f.data.string(), "cuda", "true", "gradients"));
   INFO(noted.err);
   CHECK(contains(noted.err, "mxablate: note: the runs' predicted GPU memory is not checked "
                             "(nvidia-smi is not on PATH); give --gpu-memory SIZE to check it\n"));

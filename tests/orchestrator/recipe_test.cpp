@@ -499,6 +499,7 @@ grid:
 }
 
 TEST_CASE("activation checkpointing is a schema key of its own type and never an intervention") {
+  using Mode = mxablate::contract::Recompute::Mode;
   const std::string head = R"(name: c
 base: {model: smoke, data: {seq_len: 64}, train: {global_batch_tokens: 1024}}
 target: {from_arm: plain, at_fraction: 0.8}
@@ -507,19 +508,34 @@ target: {from_arm: plain, at_fraction: 0.8}
   plain: {}
   checkpointed: {train: {activation_checkpointing: true}}
   ceil: {train: {activation_checkpointing: true}, quant: {scale_rule: ceil}}
+  auto: {train: {activation_checkpointing: auto}}
+  first: {train: {activation_checkpointing: 1}}
 )", "c.yaml"));
-  REQUIRE(plan.runs.size() == 3);
-  CHECK_FALSE(plan.runs[0].config.train.activation_checkpointing);
+  REQUIRE(plan.runs.size() == 5);
+  CHECK(plan.runs[0].config.train.activation_checkpointing.mode == Mode::kNone);
   CHECK_FALSE(plan.runs[0].config_json["train"].contains("activation_checkpointing"));
-  CHECK(plan.runs[1].config.train.activation_checkpointing);
+  CHECK(plan.runs[1].config.train.activation_checkpointing.mode == Mode::kAll);
   CHECK(plan.runs[1].config_json["train"]["activation_checkpointing"] == true);
   CHECK(plan.runs[1].interventions == "-");
   CHECK(plan.runs[2].interventions == "scale_rule ceil");
+  CHECK(plan.runs[3].config_json["train"]["activation_checkpointing"] == "auto");
+  CHECK(plan.runs[3].interventions == "-");
+  CHECK(plan.runs[4].config.train.activation_checkpointing.first_blocks == 1);
+  CHECK(plan.runs[4].config_json["train"]["activation_checkpointing"] == 1);
+  CHECK(plan.runs[4].interventions == "-");
   CHECK(plan.runs[0].run_id != plan.runs[1].run_id);  // a config of its own, like device
-  CHECK_THROWS_WITH(parse_recipe(head + "arms:\n  plain: {train: {activation_checkpointing: 1}}\n",
-                                 "c.yaml"),
-                    "c.yaml:5:45: arms.plain.train.activation_checkpointing: expected true or "
-                    "false, got 1");
+  CHECK(plan.runs[3].run_id != plan.runs[1].run_id);
+  // The schema leaves its type to the contract's reader (several types are valid), which
+  // refuses anything else at the value.
+  CHECK_THROWS_WITH(expand_recipe(parse_recipe(
+                        head + "arms:\n  plain: {train: {activation_checkpointing: some}}\n", "c.yaml")),
+                    "c.yaml:5:45: train.activation_checkpointing: expected true, false, auto or a "
+                    "number of blocks from 0 to 4096, got \"some\" (set in arm 'plain'; run: arm plain)");
+  // More blocks than the model has: refused where the model is known.
+  CHECK_THROWS_WITH(expand_recipe(parse_recipe(
+                        head + "arms:\n  plain: {train: {activation_checkpointing: 3}}\n", "c.yaml")),
+                    "c.yaml:5:45: train.activation_checkpointing: 3 blocks, more than the 2 of "
+                    "model smoke (true recomputes every block) (set in arm 'plain'; run: arm plain)");
 }
 
 TEST_CASE("the paper grid recipe: 5 arms × 3 seeds at llama-20m with the benchmark's settings") {

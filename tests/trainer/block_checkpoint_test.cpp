@@ -51,7 +51,7 @@ struct StepResult {
 
 // One optimizer step's forward and backward passes as the trainer takes them: two micro-batches
 // accumulating gradients, telemetry on for the first only.
-StepResult train_step(const contract::RunConfig& config, bool checkpointing) {
+StepResult train_step(const contract::RunConfig& config, int64_t recomputed_blocks) {
   ModelOptions o;
   o.shape = *find_model_preset("smoke");
   o.vocab_size = kVocab;
@@ -60,7 +60,7 @@ StepResult train_step(const contract::RunConfig& config, bool checkpointing) {
   o.session = std::make_shared<QuantSession>();
   o.session->seed = 17;
   o.session->step = 3;
-  o.activation_checkpointing = checkpointing;
+  o.recomputed_blocks = recomputed_blocks;
   LlamaModel model(o);
   at::Generator gen = at::detail::createCPUGenerator(9);
   const at::Tensor tokens = at::randint(0, kVocab, {2, 2, 32}, gen);  // 64 tokens a micro-batch
@@ -90,9 +90,7 @@ bool same_telemetry(const kernels::QuantTelemetry& a, const kernels::QuantTeleme
                   b.dequant_clamped, b.sum_sq_error, b.sum_sq_input, b.sum_error);
 }
 
-void check_identical(const contract::RunConfig& config, size_t expected_records) {
-  const StepResult plain = train_step(config, false);
-  const StepResult checked = train_step(config, true);
+void check_identical(const StepResult& plain, const StepResult& checked, size_t expected_records) {
   CHECK(at::equal(plain.losses, checked.losses));
   REQUIRE(plain.names == checked.names);
   for (size_t i = 0; i < plain.grads.size(); ++i) {
@@ -114,6 +112,15 @@ void check_identical(const contract::RunConfig& config, size_t expected_records)
   }
 }
 
+// The smoke model's two blocks: none recomputed against the first of them, and against both.
+void check_identical(const contract::RunConfig& config, size_t expected_records) {
+  const StepResult plain = train_step(config, 0);
+  for (const int64_t recomputed : {1, 2}) {
+    INFO(recomputed << " of 2 blocks recomputed");
+    check_identical(plain, train_step(config, recomputed), expected_records);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Checkpointed blocks give the unchecked model's loss and gradients bit for bit",
@@ -125,7 +132,7 @@ TEST_CASE("Checkpointed blocks give the unchecked model's loss and gradients bit
   }
   SECTION("and DGE and OCC") {
     check_identical(mxfp4_dge_occ_config(), 84);
-    const StepResult checked = train_step(mxfp4_dge_occ_config(), true);
+    const StepResult checked = train_step(mxfp4_dge_occ_config(), 2);
     int with_fraction = 0;
     for (const auto& r : checked.records) with_fraction += r.occ_fraction.has_value();
     CHECK(with_fraction == 14);  // Fprop's X of every block linear
@@ -179,18 +186,22 @@ TEST_CASE("A checkpointed block runs once without grad and once more in backward
   }
 }
 
-TEST_CASE("The model's blocks go through the checkpoint only when asked",
+TEST_CASE("The model's first blocks go through the checkpoint, as many as asked",
           "[trainer][checkpointing]") {
-  for (const bool on : {false, true}) {
+  for (const int64_t recomputed : {0, 1, 2}) {
     ModelOptions o;
     o.shape = *find_model_preset("smoke");
     o.vocab_size = kVocab;
-    o.activation_checkpointing = on;
+    o.recomputed_blocks = recomputed;
     LlamaModel model(o);
     at::Generator gen = at::detail::createCPUGenerator(4);
     const at::Tensor x = at::randn({1, 32, o.shape.d_model}, gen).requires_grad_(true);
-    const at::Tensor y = model->blocks[0]->as<BlockImpl>()->forward(x);
-    INFO("checkpointing " << on);
-    CHECK((std::string(y.grad_fn()->name()).find("CheckpointFunction") != std::string::npos) == on);
+    for (int64_t b = 0; b < 2; ++b) {
+      const at::Tensor y = model->blocks[static_cast<size_t>(b)]->as<BlockImpl>()->forward(x);
+      INFO(recomputed << " blocks recomputed, block " << b);
+      // The first `recomputed` blocks: they hold their activations longest.
+      CHECK((std::string(y.grad_fn()->name()).find("CheckpointFunction") != std::string::npos) ==
+            (b < recomputed));
+    }
   }
 }

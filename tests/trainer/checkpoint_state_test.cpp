@@ -213,7 +213,7 @@ TEST_CASE("A checkpoint resumes with activation checkpointing switched, not with
           "[trainer][checkpoint]") {
   contract::RunConfig c;
   const json off = trajectory_config(contract::to_json(c));
-  c.train.activation_checkpointing = true;
+  c.train.activation_checkpointing = {contract::Recompute::Mode::kAll, 0};
   const json on = trajectory_config(contract::to_json(c));
   CHECK(contract::to_json(c)["train"]["activation_checkpointing"] == true);
   CHECK(on == off);  // it changes no result: not part of the trajectory

@@ -57,7 +57,7 @@ Pass forward_backward(FusedOps fused, const at::Device& device, bool checkpointi
   o.session->seed = 17;
   o.session->step = 3;
   o.session->fused_producers = producers;
-  o.activation_checkpointing = checkpointing;
+  o.recomputed_blocks = checkpointing ? o.shape.n_layers : 0;
   o.fused_ops = fused;
   o.device = device;
   LlamaModel model(o);

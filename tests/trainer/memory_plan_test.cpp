@@ -91,7 +91,7 @@ TEST_CASE("the 8B shape on 4 ranks, unsharded: 16 bytes a parameter before any a
 
 TEST_CASE("the 8B shape fits 80 GB with sharded gradients and activation checkpointing") {
   RunConfig c = eight_b();
-  c.train.activation_checkpointing = true;
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kAll, 0};
   const MemoryPlan unsharded = plan_memory(c, kVocab8b);
   // Checkpointing keeps each block's FP32 input (32 · 16384 a token), the tail (24580) and one
   // block being recomputed (155784 less its input 16384): (524288 + 24580 + 139400) · 8192.
@@ -116,11 +116,12 @@ TEST_CASE("the settings that make the 8B run fit are computed through the same m
   RunConfig c = eight_b();
   // Unsharded without checkpointing (180.2 GiB): no single change fits (sharded gradients 113.4
   // GiB, checkpointing 130.1 GiB, and seq 8192 leaves no smaller micro-batch); sharded gradients
-  // with checkpointing does (63.3 GiB), sharded optimizer state with it does not (85.2 GiB).
+  // with recompute does (auto: 27 of 32 blocks, 69.8 GiB), sharded optimizer state with it does
+  // not (85.2 GiB with every block).
   std::vector<MemoryFix> fixes = memory_fixes(c, model_shape(c.model), kVocab8b, gpu);
   REQUIRE(fixes.size() == 1);
   CHECK(fixes[0].text() ==
-        "parallel.shard: gradients and train.activation_checkpointing: true (predicted 63.3 GiB "
+        "parallel.shard: gradients and train.activation_checkpointing: auto (predicted 69.8 GiB "
         "per rank)");
   std::string key;
   const std::string why =
@@ -131,20 +132,21 @@ TEST_CASE("the settings that make the 8B run fit are computed through the same m
         "optimizer 59.8 GiB, activations 38.2 GiB, weight operands 14.0 GiB, working 1.1 GiB, "
         "logits 376 MiB, communication 512 MiB, workspace 1.0 GiB, fragmentation 5.4 GiB), more "
         "than the 74.5 GiB of --gpu-memory 80GB; set parallel.shard: gradients and "
-        "train.activation_checkpointing: true (predicted 63.3 GiB per rank)");
+        "train.activation_checkpointing: auto (predicted 69.8 GiB per rank)");
 
   // With checkpointing already on, sharding the gradients alone is the fix.
-  c.train.activation_checkpointing = true;
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kAll, 0};
   fixes = memory_fixes(c, model_shape(c.model), kVocab8b, gpu);
   REQUIRE(fixes.size() == 1);
   CHECK(fixes[0].text() == "parallel.shard: gradients (predicted 63.3 GiB per rank)");
 
-  // With sharded gradients and no checkpointing (113.4 GiB), checkpointing is.
-  c.train.activation_checkpointing = false;
+  // With sharded gradients and no checkpointing (113.4 GiB), recompute is: auto's 27 of 32 blocks
+  // (recompute_plan_test.cpp).
+  c.train.activation_checkpointing = {};
   c.parallel.shard = ShardLevel::kGradients;
   fixes = memory_fixes(c, model_shape(c.model), kVocab8b, gpu);
   REQUIRE(fixes.size() == 1);
-  CHECK(fixes[0].text() == "train.activation_checkpointing: true (predicted 63.3 GiB per rank)");
+  CHECK(fixes[0].text() == "train.activation_checkpointing: auto (predicted 69.8 GiB per rank)");
 
   // On one rank nothing can be sharded: no setting makes 8B fit.
   c.parallel = {};
@@ -201,11 +203,12 @@ TEST_CASE("a smaller micro-batch or checkpointing: the fewest changes, cheapest 
   c.train.global_batch_tokens = 65536;  // one micro-batch of 65536 tokens: 32.7 GiB
   const int64_t gpu = 16 * kGiB;
   CHECK(plan_memory(c, kVocabSmall).total() == int64_t{35081229926});
-  // Micro-batches of 32768 tokens need 18.1 GiB, of 16384 10.7 GiB; checkpointing 9.7 GiB.
+  // Micro-batches of 32768 tokens need 18.1 GiB, of 16384 10.7 GiB; recomputing every block 9.7
+  // GiB, and auto recomputes the fewest blocks within 95 % of the 16 GiB.
   const std::vector<MemoryFix> fixes = memory_fixes(c, model_shape(c.model), kVocabSmall, gpu);
   REQUIRE(fixes.size() == 2);
   CHECK(fixes[0].text() == "train.micro_batch_tokens: 16384 (predicted 10.7 GiB per rank)");
-  CHECK(fixes[1].text() == "train.activation_checkpointing: true (predicted 9.7 GiB per rank)");
+  CHECK(fixes[1].text() == "train.activation_checkpointing: auto (predicted 13.9 GiB per rank)");
 }
 
 TEST_CASE("the out-of-memory line: what was tried, the prediction, the setting to change") {
@@ -229,7 +232,7 @@ TEST_CASE("the out-of-memory line: what was tried, the prediction, the setting t
         "out of GPU memory: tried to allocate 2.0 GiB on a GPU of 79.2 GiB; no prediction (the "
         "run was not set up yet): see `mxablate plan` for the predicted memory per rank");
   RunConfig c = eight_b();
-  c.train.activation_checkpointing = true;
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kAll, 0};
   const std::string line = out_of_memory_line(old_torch, &c, kVocab8b);
   CHECK(starts_with(line, "out of GPU memory: tried to allocate 2.0 GiB on a GPU of 79.2 GiB; "
                           "predicted 130.1 GiB per rank (weights 29.9 GiB, "));

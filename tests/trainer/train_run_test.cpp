@@ -292,15 +292,32 @@ TEST_CASE("Activation checkpointing changes no event, with data-parallel ranks t
   REQUIRE(events_of_kind(reference, "train").size() == 3);
   REQUIRE(events_of_kind(reference, "quant_stats").size() == 3 * 14 * 6);
 
+  // Every block recomputed, the first of the two, and auto (none on the CPU): train losses,
+  // gradient norms, evaluations and telemetry, bit for bit and in the same order; run_start says
+  // which blocks recomputed.
+  using Mode = contract::Recompute::Mode;
   contract::RunConfig on = c;
-  on.train.activation_checkpointing = true;
-  const std::string checked = fresh_run_dir("ckpt_on");
-  const TrainResult r = run_train(checked, &on, in_place);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const auto events = without_timing(effective_events(checked));
-  // Train losses, gradient norms, evaluations and telemetry, bit for bit and in the same order.
-  CHECK(events == reference);
+  on.train.activation_checkpointing = {Mode::kAll, 0};
+  for (const auto& [setting, blocks] : {std::pair{contract::Recompute{Mode::kAll, 0}, 2},
+                                        std::pair{contract::Recompute{Mode::kFirstBlocks, 1}, 1},
+                                        std::pair{contract::Recompute{Mode::kAuto, 0}, 0}}) {
+    contract::RunConfig cfg = c;
+    cfg.train.activation_checkpointing = setting;
+    INFO(contract::to_string(setting));
+    const std::string checked = fresh_run_dir("ckpt_" + contract::to_string(setting));
+    const TrainResult r = run_train(checked, &cfg, in_place);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    auto events = without_timing(effective_events(checked));
+    REQUIRE(!events.empty());
+    REQUIRE(events[0]["kind"] == "run_start");
+    CHECK(events[0]["recompute"]["blocks"] == blocks);
+    CHECK(events[0]["recompute"]["of"] == 2);
+    if (setting.mode == Mode::kAuto)
+      CHECK(events[0]["recompute"]["reason"] == "auto: none on the CPU (its memory is not planned)");
+    events[0]["recompute"] = reference[0]["recompute"];
+    CHECK(events == reference);
+  }
 
   // Data-parallel ranks sum gradients from hooks on each parameter's accumulator: with the
   // blocks checkpointed those still fire once per backward, after the recompute.

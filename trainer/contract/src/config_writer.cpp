@@ -103,7 +103,7 @@ json all_keys_json(const RunConfig& c, JsonKeys keys) {
       {"mllog", c.mllog},
       {"parallel", {{"data", c.parallel.data}, {"shard", name_json(to_string(c.parallel.shard))}}},
   };
-  out["train"]["activation_checkpointing"] = c.train.activation_checkpointing;
+  out["train"]["activation_checkpointing"] = recompute_json(c.train.activation_checkpointing);
   out["train"]["cuda_graphs"] = name_json(to_string(c.train.cuda_graphs));
   out["train"]["fused_producers"] = c.train.fused_producers;
   out["train"]["deterministic"] = c.train.deterministic;

@@ -98,6 +98,24 @@ void read_value(const json& v, const std::string& path, CudaGraphs& out) {
   read_name(v, path, out, parse_cuda_graphs, cuda_graphs_names);
 }
 
+void read_value(const json& v, const std::string& path, Recompute& out) {
+  const std::string expected = "expected true, false, auto or a number of blocks from 0 to " +
+                               std::to_string(kMaxModelLayers) + ", got " + shown(v);
+  if (v.is_boolean()) {
+    out = {v.get<bool>() ? Recompute::Mode::kAll : Recompute::Mode::kNone, 0};
+  } else if (v.is_string()) {
+    if (v.get<std::string>() != "auto") throw ConfigError(path + ": " + expected);
+    out = {Recompute::Mode::kAuto, 0};
+  } else if (v.is_number()) {
+    int64_t n = 0;
+    if (!json_to(v, n).empty() || n < 0 || n > kMaxModelLayers) throw ConfigError(path + ": " + expected);
+    // 0 blocks is false's setting, written as false (one identity per setting).
+    out = n == 0 ? Recompute{} : Recompute{Recompute::Mode::kFirstBlocks, static_cast<int>(n)};
+  } else {
+    throw ConfigError(path + ": " + expected);
+  }
+}
+
 void read_value(const json& v, const std::string& path, Fp8Scaling& out) {
   read_name(v, path, out, parse_fp8_scaling, fp8_scaling_names);
 }

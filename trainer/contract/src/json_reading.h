@@ -48,6 +48,7 @@ void read_value(const nlohmann::json& v, const std::string& path, GemmPath& out)
 void read_value(const nlohmann::json& v, const std::string& path, Device& out);
 void read_value(const nlohmann::json& v, const std::string& path, ShardLevel& out);
 void read_value(const nlohmann::json& v, const std::string& path, CudaGraphs& out);
+void read_value(const nlohmann::json& v, const std::string& path, Recompute& out);
 void read_value(const nlohmann::json& v, const std::string& path, Fp8Scaling& out);
 void read_value(const nlohmann::json& v, const std::string& path, OperandClassSet& out);
 void read_value(const nlohmann::json& v, const std::string& path, GemmSet& out);

@@ -99,6 +99,26 @@ void set_block_settings(RunConfig& c, const LayerSettings& s) {
   c.quant.occ = s.occ;
 }
 
+std::string to_string(const Recompute& r) {
+  switch (r.mode) {
+    case Recompute::Mode::kNone: return "false";
+    case Recompute::Mode::kAll: return "true";
+    case Recompute::Mode::kAuto: return "auto";
+    case Recompute::Mode::kFirstBlocks: break;
+  }
+  return std::to_string(r.first_blocks);
+}
+
+json recompute_json(const Recompute& r) {
+  switch (r.mode) {
+    case Recompute::Mode::kNone: return false;
+    case Recompute::Mode::kAll: return true;
+    case Recompute::Mode::kAuto: return "auto";
+    case Recompute::Mode::kFirstBlocks: break;
+  }
+  return r.first_blocks;
+}
+
 std::string model_label(const ModelChoice& m) {
   if (m.is_preset()) return m.preset;
   const ModelDims& d = *m.custom;
@@ -118,6 +138,10 @@ std::string model_label(const ModelChoice& m) {
 }
 
 bool takes_name_or_mapping(std::string_view config_path) { return config_path == kModelKey; }
+
+bool takes_several_types(std::string_view config_path) {
+  return config_path == "train.activation_checkpointing";
+}
 
 // The reading and the rules; run_config_from_json below makes each refusal one line.
 static RunConfig parse_run_config(const json& j) {

@@ -9,6 +9,7 @@
 
 #include "mxablate/trainer/linear_plan.h"
 #include "mxablate/trainer/loss_chunks.h"
+#include "mxablate/trainer/recompute_plan.h"
 #include "mxablate/trainer/run_fit.h"
 
 namespace mxablate::trainer {
@@ -117,13 +118,20 @@ ActivationMemory activation_memory(const RunConfig& c, const ModelShape& s,
                                    const std::vector<LinearPlan>& plans) {
   const int64_t t = contract::micro_batch_tokens(c);
   const int64_t d = s.d_model;
-  int64_t saved = 0, largest_saved = 0, operands = 0, largest_operands = 0, working = 0;
+  // Blocks 0 … k-1 recompute (recompute_plan.h): they are the ones whose activations would live
+  // longest, from their forward to the end of the backward.
+  const int64_t k = recomputed_blocks(c.train.activation_checkpointing, s.n_layers);
+  int64_t kept_saved = 0, kept_operands = 0, working = 0;
+  int64_t largest_recomputed_saved = 0, largest_recomputed_operands = 0;
   for (int64_t b = 0; b < s.n_layers; ++b) {
     const BlockMemory m = block_memory(s, plans, static_cast<size_t>(b * 7));
-    saved += m.saved_per_token;
-    largest_saved = std::max(largest_saved, m.saved_per_token);
-    operands += m.weight_operands;
-    largest_operands = std::max(largest_operands, m.weight_operands);
+    if (b < k) {
+      largest_recomputed_saved = std::max(largest_recomputed_saved, m.saved_per_token);
+      largest_recomputed_operands = std::max(largest_recomputed_operands, m.weight_operands);
+    } else {
+      kept_saved += m.saved_per_token;
+      kept_operands += m.weight_operands;
+    }
     working = std::max(working, t * m.working_per_token +
                                     (m.dge ? 2 : 1) * m.largest_weight * kF32);  // DGE: dW × factor
   }
@@ -134,16 +142,19 @@ ActivationMemory activation_memory(const RunConfig& c, const ModelShape& s,
   const int64_t head_operand = d * vocab * kBF16;
   ActivationMemory a;
   a.working = working;
-  if (!c.train.activation_checkpointing) {
-    a.activations = t * (saved + tail);
-    a.weight_operands = operands + head_operand;
-  } else {
-    // block_checkpoint.cpp: the forward keeps each block's FP32 input and nothing else (no graph:
-    // no operand copies either); the backward recomputes one block at a time, holding its saved
-    // tensors (its input is the checkpoint's, not counted twice) and its operand copies.
-    a.activations = t * (s.n_layers * d * kF32 + tail + largest_saved - d * kF32);
-    a.weight_operands = largest_operands + head_operand;
+  // At the forward's end: the kept blocks' saved tensors and operand copies, and the FP32 input
+  // of each recomputing block (block_checkpoint.cpp: nothing else, no graph, no operand copies).
+  // When the backward reaches recomputing block i, every kept block's tensors are freed; block i
+  // holds its recomputed saved tensors (its input is the checkpoint's, not counted twice) and
+  // its operand copies beside the checkpoints of the blocks before it. The peak is the larger.
+  int64_t saved = kept_saved + k * d * kF32;
+  int64_t operands = kept_operands;
+  if (k > 0) {
+    saved = std::max(saved, k * d * kF32 + largest_recomputed_saved - d * kF32);
+    operands = std::max(operands, largest_recomputed_operands);
   }
+  a.activations = t * (saved + tail);
+  a.weight_operands = operands + head_operand;
   return a;
 }
 
@@ -215,6 +226,12 @@ std::string MemoryFix::text() const {
 
 std::vector<MemoryFix> memory_fixes(const RunConfig& c, const ModelShape& shape, int64_t vocab_size,
                                     int64_t capacity) {
+  // A config's plan with `auto` resolved at this capacity.
+  const auto predicted = [&](const RunConfig& cfg) {
+    const RunLayerPlans plans = plan_run_layers(cfg, linear_layers(shape, vocab_size), shape.n_layers);
+    return plan_memory(resolve_recompute(cfg, shape, vocab_size, plans, capacity), shape, vocab_size,
+                       plans).total();
+  };
   // The largest valid micro-batch below the current one whose plan fits, if any: a multiple of
   // the sequence that divides the step, into a number of micro-batches the ranks divide, and
   // accepted by the contract and the numerics' block sizes (run_fit.h).
@@ -223,7 +240,7 @@ std::vector<MemoryFix> memory_fixes(const RunConfig& c, const ModelShape& shape,
     for (int64_t t = (contract::micro_batch_tokens(cfg) / seq - 1) * seq; t >= seq; t -= seq) {
       if (global % t != 0 || (global / t) % cfg.parallel.data != 0) continue;
       cfg.train.micro_batch_tokens = t;
-      if (plan_memory(cfg, shape, vocab_size).total() > capacity) continue;
+      if (predicted(cfg) > capacity) continue;
       try {
         contract::run_config_from_json(contract::to_json(cfg));
         check_run_fits(cfg, shape, vocab_size);
@@ -238,36 +255,39 @@ std::vector<MemoryFix> memory_fixes(const RunConfig& c, const ModelShape& shape,
   if (c.parallel.data > 1)
     for (ShardLevel l : {ShardLevel::kOptimizer, ShardLevel::kGradients})
       if (l > c.parallel.shard) shards.push_back(l);
-  std::vector<bool> checkpointing{c.train.activation_checkpointing};
-  if (!c.train.activation_checkpointing) checkpointing.push_back(true);
+  // Recompute: the setting as it is, and `auto` where the setting leaves blocks unrecomputed
+  // (the fewest recomputed blocks that fit; recompute_plan.h).
+  using contract::Recompute;
+  std::vector<Recompute> recomputes{c.train.activation_checkpointing};
+  if (recomputed_blocks(c.train.activation_checkpointing, shape.n_layers) < shape.n_layers)
+    recomputes.push_back({Recompute::Mode::kAuto, 0});
 
   struct Candidate {
     MemoryFix fix;
     int rank;  // preference among fixes of as many settings: lower first
   };
   std::vector<Candidate> found;
-  for (const bool ckpt : checkpointing) {
+  for (const Recompute& recompute : recomputes) {
+    const bool changed = !(recompute == c.train.activation_checkpointing);
     for (int with_micro = 0; with_micro <= 1; ++with_micro) {
       for (size_t si = 0; si < shards.size(); ++si) {
         RunConfig cfg = c;
         cfg.parallel.shard = shards[si];
-        cfg.train.activation_checkpointing = ckpt;
+        cfg.train.activation_checkpointing = recompute;
         if (with_micro) {
           const std::optional<RunConfig> smaller = smaller_micro_batch(cfg);
           if (!smaller) continue;
           cfg = *smaller;
-        } else if (plan_memory(cfg, shape, vocab_size).total() > capacity) {
+        } else if (predicted(cfg) > capacity) {
           continue;
         }
         MemoryFix fix;
         if (si > 0) fix.settings.push_back({"parallel.shard", std::string(contract::to_string(shards[si]))});
         if (with_micro)
           fix.settings.push_back({"train.micro_batch_tokens", std::to_string(cfg.train.micro_batch_tokens)});
-        if (ckpt != c.train.activation_checkpointing)
-          fix.settings.push_back({"train.activation_checkpointing", "true"});
-        fix.predicted = plan_memory(cfg, shape, vocab_size).total();
-        if (!fix.settings.empty())
-          found.push_back({fix, (ckpt != c.train.activation_checkpointing ? 4 : 0) + 2 * with_micro});
+        if (changed) fix.settings.push_back({"train.activation_checkpointing", contract::to_string(recompute)});
+        fix.predicted = predicted(cfg);
+        if (!fix.settings.empty()) found.push_back({fix, (changed ? 4 : 0) + 2 * with_micro});
         break;  // a higher shard level with the same other settings fits too: not worth naming
       }
     }

@@ -83,6 +83,11 @@ RunLayerPlans check_run_fits(const RunConfig& c, const ModelShape& shape, int64_
   const std::vector<LinearShape> layers = linear_layers(shape, vocab_size);
   if (const std::string problem = check_override_patterns(c, layers); !problem.empty())
     throw ConfigError(problem);
+  if (const contract::Recompute& r = c.train.activation_checkpointing;
+      r.mode == contract::Recompute::Mode::kFirstBlocks && r.first_blocks > shape.n_layers)
+    throw ConfigError(fmt::format("train.activation_checkpointing: {} blocks, more than the {} of "
+                                  "model {} (true recomputes every block)",
+                                  r.first_blocks, shape.n_layers, shape.name));
   const int64_t tokens = contract::micro_batch_tokens(c);
   if (c.quant.dge && !contract::is_fp4(c.precision.fprop))
     throw ConfigError("quant.dge: needs precision.fprop mxfp4 or nvfp4 (it differentiates W's "

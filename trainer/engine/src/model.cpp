@@ -159,7 +159,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   const LinearPlan bf16 = plain_bf16_plan();
   rope->set_fused_ops(options.fused_ops);
   for (int b = 0; b < s.n_layers; ++b) {
-    Block block(s, b, bf16, options.session, rope, build, options.activation_checkpointing);
+    Block block(s, b, bf16, options.session, rope, build, b < options.recomputed_blocks);
     block->set_fused_ops(options.fused_ops);
     blocks->push_back(block);
   }

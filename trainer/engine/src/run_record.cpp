@@ -75,6 +75,9 @@ void RunRecord::run_start(Progress p, int64_t attempt, bool resumed) {
       {"cuda_graphs", {{"graphed", s_.capture.graphed}, {"reason", s_.capture.reason}}},
       // Whether each layer quantized its weight once per step (weight_cache.h), and why.
       {"weight_cache", {{"on", s_.weight_cache.on}, {"reason", s_.weight_cache.reason}}},
+      // Which blocks recomputed in the backward (recompute_plan.h: `auto` resolved here), and why.
+      {"recompute", {{"blocks", s_.recompute.blocks}, {"of", s_.shape.n_layers},
+                     {"reason", s_.recompute.reason}}},
   };
   // Where FP8 decode scales came from (docs/design.md §3): the baseline a result belongs to.
   details["fp8_scaling"] = {{"mode", contract::to_string(s_.config.quant.fp8_scaling)}};

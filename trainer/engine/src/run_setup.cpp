@@ -1,13 +1,16 @@
 #include "run_setup.h"
 
+#include <fmt/format.h>
 #include <torch/cuda.h>
 
 #include <iostream>
 
 #include "mxablate/contract/gemm_routing.h"
+#include "mxablate/contract/gpu_memory_env.h"
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/kernels/torch/gemm_engine.h"
 #include "mxablate/trainer/plan_rules.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/run_fit.h"
 #include "libtorch_compat.h"
 
@@ -63,6 +66,36 @@ void verify_data(const data::TokenDataset& dataset, const TrainOptions& options)
   if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
 }
 
+// Which blocks recompute (recompute_plan.h): as the setting names them, or, for `auto`, the
+// fewest that fit the GPU memory this run may plan into (MXABLATE_GPU_MEMORY where `mxablate run`
+// set it, else the device's). On the CPU, whose memory is not planned, `auto` recomputes none.
+// Returns the config with `auto` resolved.
+RunConfig decide_recompute(RunSetup& s, const RunConfig& config, int64_t vocab) {
+  const contract::Recompute& setting = config.train.activation_checkpointing;
+  const int64_t n = s.shape.n_layers;
+  if (setting.mode != contract::Recompute::Mode::kAuto) {
+    s.recompute.blocks = recomputed_blocks(setting, n);
+    s.recompute.reason = fmt::format("train.activation_checkpointing: {}", contract::to_string(setting));
+    return config;
+  }
+  RunConfig resolved = config;
+  if (!s.device.is_cuda()) {
+    s.recompute.reason = "auto: none on the CPU (its memory is not planned)";
+  } else {
+    const std::optional<int64_t> given = contract::gpu_memory_from_environment();
+    const int64_t capacity = given ? *given : compat::device_memory_bytes(s.device);
+    const RecomputeChoice choice = choose_recompute(config, s.shape, vocab, s.layer_plans, capacity);
+    s.recompute.blocks = choice.blocks;
+    s.recompute.reason = fmt::format(
+        "auto: {} of {} blocks, predicted {} per rank {} {}% of {} ({})", choice.blocks, n,
+        format_bytes(choice.predicted), choice.fits ? "within" : "more than",
+        kAutoRecomputeMemoryPercent, format_bytes(capacity),
+        given ? std::string(contract::kGpuMemoryEnv) : "the device's memory");
+  }
+  resolved.train.activation_checkpointing = recompute_of_blocks(s.recompute.blocks, n);
+  return resolved;
+}
+
 }  // namespace
 
 RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const RankInfo& rank) {
@@ -92,6 +125,8 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   // Every layer in every phase of the schedule must be able to run, the LM head at the data's
   // vocabulary too: checked before training (run_trainer has checked the rest, check_runnable).
   s.layer_plans = check_run_fits(config, s.shape, vocab);
+  // What the memory plan sees from here on: `auto` resolved against this GPU.
+  const RunConfig planned = decide_recompute(s, config, vocab);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
@@ -110,7 +145,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   mo.session = session;
   mo.device = s.device;
   mo.init_seed = config.train.seed;
-  mo.activation_checkpointing = config.train.activation_checkpointing;
+  mo.recomputed_blocks = s.recompute.blocks;
   s.model = LlamaModel(mo);
   if (rank.world > 1) s.group = std::make_unique<DataParallel>(rank, s.device);
   // Before any checkpoint is restored: a sharded engine moves the parameters into its flat
@@ -123,7 +158,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.graphs_available = compat::kHasCudaGraphs;
   facts.parameters = s.model->parameter_count();
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
-  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(config, s.shape, vocab, s.layer_plans).total(),
+  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(planned, s.shape, vocab, s.layer_plans).total(),
                                        weight_cache_bytes(s.layer_plans),
                                        compat::device_memory_bytes(s.device));
   session->cache_weight_operands = s.weight_cache.on;

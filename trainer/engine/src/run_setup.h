@@ -19,6 +19,7 @@
 #include "mxablate/trainer/model.h"
 #include "mxablate/trainer/model_presets.h"
 #include "mxablate/trainer/ranks.h"
+#include "mxablate/trainer/recompute_plan.h"
 #include "mxablate/trainer/step_capture.h"
 #include "mxablate/trainer/step_engine.h"
 #include "mxablate/trainer/trainer.h"
@@ -27,6 +28,13 @@
 #include "step_graph.h"
 
 namespace mxablate::trainer {
+
+// train.activation_checkpointing as this run executes it (recompute_plan.h): `auto` resolved
+// against the GPU memory the run may plan into.
+struct RecomputeDecision {
+  int64_t blocks = 0;  // blocks 0 … blocks-1 recompute
+  std::string reason;  // a clause a log line or run_start can quote
+};
 
 // Everything a run needs, built from the config before the first step; any problem here is a
 // configuration problem (exit 2) and nothing has been trained.
@@ -46,6 +54,7 @@ struct RunSetup {
   StepCapture capture;                  // whether steps are graphed, and why (step_capture.h)
   std::unique_ptr<StepGraph> graph;     // the graphed passes when capture.graphed
   WeightCache weight_cache;             // whether layers keep their weight operands per step
+  RecomputeDecision recompute;          // which blocks recompute in the backward, and why
   std::unique_ptr<TrainBatches> batches;
   std::vector<TokenBatch> validation;
 };

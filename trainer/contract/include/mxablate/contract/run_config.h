@@ -36,6 +36,25 @@ struct DataConfig {
   int64_t seq_len = 128;
 };
 
+// train.activation_checkpointing (docs/design.md §4, "Recompute chosen by the memory plan"): which
+// transformer blocks keep only their input in the forward pass and recompute themselves in the
+// backward. Recompute never changes a bit of what a run computes, only its memory and time.
+struct Recompute {
+  enum class Mode : uint8_t {
+    kNone,         // false: every block keeps its activations
+    kAll,          // true: every block recomputes
+    kFirstBlocks,  // N: blocks 0 … N-1 recompute (they hold their activations longest)
+    kAuto,         // "auto": the least recompute whose predicted peak fits the GPU the run gets
+  };
+  Mode mode = Mode::kNone;
+  int first_blocks = 0;  // kFirstBlocks: ≥ 1
+  bool operator==(const Recompute&) const = default;
+};
+
+// The setting as a recipe writes it: false, true, "auto" or the count; and its JSON.
+std::string to_string(const Recompute& r);
+nlohmann::json recompute_json(const Recompute& r);
+
 struct TrainConfig {
   int64_t global_batch_tokens = 8192;
   int64_t micro_batch_tokens = 0;  // 0: no gradient accumulation (one micro-batch per step)
@@ -50,9 +69,9 @@ struct TrainConfig {
   double grad_clip = 1.0;
   uint64_t seed = 1;       // model init, stochastic rounding, random Hadamard signs
   uint64_t data_seed = 0;  // data order; 0 means "same as seed"
-  // Keep only each transformer block's input in the forward pass and recompute the block in the
-  // backward (docs/trainer.md): less memory, about one more forward of compute, the same bits.
-  bool activation_checkpointing = false;
+  // Which blocks recompute in the backward (Recompute): less memory, up to one more forward of
+  // compute, the same bits.
+  Recompute activation_checkpointing;
   // Each step's passes as one replayed CUDA graph (quant_settings.h, CudaGraphs): the same bits.
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;
   // SwiGLU's kernels quantize h, dg and du for the linears that consume them as they write them
@@ -181,6 +200,9 @@ std::string model_label(const ModelChoice& m);
 // The config keys a recipe may set to a name or to a mapping (model): the recipe schema accepts
 // either where the key tree shows a mapping.
 bool takes_name_or_mapping(std::string_view config_path);
+// The config keys whose value may be of several JSON types (train.activation_checkpointing: a
+// bool, "auto" or a count): the recipe schema leaves their type to the contract's reader.
+bool takes_several_types(std::string_view config_path);
 
 // How one run is spread over processes (docs/design.md §4, "Data-parallel runs"): `data` ranks, each taking its slice
 // of every step's micro-batches; gradients are summed over ranks. An execution setting like

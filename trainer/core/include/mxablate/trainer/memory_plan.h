@@ -67,6 +67,8 @@ struct MemoryPlan {
 
 // The plan of `config` at a vocabulary of `vocab_size` tokens on `shape` (run_fit.h resolves a
 // config's model to it). Activation sizes are the largest over the precision schedule's phases.
+// Recompute as recompute_plan.h's recomputed_blocks counts it: `auto` not yet resolved against a
+// GPU (resolve_recompute) is planned at its least, every block recomputed.
 MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
                        int64_t vocab_size);
 // The same with the layers' plans already derived (plan_run_layers of linear_layers(shape,
@@ -86,11 +88,12 @@ struct MemoryFix {
   std::string text() const;
 };
 
-// The changes of parallel.shard (only with parallel.data ≥ 2), train.activation_checkpointing and
-// train.micro_batch_tokens (the largest that fits, halving, kept valid for the contract and the
-// numerics' block sizes) that bring the prediction within `capacity` bytes: those with the fewest
-// changed settings, in order of preference (sharding first: it costs no compute; then a smaller
-// micro-batch; then checkpointing, which recomputes every block). Empty when none does.
+// The changes of parallel.shard (only with parallel.data ≥ 2), train.activation_checkpointing
+// (`auto`, where the setting leaves blocks unrecomputed: the fewest recomputed blocks that fit,
+// recompute_plan.h) and train.micro_batch_tokens (the largest that fits, halving, kept valid for
+// the contract and the numerics' block sizes) that bring the prediction within `capacity` bytes:
+// those with the fewest changed settings, in order of preference (sharding first: it costs no
+// compute; then a smaller micro-batch; then recompute). Empty when none does.
 std::vector<MemoryFix> memory_fixes(const contract::RunConfig& config, const ModelShape& shape,
                                     int64_t vocab_size, int64_t capacity);
 

@@ -42,7 +42,8 @@ ModelShape runnable_model_shape(const contract::RunConfig& config);
 // Throws contract::ConfigError("key.path: why"), the key being the setting that decides it:
 // "precision.<gemm>: …" when a format's block does not divide a reduction length,
 // "quant.weight_blocks: …" for 2-D tiles, "quant.hadamard.size: …" for rotations,
-// "quant.dge: …", "quant.occ: …", "overrides[i].layers: …", "quant.gemm_path: …"
+// "quant.dge: …", "quant.occ: …", "overrides[i].layers: …", "quant.gemm_path: …",
+// "train.activation_checkpointing: …" (more blocks than the model has)
 // (contract::resolve_gemm_routes with every route available), "train.cuda_graphs: …"
 // (check_step_capture).
 // vocab_size 0: not known yet (the planner's expansion); the LM head's shapes are then not

@@ -30,9 +30,9 @@ struct ModelOptions {
   // Parameters are created here; "meta" builds the shapes without memory (the 8B shape check).
   at::Device device = at::kCPU;
   uint64_t init_seed = 1;  // initialization is drawn on the CPU, so it is device-independent
-  // Each block keeps only its input and is recomputed in backward (block_checkpoint.h): less
-  // memory, about one more forward, the same bits.
-  bool activation_checkpointing = false;
+  // Blocks 0 … recomputed_blocks-1 keep only their input and are recomputed in the backward
+  // (block_checkpoint.h; recompute_plan.h says how many): less memory, the same bits.
+  int64_t recomputed_blocks = 0;
   // RMSNorm, RoPE, SwiGLU's silu*mul and the loss through the fused kernels (fused_ops.h): by
   // default on CUDA only, so CPU results keep the unfused expressions' bits.
   FusedOps fused_ops = FusedOps::kOnCuda;
