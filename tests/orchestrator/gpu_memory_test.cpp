@@ -292,6 +292,28 @@ TEST_CASE("run refuses before creating anything, and without nvidia-smi it says 
   CHECK(fs::exists(f.dir.path() / "mxablate.db"));
 }
 
+// What each GPU slot's trainer plans `auto` recompute into (contract/gpu_memory_env.h): the
+// GPU's memory over the runs it holds at once (--per-gpu), passed as MXABLATE_GPU_MEMORY.
+TEST_CASE("run tells each GPU slot's trainer its share of the GPU's memory") {
+  Fixture f;
+  const fs::path trainer = f.dir.path() / "env-trainer.sh";
+  write_file(trainer, "#!/bin/sh\nprintf '%s' \"$MXABLATE_GPU_MEMORY\" > \"$2/gpu_memory\"\nexit 3\n");
+  fs::permissions(trainer, fs::perms::owner_all);
+  const ProcessResult r =
+      f.mx({"run", "--trainer", trainer.string(), "--gpus", "0,1,2,3", "--per-gpu", "2", "--gpu-memory",
+            "80GB", "--max-attempts", "1", "--poll-ms", "20", "--progress", "plain"},
+           recipe(f.data.string(), "cuda", "auto", "gradients"));
+  INFO(r.err);
+  CHECK(r.code() == 0);  // exit 3 is a diverged run: a result, not a failure
+  int seen = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(f.dir.path() / "runs"))
+    if (entry.path().filename() == "gpu_memory") {
+      ++seen;
+      CHECK(read_file(entry.path()) == "40000000000");
+    }
+  CHECK(seen == 1);
+}
+
 TEST_CASE("nvidia-smi's memory.total: the smallest GPU, in MiB") {
   TempDir dir;
   const fs::path smi = dir.path() / "nvidia-smi";

@@ -19,6 +19,7 @@
 #include "process_util.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/standby.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/results/sqlite_db.h"
 #include "sweep_fixture.h"
 
@@ -591,4 +592,13 @@ TEST_CASE("a slot passes to its standby at run_end only where the memory plan sa
         Handover::kAtExit);
   CHECK(make_handover_rule(plan, {}, int64_t{80} << 30, 1).peak_bytes.empty());
   CHECK(make_handover_rule(f.plan, vocab, int64_t{80} << 30, 1).peak_bytes.empty());  // CPU runs
+
+  // An auto-recompute run peaks as the trainer will run it: auto resolved on the slot's share
+  // (none of these small blocks recomputed), not at auto's least (every block).
+  for (RunSpec& r : plan.runs) r.config.train.activation_checkpointing = {contract::Recompute::Mode::kAuto, 0};
+  const HandoverRule with_auto = make_handover_rule(plan, vocab, int64_t{80} << 30, 2);
+  contract::RunConfig none = plan.runs[0].config;
+  none.train.activation_checkpointing = {};
+  CHECK(with_auto.peak_bytes.at(plan.runs[0].run_id) == trainer::plan_memory(none, 32000).total());
+  CHECK(with_auto.peak_bytes.at(plan.runs[0].run_id) > trainer::plan_memory(plan.runs[0].config, 32000).total());
 }

@@ -245,4 +245,19 @@ TEST_CASE("Whitespace-free runs are encoded in pieces and cut for the tokenizer 
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   CHECK(pieces.size() == (blob.size() + 3999) / 4000);
   CHECK(encoding_segments(blob, limits).size() == (blob.size() + limits.max_run_bytes - 1) / limits.max_run_bytes);
+
+  // A window of UTF-8 continuation bytes alone (not UTF-8, found by the input fuzzer) has no
+  // character boundary to back off to: it is cut at max_bytes. Backing off to the piece's start
+  // cut nothing and looped forever.
+  const std::string stray = "t*" + std::string(130, '\xbc');
+  const auto cut = split_for_tokenizer_training(stray, 100);
+  // "t" (the last boundary in the first window), then 100 bytes from '*', then the rest.
+  CHECK(cut == std::vector<std::string>{"t", stray.substr(1, 100), stray.substr(101)});
+  // A boundary inside the window is still where it cuts: 'é' (2 bytes) is never split.
+  std::string accents;
+  for (int i = 0; i < 60; ++i) accents += "\xc3\xa9";
+  for (const auto& piece : split_for_tokenizer_training(accents, 101)) {
+    CHECK(piece.size() <= 101);
+    CHECK(piece.size() % 2 == 0);
+  }
 }

@@ -199,8 +199,13 @@ std::vector<std::string> split_for_tokenizer_training(const std::string& documen
       while (cut > pos && document[cut] != ' ' && document[cut] != '\n' && document[cut] != '\t') --cut;
       if (cut > pos) {
         end = cut;
-      } else {  // no whitespace: cut at a UTF-8 character boundary
-        while (end > pos && (static_cast<unsigned char>(document[end]) & 0xC0) == 0x80) --end;
+      } else {  // no whitespace: cut at a UTF-8 character boundary, where the window holds one
+        size_t boundary = end;
+        while (boundary > pos && (static_cast<unsigned char>(document[boundary]) & 0xC0) == 0x80)
+          --boundary;
+        // A window of continuation bytes alone is not UTF-8 and has no boundary: cut it at
+        // max_bytes (backing off to pos would cut nothing, and never end).
+        if (boundary > pos) end = boundary;
       }
     }
     std::string piece = document.substr(pos, end - pos);

@@ -1,6 +1,5 @@
 #include "run_setup.h"
 
-#include <fmt/format.h>
 #include <torch/cuda.h>
 
 #include <iostream>
@@ -66,31 +65,43 @@ void verify_data(const data::TokenDataset& dataset, const TrainOptions& options)
   if (!problem.empty()) throw ConfigError("data.dataset: " + problem);
 }
 
+// The GPU memory this run may plan into (contract/gpu_memory_env.h): MXABLATE_GPU_MEMORY where
+// `mxablate run` set it (the slot's share of its GPU), else the device's; 0 on the CPU, whose
+// memory is not planned. Read on CUDA whatever the settings, so a bad value is refused anyway.
+struct DeviceMemory {
+  int64_t bytes = 0;
+  std::string source;
+};
+DeviceMemory device_memory(const at::Device& device) {
+  if (!device.is_cuda()) return {};
+  if (const std::optional<int64_t> given = contract::gpu_memory_from_environment())
+    return {*given, contract::kGpuMemoryEnv};
+  return {compat::device_memory_bytes(device), "the device's memory"};
+}
+
 // Which blocks recompute (recompute_plan.h): as the setting names them, or, for `auto`, the
-// fewest that fit the GPU memory this run may plan into (MXABLATE_GPU_MEMORY where `mxablate run`
-// set it, else the device's). On the CPU, whose memory is not planned, `auto` recomputes none.
-// Returns the config with `auto` resolved.
-RunConfig decide_recompute(RunSetup& s, const RunConfig& config, int64_t vocab) {
+// fewest that fit `memory`; on the CPU `auto` recomputes none. Returns the config with `auto`
+// resolved: the one whose memory plan the run gets.
+RunConfig decide_recompute(RunSetup& s, const RunConfig& config, int64_t vocab, const DeviceMemory& memory) {
   const contract::Recompute& setting = config.train.activation_checkpointing;
   const int64_t n = s.shape.n_layers;
   if (setting.mode != contract::Recompute::Mode::kAuto) {
     s.recompute.blocks = recomputed_blocks(setting, n);
-    s.recompute.reason = fmt::format("train.activation_checkpointing: {}", contract::to_string(setting));
+    s.recompute.reason = "train.activation_checkpointing: " + contract::to_string(setting);
     return config;
   }
   RunConfig resolved = config;
   if (!s.device.is_cuda()) {
     s.recompute.reason = "auto: none on the CPU (its memory is not planned)";
   } else {
-    const std::optional<int64_t> given = contract::gpu_memory_from_environment();
-    const int64_t capacity = given ? *given : compat::device_memory_bytes(s.device);
-    const RecomputeChoice choice = choose_recompute(config, s.shape, vocab, s.layer_plans, capacity);
+    const RecomputeChoice choice = choose_recompute(config, s.shape, vocab, s.layer_plans, memory.bytes);
     s.recompute.blocks = choice.blocks;
-    s.recompute.reason = fmt::format(
-        "auto: {} of {} blocks, predicted {} per rank {} {}% of {} ({})", choice.blocks, n,
-        format_bytes(choice.predicted), choice.fits ? "within" : "more than",
-        kAutoRecomputeMemoryPercent, format_bytes(capacity),
-        given ? std::string(contract::kGpuMemoryEnv) : "the device's memory");
+    // (No fmt here: the engine builds against LibTorch's own fmt headers on the GPU machine.)
+    s.recompute.reason = "auto: " + std::to_string(choice.blocks) + " of " + std::to_string(n) +
+                         " blocks, predicted " + format_bytes(choice.predicted) + " per rank " +
+                         (choice.fits ? "within " : "more than ") +
+                         std::to_string(kAutoRecomputeMemoryPercent) + "% of " +
+                         format_bytes(memory.bytes) + " (" + memory.source + ")";
   }
   resolved.train.activation_checkpointing = recompute_of_blocks(s.recompute.blocks, n);
   return resolved;
@@ -126,7 +137,8 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   // vocabulary too: checked before training (run_trainer has checked the rest, check_runnable).
   s.layer_plans = check_run_fits(config, s.shape, vocab);
   // What the memory plan sees from here on: `auto` resolved against this GPU.
-  const RunConfig planned = decide_recompute(s, config, vocab);
+  const DeviceMemory memory = device_memory(s.device);
+  const RunConfig planned = decide_recompute(s, config, vocab, memory);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
@@ -159,8 +171,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.parameters = s.model->parameter_count();
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
   s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(planned, s.shape, vocab, s.layer_plans).total(),
-                                       weight_cache_bytes(s.layer_plans),
-                                       compat::device_memory_bytes(s.device));
+                                       weight_cache_bytes(s.layer_plans), memory.bytes);
   session->cache_weight_operands = s.weight_cache.on;
   if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());
 
