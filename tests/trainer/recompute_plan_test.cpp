@@ -1,6 +1,8 @@
 // Which blocks recompute (trainer/core recompute_plan.h; docs/design.md §4, "Recompute chosen by
 // the memory plan"): the memory plan of every count between none and all, `auto`'s choice and its
 // refusal, and the FLOPs recompute adds.
+#include <chrono>
+
 #include "catch.h"
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/recompute_plan.h"
@@ -113,4 +115,38 @@ TEST_CASE("recompute adds a block's forward per recomputed block: a third of the
   CHECK(all == Approx(32 * block / (3 * (32 * block + 2.0 * 4096 * 128256))));
   CHECK(all == Approx(0.313).margin(0.001));
   CHECK(recompute_flops_fraction(shape, 8192, kVocab8b, 16) == Approx(all / 2));
+}
+
+TEST_CASE("auto's choice is the first count within the budget where blocks differ, in bounded time") {
+  // Blocks that differ: the first two in BF16 (smaller copies), the rest MXFP4 with stochastic
+  // rounding on X (each linear its own copy). The choice is the first count within 95 %.
+  RunConfig c = eight_b();
+  c.precision = {mxablate::contract::GemmPrecision::kMXFP4, mxablate::contract::GemmPrecision::kMXFP4,
+                 mxablate::contract::GemmPrecision::kMXFP4};
+  c.quant.stochastic_rounding.add(mxablate::contract::OperandClass::kActivation);
+  c.quant.bf16_first_blocks = 2;
+  const mxablate::trainer::ModelShape shape = model_shape(c.model);
+  const RunLayerPlans plans = plan_run_layers(c, linear_layers(shape, kVocab8b), shape.n_layers);
+  for (const int64_t gpu : {int64_t{80'000'000'000}, int64_t{90'000'000'000}, int64_t{110'000'000'000}}) {
+    INFO(gpu << " bytes");
+    const RecomputeChoice choice = choose_recompute(c, shape, kVocab8b, plans, gpu);
+    REQUIRE(choice.fits);
+    CHECK(static_cast<double>(plan_with(c, {Mode::kFirstBlocks, static_cast<int>(choice.blocks)}).total()) <=
+          0.95 * static_cast<double>(gpu));
+    for (int k = 0; k < choice.blocks; ++k)
+      CHECK(static_cast<double>(plan_with(c, recompute_of_blocks(k, 32)).total()) > 0.95 * static_cast<double>(gpu));
+  }
+  // 4,096 thin blocks (the most a model may have): one pass over them, not one per count.
+  RunConfig deep;
+  deep.model = ModelChoice::shaped(ModelDims{64, 4096, 4, 4, 128});
+  deep.data.seq_len = 64;
+  deep.train.global_batch_tokens = 1 << 20;
+  deep.device = Device::kCUDA;
+  deep.train.activation_checkpointing = {Mode::kAuto, 0};
+  const mxablate::trainer::ModelShape deep_shape = model_shape(deep.model);
+  const RunLayerPlans deep_plans = plan_run_layers(deep, linear_layers(deep_shape, 4096), 4096);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RecomputeChoice tight = choose_recompute(deep, deep_shape, 4096, deep_plans, 1'000'000'000);
+  CHECK_FALSE(tight.fits);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));  // 0.01 s here; 30 s per count before
 }

@@ -113,25 +113,22 @@ struct ActivationMemory {
   int64_t activations = 0, weight_operands = 0, working = 0;
 };
 
-ActivationMemory activation_memory(const RunConfig& c, const ModelShape& s,
-                                   const std::vector<LinearShape>& layers,
-                                   const std::vector<LinearPlan>& plans) {
+// The activation parts of one precision phase for every count k = 0 … n of recomputed blocks
+// (blocks 0 … k-1 recompute, recompute_plan.h: they are the ones whose activations would live
+// longest, from their forward to the end of the backward), in one pass over the blocks: the
+// planner asks for all of them at once when it chooses `auto`'s count.
+std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c, const ModelShape& s,
+                                                             const std::vector<LinearShape>& layers,
+                                                             const std::vector<LinearPlan>& plans) {
   const int64_t t = contract::micro_batch_tokens(c);
   const int64_t d = s.d_model;
-  // Blocks 0 … k-1 recompute (recompute_plan.h): they are the ones whose activations would live
-  // longest, from their forward to the end of the backward.
-  const int64_t k = recomputed_blocks(c.train.activation_checkpointing, s.n_layers);
-  int64_t kept_saved = 0, kept_operands = 0, working = 0;
-  int64_t largest_recomputed_saved = 0, largest_recomputed_operands = 0;
-  for (int64_t b = 0; b < s.n_layers; ++b) {
-    const BlockMemory m = block_memory(s, plans, static_cast<size_t>(b * 7));
-    if (b < k) {
-      largest_recomputed_saved = std::max(largest_recomputed_saved, m.saved_per_token);
-      largest_recomputed_operands = std::max(largest_recomputed_operands, m.weight_operands);
-    } else {
-      kept_saved += m.saved_per_token;
-      kept_operands += m.weight_operands;
-    }
+  const auto n = static_cast<size_t>(s.n_layers);
+  std::vector<BlockMemory> blocks;
+  blocks.reserve(n);
+  int64_t working = 0;
+  for (size_t b = 0; b < n; ++b) {
+    blocks.push_back(block_memory(s, plans, b * 7));
+    const BlockMemory& m = blocks.back();
     working = std::max(working, t * m.working_per_token +
                                     (m.dge ? 2 : 1) * m.largest_weight * kF32);  // DGE: dW × factor
   }
@@ -140,22 +137,35 @@ ActivationMemory activation_memory(const RunConfig& c, const ModelShape& s,
   const int64_t vocab = layers.back().out_features;
   const int64_t tail = d * kF32 + kF32 + d * kBF16;
   const int64_t head_operand = d * vocab * kBF16;
-  ActivationMemory a;
-  a.working = working;
-  // At the forward's end: the kept blocks' saved tensors and operand copies, and the FP32 input
-  // of each recomputing block (block_checkpoint.cpp: nothing else, no graph, no operand copies).
-  // When the backward reaches recomputing block i, every kept block's tensors are freed; block i
-  // holds its recomputed saved tensors (its input is the checkpoint's, not counted twice) and
-  // its operand copies beside the checkpoints of the blocks before it. The peak is the larger.
-  int64_t saved = kept_saved + k * d * kF32;
-  int64_t operands = kept_operands;
-  if (k > 0) {
-    saved = std::max(saved, k * d * kF32 + largest_recomputed_saved - d * kF32);
-    operands = std::max(operands, largest_recomputed_operands);
+  // kept[k]: the saved tensors and operand copies of blocks k … n-1 (suffix sums).
+  std::vector<int64_t> kept_saved(n + 1, 0), kept_operands(n + 1, 0);
+  for (size_t b = n; b-- > 0;) {
+    kept_saved[b] = kept_saved[b + 1] + blocks[b].saved_per_token;
+    kept_operands[b] = kept_operands[b + 1] + blocks[b].weight_operands;
   }
-  a.activations = t * (saved + tail);
-  a.weight_operands = operands + head_operand;
-  return a;
+  std::vector<ActivationMemory> out(n + 1);
+  int64_t largest_recomputed_saved = 0, largest_recomputed_operands = 0;  // over blocks 0 … k-1
+  for (size_t k = 0; k <= n; ++k) {
+    if (k > 0) {
+      largest_recomputed_saved = std::max(largest_recomputed_saved, blocks[k - 1].saved_per_token);
+      largest_recomputed_operands = std::max(largest_recomputed_operands, blocks[k - 1].weight_operands);
+    }
+    // At the forward's end: the kept blocks' saved tensors and operand copies, and the FP32
+    // input of each recomputing block (block_checkpoint.cpp: nothing else, no graph, no operand
+    // copies). When the backward reaches recomputing block i, every kept block's tensors are
+    // freed; block i holds its recomputed saved tensors (its input is the checkpoint's, not
+    // counted twice) and its operand copies beside the checkpoints of the blocks before it. The
+    // peak is the larger.
+    const auto ki = static_cast<int64_t>(k);
+    int64_t saved = kept_saved[k] + ki * d * kF32;
+    int64_t operands = kept_operands[k];
+    if (k > 0) {
+      saved = std::max(saved, ki * d * kF32 + largest_recomputed_saved - d * kF32);
+      operands = std::max(operands, largest_recomputed_operands);
+    }
+    out[k] = {t * (saved + tail), operands + head_operand, working};
+  }
+  return out;
 }
 
 int64_t shard_of(int64_t bytes, const RunConfig& c, ShardLevel from) {
@@ -185,8 +195,8 @@ MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t voca
                      plan_run_layers(c, linear_layers(shape, vocab_size), shape.n_layers));
 }
 
-MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t vocab_size,
-                       const RunLayerPlans& plans) {
+std::vector<MemoryPlan> plan_memory_by_recompute(const RunConfig& c, const ModelShape& shape,
+                                                 int64_t vocab_size, const RunLayerPlans& plans) {
   MemoryPlan m;
   const int64_t p = parameter_count(shape, vocab_size);
   m.parameters = p;
@@ -196,21 +206,33 @@ MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t voca
   if (c.parallel.shard == ShardLevel::kGradients && c.parallel.data > 1)
     m.gradients += kShardedInFlightBytes;
   m.optimizer = shard_of(2 * p * kF32, c, ShardLevel::kOptimizer);
-  for (const std::vector<LinearPlan>& phase : plans.phases) {
-    const ActivationMemory a = activation_memory(c, shape, plans.layers, phase);
-    m.activations = std::max(m.activations, a.activations);
-    m.weight_operands = std::max(m.weight_operands, a.weight_operands);
-    m.working = std::max(m.working, a.working);
-  }
   // The LM head and the loss take loss_chunks.h's chunks: per chunk BF16 logits and the
   // cross-entropy's FP32 arithmetic over them (its softmax and gradient).
   m.logits_tokens = logits_chunk_tokens(m.tokens, vocab_size);
   m.logits = m.logits_tokens * vocab_size * (kBF16 + kF32);
   m.communication = c.parallel.data > 1 ? kNcclBufferBytes : 0;
   m.workspace = kCudaWorkspaceBytes;
-  m.fragmentation =
-      (m.activations + m.weight_operands + m.working + m.logits) * kFragmentationPercent / 100;
-  return m;
+  std::vector<MemoryPlan> out(static_cast<size_t>(shape.n_layers) + 1, m);
+  // Activation sizes: the largest over the precision schedule's phases.
+  for (const std::vector<LinearPlan>& phase : plans.phases) {
+    const std::vector<ActivationMemory> by_k =
+        activation_memory_by_recompute(c, shape, plans.layers, phase);
+    for (size_t k = 0; k < out.size(); ++k) {
+      out[k].activations = std::max(out[k].activations, by_k[k].activations);
+      out[k].weight_operands = std::max(out[k].weight_operands, by_k[k].weight_operands);
+      out[k].working = std::max(out[k].working, by_k[k].working);
+    }
+  }
+  for (MemoryPlan& plan : out)
+    plan.fragmentation = (plan.activations + plan.weight_operands + plan.working + plan.logits) *
+                         kFragmentationPercent / 100;
+  return out;
+}
+
+MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t vocab_size,
+                       const RunLayerPlans& plans) {
+  const std::vector<MemoryPlan> by_k = plan_memory_by_recompute(c, shape, vocab_size, plans);
+  return by_k[static_cast<size_t>(recomputed_blocks(c.train.activation_checkpointing, shape.n_layers))];
 }
 
 MemoryPlan plan_memory(const RunConfig& c, int64_t vocab_size) {

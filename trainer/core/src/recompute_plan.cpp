@@ -29,11 +29,10 @@ RecomputeChoice choose_recompute(const contract::RunConfig& config, const ModelS
                                  int64_t vocab_size, const RunLayerPlans& plans, int64_t capacity) {
   // In double: a hostile --gpu-memory times the percentage may not fit int64.
   const double budget = static_cast<double>(capacity) * kAutoRecomputeMemoryPercent / 100.0;
-  contract::RunConfig c = config;
+  const std::vector<MemoryPlan> by_k = plan_memory_by_recompute(config, shape, vocab_size, plans);
   std::optional<RecomputeChoice> least;  // the lowest prediction, at the fewest blocks
-  for (int64_t k = 0; k <= shape.n_layers; ++k) {
-    c.train.activation_checkpointing = recompute_of_blocks(k, shape.n_layers);
-    const RecomputeChoice choice{k, plan_memory(c, shape, vocab_size, plans).total(), false};
+  for (size_t k = 0; k < by_k.size(); ++k) {
+    const RecomputeChoice choice{static_cast<int64_t>(k), by_k[k].total(), false};
     if (static_cast<double>(choice.predicted) <= budget) return {choice.blocks, choice.predicted, true};
     if (!least || choice.predicted < least->predicted) least = choice;
   }

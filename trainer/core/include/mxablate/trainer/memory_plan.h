@@ -76,6 +76,13 @@ MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shap
 MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
                        int64_t vocab_size, const RunLayerPlans& plans);
 
+// The plan of `config` for every count k = 0 … n_layers of recomputed blocks (index k; the
+// config's own setting ignored), from one pass over the blocks: what `auto` chooses from
+// (recompute_plan.h). plan_memory is its entry for the config's setting.
+std::vector<MemoryPlan> plan_memory_by_recompute(const contract::RunConfig& config,
+                                                 const ModelShape& shape, int64_t vocab_size,
+                                                 const RunLayerPlans& plans);
+
 // The same for a run config whose model the planner has already resolved and checked.
 MemoryPlan plan_memory(const contract::RunConfig& config, int64_t vocab_size);
 
