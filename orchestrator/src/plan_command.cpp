@@ -283,22 +283,20 @@ void print_recompute_ladders(const Plan& plan, const DatasetVocabularies& vocabu
     const trainer::ModelShape shape = trainer::model_shape(r.config.model);
     const int64_t n = shape.n_layers;
     std::set<int64_t> counts{0, n / 4, n / 2, 3 * n / 4, std::max<int64_t>(0, n - 1)};
+    // Every count's plan in one pass: the ladder's steps and the choice read the same figures.
+    const std::vector<trainer::MemoryPlan> by_k = trainer::plan_memory_by_recompute(
+        r.config, shape, vocab, trainer::plan_run_layers(r.config, trainer::linear_layers(shape, vocab), n));
     std::optional<int64_t> chosen;
     if (gpu) {
-      const trainer::RunLayerPlans plans =
-          trainer::plan_run_layers(r.config, trainer::linear_layers(shape, vocab), n);
-      chosen = trainer::choose_recompute(r.config, shape, vocab, plans, gpu->bytes).blocks;
+      chosen = trainer::choose_recompute(by_k, gpu->bytes).blocks;
       counts.insert(*chosen);
     }
     std::string text;
-    for (const int64_t k : counts) {
-      contract::RunConfig c = r.config;
-      c.train.activation_checkpointing = trainer::recompute_of_blocks(k, n);
+    for (const int64_t k : counts)
       text += fmt::format("{}{}/{} {} +{:.1f}%{}", text.empty() ? "" : ", ", k, n,
-                          trainer::format_bytes(trainer::plan_memory(c, shape, vocab).total()),
+                          trainer::format_bytes(by_k[static_cast<size_t>(k)].total()),
                           100 * trainer::recompute_flops_fraction(shape, r.config.data.seq_len, vocab, k),
                           chosen && *chosen == k ? " (chosen)" : "");
-    }
     if (!lines.count(text)) order.push_back(text);
     lines[text].push_back(i + 1);
   }

@@ -4,35 +4,22 @@
 #include <string>
 
 #include "catch.h"
+#include "memory_plan_fixtures.h"
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/run_fit.h"
 
 using namespace mxablate::trainer;
+using mxablate::test::eight_b;
+using mxablate::test::kVocab8b;
 using mxablate::contract::Device;
 using mxablate::contract::GemmPrecision;
-using mxablate::contract::ModelChoice;
-using mxablate::contract::ModelDims;
 using mxablate::contract::OperandClass;
 using mxablate::contract::RunConfig;
 using mxablate::contract::ShardLevel;
 
 namespace {
 
-constexpr int64_t kVocab8b = 128256;  // Llama 3's
 constexpr int64_t kVocabSmall = 4096;  // the default corpus's
-
-// The 8B shape (d 4096, 32 layers, 32/8 heads, FFN 14336) at seq 8192, one sequence per
-// micro-batch, 16 micro-batches a step over 4 ranks, BF16 GEMMs on CUDA.
-RunConfig eight_b() {
-  RunConfig c;
-  c.model = ModelChoice::shaped(ModelDims{4096, 32, 32, 8, 14336});
-  c.data.seq_len = 8192;
-  c.train.global_batch_tokens = 16 * 8192;
-  c.train.micro_batch_tokens = 8192;
-  c.parallel.data = 4;
-  c.device = Device::kCUDA;
-  return c;
-}
 
 // llama-125m (d 768, 12 layers, 12/12 heads, FFN 3072), one micro-batch of 8192 tokens.
 RunConfig small() {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "catch.h"
+#include "memory_plan_fixtures.h"
 #include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/recompute_plan.h"
 #include "mxablate/trainer/run_fit.h"
@@ -19,18 +20,12 @@ using Mode = Recompute::Mode;
 
 namespace {
 
-constexpr int64_t kVocab8b = 128256;
+using mxablate::test::kVocab8b;
 
-// The 8B shape at seq 8192 on 4 ranks with sharded gradients (memory_plan_test.cpp's eight_b).
+// The 8B shape at seq 8192 on 4 ranks (memory_plan_fixtures.h) with sharded gradients.
 RunConfig eight_b() {
-  RunConfig c;
-  c.model = ModelChoice::shaped(ModelDims{4096, 32, 32, 8, 14336});
-  c.data.seq_len = 8192;
-  c.train.global_batch_tokens = 16 * 8192;
-  c.train.micro_batch_tokens = 8192;
-  c.parallel.data = 4;
+  RunConfig c = mxablate::test::eight_b();
   c.parallel.shard = ShardLevel::kGradients;
-  c.device = Device::kCUDA;
   return c;
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "mxablate/trainer/memory_plan.h"
 
 namespace mxablate::trainer {
 
@@ -25,18 +24,21 @@ Recompute recompute_of_blocks(int64_t blocks, int64_t n_layers) {
   return {Recompute::Mode::kFirstBlocks, static_cast<int>(blocks)};
 }
 
-RecomputeChoice choose_recompute(const contract::RunConfig& config, const ModelShape& shape,
-                                 int64_t vocab_size, const RunLayerPlans& plans, int64_t capacity) {
+RecomputeChoice choose_recompute(const std::vector<MemoryPlan>& by_recompute, int64_t capacity) {
   // In double: a hostile --gpu-memory times the percentage may not fit int64.
   const double budget = static_cast<double>(capacity) * kAutoRecomputeMemoryPercent / 100.0;
-  const std::vector<MemoryPlan> by_k = plan_memory_by_recompute(config, shape, vocab_size, plans);
   std::optional<RecomputeChoice> least;  // the lowest prediction, at the fewest blocks
-  for (size_t k = 0; k < by_k.size(); ++k) {
-    const RecomputeChoice choice{static_cast<int64_t>(k), by_k[k].total(), false};
+  for (size_t k = 0; k < by_recompute.size(); ++k) {
+    const RecomputeChoice choice{static_cast<int64_t>(k), by_recompute[k].total(), false};
     if (static_cast<double>(choice.predicted) <= budget) return {choice.blocks, choice.predicted, true};
     if (!least || choice.predicted < least->predicted) least = choice;
   }
-  return *least;
+  return least.value_or(RecomputeChoice{});
+}
+
+RecomputeChoice choose_recompute(const contract::RunConfig& config, const ModelShape& shape,
+                                 int64_t vocab_size, const RunLayerPlans& plans, int64_t capacity) {
+  return choose_recompute(plan_memory_by_recompute(config, shape, vocab_size, plans), capacity);
 }
 
 contract::RunConfig resolve_recompute(const contract::RunConfig& config, const ModelShape& shape,

@@ -138,7 +138,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   s.layer_plans = check_run_fits(config, s.shape, vocab);
   // What the memory plan sees from here on: `auto` resolved against this GPU.
   const DeviceMemory memory = device_memory(s.device);
-  const RunConfig planned = decide_recompute(s, config, vocab, memory);
+  s.executed = decide_recompute(s, config, vocab, memory);
 
   auto session = std::make_shared<QuantSession>();
   session->seed = config.train.seed;
@@ -170,7 +170,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.graphs_available = compat::kHasCudaGraphs;
   facts.parameters = s.model->parameter_count();
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
-  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(planned, s.shape, vocab, s.layer_plans).total(),
+  s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(s.executed, s.shape, vocab, s.layer_plans).total(),
                                        weight_cache_bytes(s.layer_plans), memory.bytes);
   session->cache_weight_operands = s.weight_cache.on;
   if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());

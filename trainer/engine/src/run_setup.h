@@ -55,6 +55,7 @@ struct RunSetup {
   std::unique_ptr<StepGraph> graph;     // the graphed passes when capture.graphed
   WeightCache weight_cache;             // whether layers keep their weight operands per step
   RecomputeDecision recompute;          // which blocks recompute in the backward, and why
+  contract::RunConfig executed;         // config with `auto` resolved: the run's memory plan is its
   std::unique_ptr<TrainBatches> batches;
   std::vector<TokenBatch> validation;
 };

@@ -110,7 +110,8 @@ int run_trainer(const TrainOptions& options, const FaultPlan& faults) {
     return exit_code::kInternal;
   } catch (const c10::OutOfMemoryError& e) {
     const std::string line = out_of_memory_line(  // memory_plan.h: one line, the fix; final
-        e.what_without_backtrace(), config_read ? &*config_read : nullptr, run ? run->vocab_size() : 0);
+        e.what_without_backtrace(), run ? &run->executed_config() : config_read ? &*config_read : nullptr,
+        run ? run->vocab_size() : 0);
     std::cerr << "mxablate-train: " << line << "\n";
     if (run) run->record_failure(line, exit_code::kOutOfMemory);
     return exit_code::kOutOfMemory;

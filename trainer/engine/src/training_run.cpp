@@ -345,5 +345,6 @@ int TrainingRun::run() { return loop_->run(); }
 void TrainingRun::record_failure(const std::string& why, int code) { loop_->record_failure(why, code); }
 
 int64_t TrainingRun::vocab_size() const { return setup_->dataset->manifest.tokenizer.vocab_size; }
+const contract::RunConfig& TrainingRun::executed_config() const { return setup_->executed; }
 
 }  // namespace mxablate::trainer

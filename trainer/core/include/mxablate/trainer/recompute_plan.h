@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/linear_plan.h"
+#include "mxablate/trainer/memory_plan.h"
 #include "mxablate/trainer/model_presets.h"
 
 namespace mxablate::trainer {
@@ -38,6 +40,10 @@ struct RecomputeChoice {
 // never every block: at most n - 1.
 RecomputeChoice choose_recompute(const contract::RunConfig& config, const ModelShape& shape,
                                  int64_t vocab_size, const RunLayerPlans& plans, int64_t capacity);
+
+// The same choice from the plans of every count (plan_memory_by_recompute), for a caller that
+// shows them too.
+RecomputeChoice choose_recompute(const std::vector<MemoryPlan>& by_recompute, int64_t capacity);
 
 // `config` with `auto` replaced by its choice at `capacity` (other settings as they are): the
 // config a run executes, whose memory plan is the one it gets.

@@ -40,6 +40,9 @@ class TrainingRun {
   void record_failure(const std::string& why, int code);
   // The vocabulary of the run's data (the model's embedding rows).
   int64_t vocab_size() const;
+  // The config as it runs, `auto` recompute resolved: what its memory plan (and an
+  // out-of-memory line's prediction) is of.
+  const contract::RunConfig& executed_config() const;
 
  private:
   class Loop;
