@@ -10,8 +10,8 @@
 #include <stdexcept>
 
 #include "mxablate/orchestrator/command_runner.h"
-#include "mxablate/trainer/memory_plan.h"
-#include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/plan/memory_plan.h"
+#include "mxablate/trainer/plan/run_fit.h"
 
 namespace mxablate::orchestrator {
 namespace {

@@ -11,8 +11,8 @@
 #include "mxablate/data/dataset_location.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sequence_sampler.h"
-#include "mxablate/trainer/run_fit.h"
-#include "mxablate/trainer/training_plan.h"
+#include "mxablate/trainer/plan/run_fit.h"
+#include "mxablate/trainer/plan/training_plan.h"
 
 namespace mxablate::orchestrator {
 namespace {

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "mxablate/orchestrator/run_id.h"
-#include "mxablate/trainer/model_presets.h"
-#include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/plan/model_presets.h"
+#include "mxablate/trainer/plan/run_fit.h"
 
 namespace mxablate::orchestrator {
 namespace {
@@ -338,7 +338,7 @@ class Expander {
     try {
       spec.config = contract::run_config_from_json(run.config);
       // What mxablate-train refuses at start whatever the machine and the data: the same
-      // function (trainer/core run_fit.h), so a recipe can plan only runs the trainer starts.
+      // function (trainer/plan run_fit.h), so a recipe can plan only runs the trainer starts.
       trainer::check_runnable(spec.config);
     } catch (const contract::ConfigError& e) {
       throw located(e.what(), run, arm, axes);

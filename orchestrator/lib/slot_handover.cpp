@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "mxablate/trainer/memory_plan.h"
-#include "mxablate/trainer/recompute_plan.h"
-#include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/plan/memory_plan.h"
+#include "mxablate/trainer/plan/recompute_plan.h"
+#include "mxablate/trainer/plan/run_fit.h"
 
 namespace mxablate::orchestrator {
 

@@ -56,9 +56,9 @@
 #include "mxablate/contract/run_config.h"
 #include "mxablate/contract/standby.h"
 #include "mxablate/contract/target_file.h"
-#include "mxablate/trainer/process_stats.h"
-#include "mxablate/trainer/model_presets.h"
-#include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/rules/process_stats.h"
+#include "mxablate/trainer/plan/model_presets.h"
+#include "mxablate/trainer/plan/run_fit.h"
 
 namespace {
 

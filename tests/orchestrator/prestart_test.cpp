@@ -19,7 +19,7 @@
 #include "process_util.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/contract/standby.h"
-#include "mxablate/trainer/memory_plan.h"
+#include "mxablate/trainer/plan/memory_plan.h"
 #include "mxablate/results/sqlite_db.h"
 #include "sweep_fixture.h"
 

@@ -16,7 +16,7 @@
 #include "catch.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/manifest.h"
-#include "mxablate/trainer/run_fit.h"
+#include "mxablate/trainer/plan/run_fit.h"
 #include "test_util.h"
 
 using namespace mxablate;
@@ -48,7 +48,7 @@ const std::string kFP8 = R"("fp8")";
 
 // The trainer's start-up refusals that a config decides, one row each.
 const std::vector<Row> kRefused = {
-    // train.cuda_graphs: on (trainer/core step_capture.h): the three combinations the plan used to
+    // train.cuda_graphs: on (trainer/plan step_capture.h): the three combinations the plan used to
     // accept, and the CPU device.
     {"cuda_graphs on with two data-parallel ranks",
      {{"device", kCuda}, {"parallel.data", "2"}, {"train.cuda_graphs", R"("on")"}},

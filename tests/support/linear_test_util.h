@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mxablate/kernels/philox.h"
-#include "mxablate/trainer/mx_linear.h"
+#include "mxablate/trainer/numerics/mx_linear.h"
 #include "tensor_test_util.h"
 
 namespace mxablate::test {

@@ -33,7 +33,7 @@ using detail::shown_key;
 constexpr const char* kModelShapeKeys = "d_model, n_layers, n_heads, n_kv_heads and ffn_hidden";
 
 // The ranges a shape's numbers must have; what they must satisfy together (head counts, RoPE,
-// GEMM blocks, a size a machine holds) is the trainer's check (trainer/core run_fit.h).
+// GEMM blocks, a size a machine holds) is the trainer's check (trainer/plan run_fit.h).
 ModelChoice read_model(const json& v, const std::string& path) {
   if (v.is_string()) {
     std::string name;

@@ -89,7 +89,7 @@ void validate_runnable(const RunConfig& c) {
                       std::string(to_string(c.device)) + "\"");
   validate_fp8_scaling(c);
   // What train.cuda_graphs: on needs (a CUDA device, one rank, no per-step read-back) is one
-  // rule, the trainer's (trainer/core step_capture.h), which the planner applies too: it needs
+  // rule, the trainer's (trainer/plan step_capture.h), which the planner applies too: it needs
   // the layers' plans, which the contract does not make.
 }
 

@@ -1,6 +1,6 @@
 // The GPU memory a plan is checked against before launch (docs/design.md §4, "Memory planned
 // before launch"): `--gpu-memory SIZE` of `mxablate plan` and `mxablate run`, or for `run` the
-// memory its GPUs report. A CUDA run whose predicted peak per rank (trainer/core memory_plan.h)
+// memory its GPUs report. A CUDA run whose predicted peak per rank (trainer/plan memory_plan.h)
 // exceeds it is refused at the recipe position of the setting to change, naming the settings
 // that would make it fit. CPU runs are not checked.
 #pragma once

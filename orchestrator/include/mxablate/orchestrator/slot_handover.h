@@ -3,7 +3,7 @@
 // process has exited. After run_end the finishing trainer only tears down, but until it exits it
 // still holds its device memory — everything its peak took, the caching allocator's blocks
 // included — while the released standby allocates its first steps' activations. So a GPU run is
-// handed over at run_end only when the memory plan (trainer/core memory_plan.h) says both runs'
+// handed over at run_end only when the memory plan (trainer/plan memory_plan.h) says both runs'
 // predicted peaks fit the slot's share of the GPU together; otherwise, or when either figure is
 // unknown, at exit. CPU runs hold no device memory: always at run_end.
 #pragma once

@@ -1,6 +1,6 @@
 // What each run config key is to the code that reads configs as JSON trees (docs/design.md §2,
 // "Identity and resumption"; §12, "How settings flow"): the one table the run's identity
-// (to_json), the checkpoint's trajectory (trainer/core trajectory_config) and an arm's
+// (to_json), the checkpoint's trajectory (trainer/rules checkpoint_state.h trajectory_config) and an arm's
 // description (settings_difference) all read. A key added to the contract gets its row here;
 // tests/contract/config_keys_test.cpp pins every key of config_key_tree() to its row.
 #pragma once

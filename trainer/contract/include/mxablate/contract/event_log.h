@@ -44,7 +44,7 @@
 // crash loses at most the sampled train events since the last of those. A torn final line (no
 // newline) is never consumed by the reader, and the writer truncates it away when it reopens.
 // What makes a line an event (types, ranges, seq order) is event_line.h: a new kind is added
-// there too, or readers skip its lines as bad (trainer_core_test checks every kind RunEvents
+// there too, or readers skip its lines as bad (trainer_rules_test checks every kind RunEvents
 // writes against it).
 #pragma once
 

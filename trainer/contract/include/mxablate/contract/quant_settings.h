@@ -45,7 +45,7 @@ enum class Device : uint8_t { kCPU, kCUDA };
 // stage 2). The fp32 weights stay whole on every rank: the quantizers read them.
 enum class ShardLevel : uint8_t { kNone, kOptimizer, kGradients };
 // train.cuda_graphs, whether a CUDA run replays each step's forward and backward passes as one
-// captured CUDA graph (docs/design.md §4, "Graphed steps"; trainer/core step_capture.h holds the
+// captured CUDA graph (docs/design.md §4, "Graphed steps"; trainer/plan step_capture.h holds the
 // rule): kAuto where the step is small enough to be bound by kernel launches, kOn wherever it
 // can be (a run where it cannot is refused), kOff never. The same bits either way: an execution
 // setting.

@@ -151,7 +151,7 @@ struct TelemetryConfig {
 
 // The model a run trains (docs/design.md §4): a preset's name, or a shape given key by key. The
 // vocabulary is always the data's. The contract holds the plain fields and their ranges; the
-// trainer (trainer/core model_presets.h, run_fit.h) resolves a choice to a ModelShape and checks
+// trainer (trainer/plan model_presets.h, run_fit.h) resolves a choice to a ModelShape and checks
 // what a shape must satisfy (head counts, RoPE's even head dimension, GEMM blocks).
 inline constexpr std::string_view kModelKey = "model";  // its config path
 inline constexpr double kDefaultRopeTheta = 10000;
