@@ -1,4 +1,4 @@
-// The running logsumexp of the fused cross-entropy (fused_ops.cu), host/device so that
+// The running logsumexp of the fused cross-entropy (fused_cross_entropy.cu), host/device so that
 // tests/gpu/online_lse_test.cpp checks it on the CPU: each thread folds its elements in, then
 // threads merge pairwise (warp butterflies, then warps in order).
 #pragma once

@@ -1,5 +1,5 @@
 // SwiGLU's per-element formulas (ATen's silu and silu_backward, operation for operation), shared
-// by the fused SwiGLU kernels (fused_ops.cu) and the producers that quantize SwiGLU's results as
+// by the fused SwiGLU kernels (fused_swiglu.cu) and the producers that quantize SwiGLU's results as
 // they make them (produce_quantize.cu): one definition, so that a fused producer's h, dg and du
 // are the plain kernels' bits. Compiled like every kernel here, without FMA contraction.
 #pragma once
