@@ -56,14 +56,10 @@ if [ -d "$ROOT/.carry/data-default" ] && [ ! -e "$ROOT/data/default" ]; then
   mkdir -p "$ROOT/data" && ln -s ../.carry/data-default "$ROOT/data/default"
 fi
 
-# 3. Configure and build.
-GENERATOR=()
-command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+# 3. Configure and build the whole tree (gpu_build goes on past a failing target; its full log
+# is $OUT/build.build.log, build.log holds the tail of a failure).
 step "configure" configure.log gpu_configure "$BUILD" "$OUT/cmake-configure.log"
-# Keep going past a failing target so that one module's breakage does not hide the others'.
-KEEP_GOING=(-k)
-[ ${#GENERATOR[@]} -gt 0 ] && KEEP_GOING=(-k 0)
-step "build (-j$JOBS)" build.log cmake --build "$BUILD" -j "$JOBS" -- "${KEEP_GOING[@]}"
+step "build (-j$JOBS)" build.log gpu_build "$BUILD" "$OUT/build"
 BUILD_RC=$?
 # Run what did build even when something else did not.
 [ -x "$BUILD/bin/gpu_quantize_test" ] && BUILD_RC=0

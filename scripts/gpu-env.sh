@@ -4,12 +4,16 @@
 #
 # After sourcing: ROOT (the repository root), PY (the python with torch: MXABLATE_GPU_PYTHON when
 # set, else the image's venv, else python3), PREFIX (the carried
-# packages, unpacked), the compiler/loader paths exported, and the functions
+# packages, unpacked), the compiler/loader paths exported, and the functions every GPU script
+# uses (none builds or counts GPUs another way; tests/scripts/gpu_env_tree_test.sh checks):
+#   gpu_count                                   prints how many GPUs are visible (0: none)
 #   gpu_configure BUILD_DIR LOG [CMAKE-ARGS…]   configure BUILD_DIR as every GPU script does
-#   gpu_build BUILD_DIR LOG TARGET…             configure if needed, then build the targets
-#                                               (one that is already built is not rebuilt)
-# both of ROOT's sources, refused (one line, return 1) when called from inside another tree of the
-# project or on a build directory configured from another source tree (gpu_same_tree).
+#   gpu_build BUILD_DIR LOG [TARGET…]           configure if needed, then build the targets (one
+#                                               that is already built is not rebuilt), or with
+#                                               none the whole tree, going on past failures;
+#                                               MXABLATE_JOBS parallel jobs (default nproc)
+# the last two of ROOT's sources, refused (one line, return 1) when called from inside another
+# tree of the project or on a build directory configured from another source tree (gpu_same_tree).
 #
 # What the image lacks travels in .carry/debs (scripts/gpu-check.sh's header lists them). The
 # carry is copied afresh on every call while a warm machine keeps its build directories, so the
@@ -69,6 +73,14 @@ gpu_same_tree() {
   fi
 }
 
+# nvidia-smi lists the GPUs the driver sees, one "GPU N: …" line each; it fails (or is missing)
+# where there is none.
+gpu_count() {
+  local list
+  list=$(nvidia-smi -L 2>/dev/null) || { echo 0; return 0; }
+  grep -c '^GPU ' <<<"$list" || true
+}
+
 gpu_configure() {
   local build_dir=$1 log=$2
   shift 2
@@ -87,16 +99,25 @@ gpu_configure() {
   "${configure[@]}" "$@" >"$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
 }
 
+# A target already in BUILD_DIR/bin is taken as built (a warm machine keeps the build directories
+# of earlier calls); with no targets the whole tree is brought up to date.
 gpu_build() {
   local build_dir=$1 log=$2
   shift 2
   gpu_same_tree "$build_dir" || return 1
-  local missing=() t
+  local missing=() t build_args=()
   for t in "$@"; do [ -x "$build_dir/bin/$t" ] || missing+=("$t"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
+  [ $# -gt 0 ] && [ ${#missing[@]} -eq 0 ] && return 0
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     gpu_configure "$build_dir" "$log.configure.log" || return 1
   fi
-  cmake --build "$build_dir" --target "${missing[@]}" -j "$(nproc)" >"$log.build.log" 2>&1 ||
+  if [ $# -gt 0 ]; then
+    build_args=(--target "${missing[@]}")
+  elif grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build_dir/CMakeCache.txt"; then
+    build_args=(-- -k 0)  # the whole tree: one module's breakage must not hide the others'
+  else
+    build_args=(-- -k)
+  fi
+  cmake --build "$build_dir" -j "${MXABLATE_JOBS:-$(nproc)}" "${build_args[@]}" >"$log.build.log" 2>&1 ||
     { tail -40 "$log.build.log" >&2; return 1; }
 }

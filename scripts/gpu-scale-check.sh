@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Scale checks for the GPU machine (issue "Scale"; nothing here runs in CPU CI). Needs 2 GPUs
+# Scale checks for the GPU machine (nothing here runs in CPU CI). Needs 2 GPUs
 # for part 1 (the device tool's nvidia-h200-x2); part 2 needs one.
 #
-#   1. Data parallel (NCCL): llama-125m, seq 512, 65536 tokens per step, BF16 and MXFP4 F+D+W
-#      with the H16 rotation on Wgrad, on 1 GPU and as 2 ranks on 2 GPUs.
+#   1. Data parallel (NCCL): llama-125m, seq 512, 65536 tokens per step, in the arms bf16 and
+#      FDW+H16 (MXFP4 F+D+W with the H16 rotation on Wgrad), on 1 GPU and as 2 ranks on 2 GPUs.
 #      - 2 micro-batches (one per rank): the train losses of steps 1-5 must be equal in MXFP4
 #        (the same samples and quantization bits; a sum of two gradients commutes); in BF16
 #        within 1e-5 relative, since two identical BF16 runs on one H200 already differ by
@@ -12,8 +12,8 @@
 #        gradient is summed in another order: (g0+g1)+(g2+g3) instead of ((g0+g1)+g2)+g3, and
 #        BF16 GEMM outputs carry such differences on); and the 2-rank run's tokens/s >= 1.8x
 #        the 1-GPU run's (median of the train events after step 3).
-#   2. llama-1.3b at seq 2048 on one GPU with activation checkpointing, BF16 and MXFP4
-#      F+D+W+H16: tokens/s and peak GPU memory (run_end).
+#   2. llama-1.3b at seq 2048 on one GPU with activation checkpointing, bf16 and FDW+H16:
+#      tokens/s and peak GPU memory (run_end).
 #
 # Usage: scripts/gpu-scale-check.sh [DATA_DIR]   (default data/default; carry it)
 #   Env: MXABLATE_GPU_BUILD_DIR (build-gpu), MXABLATE_CHECK_OUT (/tmp/mxablate-gpu-scale-check),
@@ -29,12 +29,11 @@ source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
 # NVLink multicast stays off on the lent machines.
 
 [ -f "$DATA/manifest.json" ] || { echo "gpu-scale-check: $DATA is not a prepared data directory" >&2; exit 2; }
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+GPUS=$(gpu_count)
 [ "$GPUS" -ge 1 ] || { echo "gpu-scale-check: no GPU visible" >&2; exit 2; }
 
 source scripts/gpu-trainer-lib.sh
-build_trainer "$BUILD_DIR" "$OUT" "$PY"
-TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
+build_trainer "$BUILD_DIR" "$OUT"
 mkdir -p "$OUT"
 grep -h "data-parallel backends" "$BUILD_DIR/CMakeCache.txt" "$OUT.configure.log" 2>/dev/null | head -1 || true
 failures=0
@@ -44,7 +43,7 @@ if [[ " $PARTS " == *" 1 "* ]]; then
     echo "== 1. skipped: data parallel needs 2 GPUs, $GPUS visible"
   else
     echo "== 1. Data parallel, llama-125m, 65536 tokens per step in 2 or 4 micro-batches (NCCL, 2 GPUs)"
-    for prec in bf16 mxfp4+h16; do
+    for prec in bf16 FDW+H16; do
       for micro in 32768 16384; do
         CUDA_VISIBLE_DEVICES=0 run "dp1-$prec-$micro" cuda llama-125m $prec 512 65536 $micro 25 1000 16384 0 ||
           failures=$((failures + 1))
@@ -53,14 +52,12 @@ if [[ " $PARTS " == *" 1 "* ]]; then
         summary "$OUT/dp1-$prec-$micro"
         summary "$OUT/dp2-$prec-$micro"
         $PY - "$OUT/dp1-$prec-$micro" "$OUT/dp2-$prec-$micro" "$micro" <<'PYEOF' || failures=$((failures + 1))
-import json, statistics, sys
-def events(d):
-    return [json.loads(l) for l in open(d + "/events.jsonl") if l.endswith("\n")]
+import sys
+sys.path.insert(0, "scripts")
+from run_figures import events, median_tokens_per_s as tps, train_losses
 one, two = events(sys.argv[1]), events(sys.argv[2])
 one_per_rank = sys.argv[3] == "32768"
-loss = lambda ev: {e["step"]: e["loss"] for e in ev if e["kind"] == "train"}
-tps = lambda ev: statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 3)
-a, b = loss(one), loss(two)
+a, b = train_losses(one), train_losses(two)
 ok = True
 for s in range(1, 6):
     rel = abs(a[s] - b[s]) / abs(a[s])
@@ -81,7 +78,7 @@ fi
 
 if [[ " $PARTS " == *" 2 "* ]]; then
   echo "== 2. llama-1.3b, seq 2048, 65536 tokens per step in 4 micro-batches, activation checkpointing (1 GPU)"
-  for prec in bf16 mxfp4+h16; do
+  for prec in bf16 FDW+H16; do
     CUDA_VISIBLE_DEVICES=0 run "big-$prec" cuda llama-1.3b $prec 2048 65536 16384 12 1000 16384 0 \
       '{"train": {"activation_checkpointing": true}}' || failures=$((failures + 1))
     summary "$OUT/big-$prec"

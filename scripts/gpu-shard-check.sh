@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Sharded data parallelism on the GPU machine (issue "The paper's run on 80 GB GPUs"; nothing here
-# runs in CPU CI). Needs 4 GPUs (the device tool's nvidia-h100-x4).
+# Sharded data parallelism on the GPU machine (nothing here runs in CPU CI). Needs 4 GPUs (the device tool's nvidia-h100-x4).
 #
-#   1. llama-125m, seq 512, 65,536 tokens a step in 4 micro-batches, MXFP4 F+D+W+H16, 4 ranks:
+#   1. llama-125m, seq 512, 65,536 tokens a step in 4 micro-batches, arm FDW+H16, 4 ranks:
 #      replicated, shard optimizer, shard gradients. Step 1 equal (the same weights and keys);
 #      steps 2-8 within 5e-5 relative of the replicated run (the gradient and the global norm are
 #      summed in another order, and BF16 GEMM outputs carry such differences on; the same bound
@@ -14,8 +13,8 @@
 #      of one sequence per rank: tokens/s per GPU, MFU, peak memory per rank against `mxablate
 #      plan`'s prediction (target >= 5,800 tokens/s per GPU on H100); the plan's verdict on 80 GB
 #      and 141 GB GPUs.
-#   5. llama-8b as part 3 on up to 4 ranks (2 × H200 hold it too) in BF16, the paper's FP8
-#      baseline (F+D+W in FP8, per-tensor current scaling) and MXFP4 F+D+W+H16, 2 micro-batches
+#   5. llama-8b as part 3 on up to 4 ranks (2 × H200 hold it too) in the arms bf16, fp8 (the
+#      paper's baseline: F+D+W in FP8, per-tensor current scaling) and FDW+H16, 2 micro-batches
 #      per rank, 8 steps (the median of steps 3-8): tokens/s per GPU and each arm's step against
 #      BF16's in the same run (the rates the README's cost of the paper's experiment uses).
 #   4. (one GPU of 80 GB) llama-8b unsharded on one rank: the trainer must end with its one-line
@@ -38,7 +37,7 @@ PARTS="1 2 3 4 5"
 BUILD_DIR=${MXABLATE_GPU_BUILD_DIR:-build-gpu}
 OUT=${MXABLATE_CHECK_OUT:-/tmp/mxablate-gpu-shard-check}
 source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+GPUS=$(gpu_count)
 [ "$GPUS" -ge 1 ] || { echo "gpu-shard-check: no GPU visible" >&2; exit 2; }
 if { [ "$GPUS" -lt 4 ] && [[ "$PARTS" =~ [123] ]]; } || { [ "$GPUS" -lt 2 ] && [[ "$PARTS" =~ 5 ]]; }; then
   echo "gpu-shard-check: parts 1-3 need 4 GPUs and part 5 two, $GPUS visible" >&2
@@ -48,11 +47,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 
 source scripts/gpu-trainer-lib.sh
 mkdir -p "$OUT"
-build_trainer "$BUILD_DIR" "$OUT/trainer" "$PY"
-cmake --build "$BUILD_DIR" --target mxablate -j "$(nproc)" >"$OUT/mxablate.build.log" 2>&1 ||
-  { tail -30 "$OUT/mxablate.build.log" >&2; exit 1; }
-TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
-MXABLATE=$(realpath "$BUILD_DIR/bin/mxablate")
+build_trainer "$BUILD_DIR" "$OUT/trainer"  # TRAIN, and MXABLATE for the data and the plans
 failures=0
 
 # Data: uniform random tokens (speed, memory and sharded-against-replicated agreement need no
@@ -73,22 +68,21 @@ DATA=$(synthetic random32k 32000 1200 2049)
 rank_peaks() { grep -h "peak GPU memory" "$1/output.txt" | sed 's/^/    /' || true; }
 
 if [[ " $PARTS " == *" 1 "* ]]; then
-  echo "== 1. llama-125m, 4 ranks, 4 micro-batches, MXFP4 F+D+W+H16: replicated / shard optimizer / shard gradients"
+  echo "== 1. llama-125m, 4 ranks, 4 micro-batches, FDW+H16: replicated / shard optimizer / shard gradients"
   for shard in none optimizer gradients; do
-    run "p1-$shard" cuda llama-125m mxfp4+h16 512 65536 16384 8 1000 16384 0 \
+    run "p1-$shard" cuda llama-125m FDW+H16 512 65536 16384 8 1000 16384 0 \
       "{\"parallel\": {\"data\": 4, \"shard\": \"$shard\"}}" || failures=$((failures + 1))
     summary "$OUT/p1-$shard"
     rank_peaks "$OUT/p1-$shard"
   done
   $PY - "$OUT/p1-none" "$OUT/p1-optimizer" "$OUT/p1-gradients" <<'PYEOF' || failures=$((failures + 1))
-import json, sys
-def loss(d):
-    return {e["step"]: e["loss"] for e in (json.loads(l) for l in open(d + "/events.jsonl") if l.endswith("\n"))
-            if e["kind"] == "train"}
-ref = loss(sys.argv[1])
+import sys
+sys.path.insert(0, "scripts")
+from run_figures import events, train_losses
+ref = train_losses(events(sys.argv[1]))
 ok = len(ref) == 8
 for d in sys.argv[2:]:
-    got = loss(d)
+    got = train_losses(events(d))
     for s in sorted(ref):
         rel = abs(got[s] - ref[s]) / abs(ref[s])
         limit = 0.0 if s == 1 else 5e-5
@@ -110,11 +104,10 @@ if [[ " $PARTS " == *" 2 "* ]]; then
     summary "$OUT/p2-four-$shard"
     rank_peaks "$OUT/p2-four-$shard"
     $PY - "$OUT/p2-one" "$OUT/p2-four-$shard" <<'PYEOF' || failures=$((failures + 1))
-import json, statistics, sys
-def tps(d):
-    ev = [json.loads(l) for l in open(d + "/events.jsonl") if l.endswith("\n")]
-    return statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 3)
-ratio = tps(sys.argv[2]) / tps(sys.argv[1])
+import sys
+sys.path.insert(0, "scripts")
+from run_figures import events, median_tokens_per_s
+ratio = median_tokens_per_s(events(sys.argv[2])) / median_tokens_per_s(events(sys.argv[1]))
 print(f"    4 ranks / 1 GPU: {ratio:.2f}x (target >= 3.6)")
 sys.exit(0 if ratio >= 3.6 else 1)
 PYEOF
@@ -156,11 +149,11 @@ YAML
   summary "$OUT/p3-gradients"
   rank_peaks "$OUT/p3-gradients"
   $PY - "$OUT/p3-gradients" <<'PYEOF' || failures=$((failures + 1))
-import json, statistics, sys
+import sys
 sys.path.insert(0, "scripts")
 from llama_shapes import flops_per_token
-ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl") if l.endswith("\n")]
-tps = statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2) / 4
+from run_figures import events, median_tokens_per_s
+tps = median_tokens_per_s(events(sys.argv[1]), warm_steps=2) / 4
 shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
 # MFU against the H100 SXM's dense BF16 peak, 989 TFLOP/s (the H200 has the same tensor cores).
 mfu = tps * flops_per_token(shape, 128256) / 989e12
@@ -171,9 +164,9 @@ fi
 
 if [[ " $PARTS " == *" 5 "* ]]; then
   RANKS=$(( GPUS < 4 ? GPUS : 4 ))
-  echo "== 5. llama-8b, seq 8192, $RANKS ranks, shard gradients: BF16, the FP8 baseline, MXFP4 F+D+W+H16"
+  echo "== 5. llama-8b, seq 8192, $RANKS ranks, shard gradients: bf16, the fp8 baseline, FDW+H16"
   DATA=$SYNTH
-  for prec in bf16 fp8 mxfp4+h16; do
+  for prec in bf16 fp8 FDW+H16; do
     run "p5-$prec" cuda llama-8b $prec 8192 $((RANKS * 16384)) 8192 8 1000 8192 0 \
       "{\"train\": {\"activation_checkpointing\": true}, \"parallel\": {\"data\": $RANKS, \"shard\": \"gradients\"}}" ||
       failures=$((failures + 1))
@@ -181,12 +174,13 @@ if [[ " $PARTS " == *" 5 "* ]]; then
     rank_peaks "$OUT/p5-$prec" | head -1
   done
   $PY - "$OUT" "$RANKS" <<'PYEOF'
-import json, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from run_figures import events, median_tokens_per_s
 def tps(name):
-    ev = [json.loads(l) for l in open(f"{sys.argv[1]}/{name}/events.jsonl") if l.endswith("\n")]
-    return statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2) / int(sys.argv[2])
+    return median_tokens_per_s(events(f"{sys.argv[1]}/{name}"), warm_steps=2) / int(sys.argv[2])
 base = tps("p5-bf16")
-for name in ("p5-bf16", "p5-fp8", "p5-mxfp4+h16"):
+for name in ("p5-bf16", "p5-fp8", "p5-FDW+H16"):
     r = tps(name)
     print(f"    {name[3:]}: {r:,.0f} tokens/s per GPU, step {base / r:.2f}x the BF16 step")
 PYEOF
@@ -218,20 +212,20 @@ if [[ " $PARTS " == *" 6 "* ]]; then
     summary "$OUT/p6-$setting"
   done
   $PY - "$OUT" <<'PYEOF' || failures=$((failures + 1))
-import json, statistics, sys
+import sys
 sys.path.insert(0, "scripts")
 from llama_shapes import flops_per_token
+from run_figures import events, median_tokens_per_s, recompute_reason, run_end
 shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
 rates = {}
 for setting in ("true", "auto"):
-    ev = [json.loads(l) for l in open(f"{sys.argv[1]}/p6-{setting}/events.jsonl") if l.endswith("\n")]
-    start = next(e for e in ev if e["kind"] == "run_start")
-    end = [e for e in ev if e["kind"] == "run_end"][-1]
-    rates[setting] = statistics.median(e["tokens_per_s"] for e in ev if e["kind"] == "train" and e["step"] > 2)
+    ev = events(f"{sys.argv[1]}/p6-{setting}")
+    end = run_end(ev)
+    rates[setting] = median_tokens_per_s(ev, warm_steps=2)
     # MFU against the dense BF16 peak, 989 TFLOP/s; the recomputed forwards are not counted.
     mfu = rates[setting] * flops_per_token(shape, 128256) / 989e12
     print(f"    {setting}: {rates[setting]:,.0f} tokens/s, MFU {100 * mfu:.1f} %, peak "
-          f"{end['peak_gpu_bytes'] / 2**30:.1f} GiB; {start['recompute']['reason']}")
+          f"{end['peak_gpu_bytes'] / 2**30:.1f} GiB; {recompute_reason(ev)}")
 print(f"    auto / every block: {rates['auto'] / rates['true']:.3f}x tokens/s (target >= 1.15x)")
 PYEOF
 fi

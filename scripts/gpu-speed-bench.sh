@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed benchmark of docs/design.md §9 (issues 14 and 20), for the GPU machine. It measures
+# The speed benchmark of docs/design.md §9, for the GPU machine. It measures
 #   - the baselines: BF16 cuBLAS at 8192³ and device copy bandwidth (gpu_baselines.py);
 #   - with --gemm-shapes, the 21 GEMMs of one block (Fprop, Dgrad, Wgrad of q, k, v, o, gate,
 #     up, down) at 16,384 tokens in BF16 and FP8 tensor-wise, at the llama-8b, llama-1.3b and
@@ -7,10 +7,13 @@
 #   - our trainer, mxablate-train, on llama-20m (seq 256, 16,384 tokens/step), llama-125m
 #     (seq 512, 65,536 tokens/step as 4 micro-batches) and llama-1.3b (seq 2048, 65,536
 #     tokens/step as 4 micro-batches, activation checkpointing), in the arms of
-#     scripts/bench_arms.py: bf16, fp8, fp8+delayed, mxfp4 (F+D+W), mxfp4+h16, mxfp4+h16+fp8path,
-#     mxfp4+h16+exact, and mxfp4+h16+producers (train.fused_producers on)
-#     (quant.gemm_path: fp8). The rate is the median tokens/s of the train events after step 3,
-#     peak GPU memory from run_end; shapes and steps from scripts/llama_shapes.py;
+#     scripts/bench_arms.py, named as the recipes name them: bf16, fp8, FDW, FDW+H16, and the
+#     execution variants RECIPE_ARM@KEY=VALUE (fp8@quant.fp8_scaling=delayed,
+#     FDW+H16@train.fused_producers=true, FDW+H16@quant.gemm_path=fp8,
+#     FDW+H16@quant.gemm_path=fp8-where-exact). Each run's config is written by `mxablate plan
+#     --json` (gpu-trainer-lib.sh's `config`). The rate is the median tokens/s of the train events
+#     after step 3, peak GPU memory from run_end (scripts/run_figures.py); shapes and steps from
+#     scripts/llama_shapes.py;
 #   - the compiled PyTorch peer on the same shapes (peer_llama.py: once per distinct fake
 #     quantization of the arms asked for; with activation checkpointing where ours has it);
 # then prints the table and every target with the baseline it divides by (speed-report.py).
@@ -95,16 +98,13 @@ if [ "$PEER" = 1 ]; then
 fi
 [ -f "$DATA/manifest.json" ] || { echo "gpu-speed-bench: $DATA is not a prepared data directory" >&2; exit 2; }
 DATA=$(realpath "$DATA")
-nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-speed-bench: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
+[ "$(gpu_count)" -ge 1 ] || { echo "gpu-speed-bench: no GPU visible" >&2; exit 2; }
 
 source scripts/gpu-trainer-lib.sh
 mkdir -p "$OUT"
 RESULTS=${RESULTS_ARG:-$OUT/results.jsonl}
 mkdir -p "$(dirname "$RESULTS")"
-if [ ${#ARMS[@]} -gt 0 ]; then
-  build_trainer "$BUILD_DIR" "$OUT/build" "$PY"
-  TRAIN=$(realpath "$BUILD_DIR/bin/mxablate-train")
-fi
+[ ${#ARMS[@]} -eq 0 ] || build_trainer "$BUILD_DIR" "$OUT/build"
 VOCAB=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokenizer"]["vocab_size"])' "$DATA/manifest.json")
 
 # The call's header: the lines after it (up to the next header) are this call's, measured on
@@ -128,15 +128,17 @@ if [ "$GEMM_SHAPES" = 1 ]; then
   $PY scripts/gemm_shapes_bench.py | tee -a "$RESULTS" || echo "  gemm_shapes_bench failed"
 fi
 
-# our_run NAME MODEL ARM SEQ STEP MICRO STEPS EXTRA: one trainer run in $OUT/NAME; prints its exit
-# code. Evaluation once, at the start (every_tokens past the end): the figure is the steps' pace.
+# our_run NAME MODEL ARM SEQ STEP MICRO STEPS EXTRA [TRAINER-ARGS…]: one trainer run in $OUT/NAME;
+# prints its exit code (config's where the config was refused: its line is the run's output).
+# Evaluation once, at the start (every_tokens past the end): the figure is the steps' pace.
 our_run() {
   local name=$1 model=$2 arm=$3 seq=$4 step=$5 micro=$6 steps=$7 extra=$8 rc=0
   local dir=$OUT/$name
   rm -rf "$dir" && mkdir -p "$dir"
-  config "$name" cuda "$model" "$arm" "$seq" "$step" "$micro" "$steps" 1000000 "$((seq * 8))" 0 "$extra" \
-    >"$dir/config.json"
-  timeout --kill-after=30 "$RUN_LIMIT" "$TRAIN" --run-dir "$dir" "${@:9}" >"$dir/output.txt" 2>&1 || rc=$?
+  config cuda "$model" "$arm" "$seq" "$step" "$micro" "$steps" 1000000 "$((seq * 8))" 0 "$extra" \
+    >"$dir/config.json" 2>"$dir/output.txt" || rc=$?
+  [ "$rc" != 0 ] ||
+    timeout --kill-after=30 "$RUN_LIMIT" "$TRAIN" --run-dir "$dir" "${@:9}" >"$dir/output.txt" 2>&1 || rc=$?
   echo "$rc"
 }
 
@@ -158,8 +160,7 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
     echo "  $name: exit $rc in $((SECONDS - t0)) s ($(tail -1 "$OUT/$name/output.txt"))"
     summary "$OUT/$name" || true
     # What the run recomputed (run_start's recompute: `auto` resolved on this GPU).
-    grep -h '"kind":"run_start"' "$OUT/$name/events.jsonl" 2>/dev/null |
-      $PY -c 'import json,sys; [print("    recompute:", json.loads(l).get("recompute", {}).get("reason", "?")) for l in sys.stdin]' || true
+    echo "    recompute: $($PY scripts/run_figures.py recompute "$OUT/$name")"
     $PY scripts/speed-report.py --ours-line "$OUT/$name" "$model" "$arm" "$rc" >>"$RESULTS" ||
       echo "  speed-report.py --ours-line failed for $name"
     if [ "$EAGER" = 1 ]; then  # the same run with every step eager: what graphed steps gain

@@ -60,9 +60,9 @@ say() { echo "gpu-study: $*" | tee -a "$SUMMARY"; }
 phase() { say "$1 at $((SECONDS - T0)) s"; }
 
 source scripts/gpu-env.sh  # PY, the carried packages, configure, NCCL settings
-nvidia-smi -L >"$WORK/gpus.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$WORK/gpus.txt" 2>&1
 cat "$WORK/gpus.txt" >>"$SUMMARY"
-[ "$GPUS" = auto ] && GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+[ "$GPUS" = auto ] && GPUS=$(seq -s, 0 $(($(gpu_count) - 1)))
 say "GPUs $GPUS, $PER_GPU per GPU, order $ORDER, deadline $DEADLINE s"
 
 # Packs $WORK and the database into $OUT (also after a failure: whatever there is).

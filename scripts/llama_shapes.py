@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Llama shapes of the speed benchmark, and model FLOPs per token (docs/performance.md, "Speed").
 
-Mirrors trainer/core/src/model_presets.cpp for the presets the benchmark uses;
+Mirrors trainer/plan/src/model_presets.cpp for the presets the benchmark uses;
 speed-report.py checks the parameter count against each run's run_start event, so a drift
 between the two is caught, not silently measured. Plain python (no torch): the report and its
 tests import it on machines without torch.

@@ -5,8 +5,8 @@ torch.compile, with FP8 / MXFP4 fake quantization written as ordinary tensor ops
 autograd function. It is the baseline our trainer's tokens/s is divided by, measured in the same
 run by scripts/gpu-speed-bench.sh. Random tokens: throughput does not depend on the data.
 
-Arms are named as everywhere in the bench (scripts/bench_arms.py): --arm mxfp4+h16 runs this
-program's "fdw+h16" fake quantization. Where the model's bench shape checkpoints activations
+Arms are named as everywhere in the bench (scripts/bench_arms.py, the recipes' names): --arm FDW+H16
+runs this program's "fdw+h16" fake quantization. Where the model's bench shape checkpoints activations
 (llama_shapes.py: llama-1.3b), the peer does too, as torchtitan does it: every block wrapped in
 non-reentrant torch.utils.checkpoint and compiled on its own (one compiled graph that all blocks
 share), the final norm, LM head and loss compiled as one more region; otherwise the whole model

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """The speed benchmark's report (scripts/gpu-speed-bench.sh): per model, our trainer's tokens/s
-in each arm of bench_arms.py (the median of its train events after step 3), the compiled PyTorch
-peer's (peer_llama.py), the GEMM-level figures of one block (gemm_shapes_bench.py), and every
-target of issue 20 with the figure it divides by and its verdict. A figure that was not measured
-is said to be so; nothing is estimated.
+in each arm of bench_arms.py (named as the recipes name them; the median of its train events
+after step 3), the compiled PyTorch peer's (peer_llama.py), the GEMM-level figures of one block
+(gemm_shapes_bench.py), and every speed target with the figure it divides by and its verdict. A
+figure that was not measured is said to be so; nothing is estimated.
 
 A results file holds one or more calls of the bench, each from its header line ({"who": "call",
 "gpu": …}) to the next. Several files (the parts of one benchmark, run in separate device calls)
 are read together only where every call ran on the same GPU model: figures of different GPUs
 are not compared (exit 2, one line). Where one figure was measured in several calls, the last
-one read is used; the report names the call of every figure.
+one read is used; the report names the call of every figure. A line naming an arm bench_arms.py
+does not know (an arm's name before the bench took the recipes' names among them) is refused
+(exit 2, one line).
 
 Usage: speed-report.py RESULTS [RESULTS…]   (a results.jsonl, or a directory holding one)
        speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE
-           prints the JSON line the bench appends for one of our runs (read from its events.jsonl,
-           config.json and output.txt)
+           prints the JSON line the bench appends for one of our runs (its config.json, events and
+           output.txt, read by run_figures.py)
        speed-report.py --compare BEFORE AFTER
            before against after (scripts/gpu-ab-bench.sh): each arm in each tree's results file,
            after ÷ before, and each tree's step ÷ its own BF16 step
@@ -23,16 +25,13 @@ Plain python (no torch): its tests run on machines without it.
 """
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_arms import ARMS, PEER_MODES  # noqa: E402
+import run_figures  # noqa: E402
+from bench_arms import ARMS, UnknownArm, arm as known_arm  # noqa: E402
 from llama_shapes import (ARCH, SHAPES, all_params, attention_flops_per_token,  # noqa: E402
                           flops_per_token, gemm_params)
-
-# Steps before the rate is taken: the first steps allocate, tune and (graphed runs) capture.
-WARM_STEPS = 3
 
 
 class BadInput(Exception):
@@ -41,58 +40,30 @@ class BadInput(Exception):
 
 # ---- one of our runs → its results line ---------------------------------------------------------
 
-def read_jsonl(path):
-    """The complete lines of a JSON-lines file (a line cut short by a killed writer is skipped)."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n") or not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 def ours_line(run_dir, model, arm, rc):
     line = {"who": "ours", "model": model, "arm": arm, "exit": rc, "run": os.path.basename(run_dir.rstrip("/"))}
-    try:
-        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
+    cfg = run_figures.config(run_dir)
+    if cfg:
         tr = cfg.get("train", {})
         line.update(tokens_per_step=tr.get("global_batch_tokens"), micro_tokens=tr.get("micro_batch_tokens"),
                     seq=cfg.get("data", {}).get("seq_len"), checkpoint=bool(tr.get("activation_checkpointing")))
-    except (OSError, ValueError):
-        pass
-    try:
-        events = read_jsonl(os.path.join(run_dir, "events.jsonl"))
-    except OSError:
-        events = []
-    tps = [e["tokens_per_s"] for e in events
-           if e.get("kind") == "train" and e.get("step", 0) > WARM_STEPS and e.get("tokens_per_s")]
-    starts = [e for e in events if e.get("kind") == "run_start"]
-    ends = [e for e in events if e.get("kind") == "run_end"]
-    line["samples"] = len(tps)
+    ev = run_figures.events(run_dir)
+    line["samples"] = len(run_figures.step_rates(ev))
+    tps = run_figures.median_tokens_per_s(ev)
     if tps:
-        line["tokens_per_s"] = statistics.median(tps)
+        line["tokens_per_s"] = tps
         if line.get("tokens_per_step"):
-            line["ms_per_step"] = 1e3 * line["tokens_per_step"] / line["tokens_per_s"]
-    if starts:
-        for k in ("params", "non_embedding_params", "gemm_routes", "device", "vocab_size", "cuda_graphs"):
-            if k in starts[-1]:
-                line[k] = starts[-1][k]
-    if ends and ends[-1].get("peak_gpu_bytes"):
-        line["peak_gib"] = ends[-1]["peak_gpu_bytes"] / 2 ** 30
-    if ends and isinstance(ends[-1].get("mxfp4_as_fp8_calls"), dict):
-        line["mxfp4_as_fp8_calls"] = ends[-1]["mxfp4_as_fp8_calls"]
+            line["ms_per_step"] = 1e3 * line["tokens_per_step"] / tps
+    start, end = run_figures.run_start(ev), run_figures.run_end(ev)
+    for k in ("params", "non_embedding_params", "gemm_routes", "device", "vocab_size", "cuda_graphs"):
+        if start and k in start:
+            line[k] = start[k]
+    if run_figures.peak_gpu_gib(ev) is not None:
+        line["peak_gib"] = run_figures.peak_gpu_gib(ev)
+    if end and isinstance(end.get("mxfp4_as_fp8_calls"), dict):
+        line["mxfp4_as_fp8_calls"] = end["mxfp4_as_fp8_calls"]
     if rc != 0 or not tps:
-        try:
-            with open(os.path.join(run_dir, "output.txt"), encoding="utf-8", errors="replace") as f:
-                tail = [l.strip() for l in f if l.strip()]
-            line["error"] = tail[-1][:300] if tail else "no output"
-        except OSError:
-            line["error"] = "no output.txt"
+        line["error"] = run_figures.last_output_line(run_dir)[:300]
     return line
 
 
@@ -118,6 +89,11 @@ def load_calls(paths):
                 raise BadInput(f"{file}:{i}: not a JSON line")
             if not isinstance(l, dict):
                 raise BadInput(f"{file}:{i}: not a JSON object")
+            if l.get("who") in ("ours", "peer") and "arm" in l:
+                try:
+                    known_arm(l["arm"])
+                except UnknownArm as e:
+                    raise BadInput(f"{file}:{i}: {e}")
             if l.get("who") == "call" or current is None:
                 # Lines before any header (a file of the bench before headers existed) are a call
                 # whose GPU is whatever its lines name.
@@ -175,11 +151,7 @@ def collect(calls):
             elif who == "ours" and l.get("model") and l.get("arm"):
                 f["ours"][(l["model"], l["arm"])] = tagged
             elif who == "peer" and l.get("model") and l.get("arm"):
-                mode = l.get("mode")
-                if mode is None:  # a line of the peer before bench_arms.py named its arms
-                    mode = l["arm"] if l["arm"] in PEER_MODES else ARMS.get(l["arm"], {}).get("peer")
-                if mode:
-                    f["peer"][(l["model"], mode)] = tagged
+                f["peer"][(l["model"], ARMS[l["arm"]]["peer"])] = tagged
             elif who == "gemm_shapes" and l.get("model"):
                 f["gemm"][l["model"]] = tagged
     return f
@@ -276,8 +248,8 @@ class Report:
             print(f"\n{model}: seq {s['seq']}, {s['step']:,} tokens/step in micro-batches of {s['micro']:,}"
                   f"{', activation checkpointing' if s['checkpoint'] else ''}"
                   + (f", {fpt / 1e9:.2f} GFLOP/token (model FLOPs)" if fpt else ""), file=out)
-            print("| arm | ours tokens/s | ms/step | step ÷ our BF16 | peer tokens/s | ours ÷ peer | MFU | "
-                  "peak GiB | peak ÷ BF16 | GEMM routes | call |", file=out)
+            print("| arm | ours tokens/s | ms/step | step ÷ our bf16 | peer tokens/s | ours ÷ peer | MFU | "
+                  "peak GiB | peak ÷ bf16 | GEMM routes | call |", file=out)
             print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|", file=out)
             bf = self.ours(model, "bf16")
             for arm, a in ARMS.items():
@@ -286,10 +258,10 @@ class Report:
                 ptxt = (f"{p['tokens_per_s']:,.0f} ({a['peer']})" if p else "not measured")
                 if not raw:
                     if p:
-                        print(f"| {a['label']} | not measured | | | {ptxt} | | | | | | call {p['call']} |", file=out)
+                        print(f"| {arm} | not measured | | | {ptxt} | | | | | | call {p['call']} |", file=out)
                     continue
                 if not usable(raw):
-                    print(f"| {a['label']} | failed (exit {raw.get('exit')}: {raw.get('error', 'no train events')}) "
+                    print(f"| {arm} | failed (exit {raw.get('exit')}: {raw.get('error', 'no train events')}) "
                           f"| | | {ptxt} | | | | | | call {raw['call']} |", file=out)
                     continue
                 problem = route_problem(arm, raw)
@@ -302,7 +274,7 @@ class Report:
                         else ("" if a["routes"] == {} else "not recorded"))
                 if problem:
                     rtxt = f"**{problem}**"
-                print(f"| {a['label']} | {r['tokens_per_s']:,.0f} | {fmt(r.get('ms_per_step'), ',.1f')} | "
+                print(f"| {arm} | {r['tokens_per_s']:,.0f} | {fmt(r.get('ms_per_step'), ',.1f')} | "
                       f"{fmt(step_x, '.3f')}{'×' if step_x is not None else ''} | {ptxt} | "
                       f"{fmt(p and r['tokens_per_s'] / p['tokens_per_s'], '.2f')}{'×' if p else ''} | "
                       f"{fmt(mfu and 100 * mfu, '.1f')}{' %' if mfu else ''} | {fmt(r.get('peak_gib'), '.1f')} | "
@@ -323,7 +295,7 @@ class Report:
                     note = "with activation checkpointing per block, as ours" if ck else "no activation checkpointing, as ours"
                 print(f"peer: torch.compile ({p.get('compile', 'whole model')}), {note}; "
                       f"torch {p.get('torch')}; the peer's MXFP4 arms are fake quantization in tensor ops, and "
-                      f"the gemm_path fp8 arm is compared with the peer's emulation of the same numerics", file=out)
+                      f"the @quant.gemm_path arms are compared with the peer's emulation of the same numerics", file=out)
         if self.f["gemm"]:
             print("\nGEMM-only: the 21 GEMMs of one block (Fprop, Dgrad, Wgrad of q, k, v, o, gate, up, down), "
                   "BF16 torch.mm against FP8 tensor-wise torch._scaled_mm (E4M3 × E4M3 forward, E5M2 × E4M3 "
@@ -346,16 +318,16 @@ class Report:
     # -- the targets
     def step_target(self, model, arm, want):
         s = SHAPES[model]
-        name = f"{model} {ARMS[arm]['label']} step ÷ BF16 step"
-        den = f"our BF16 step at {model} (seq {s['seq']}, {s['step']:,} tokens/step)"
+        name = f"{model} {arm} step ÷ bf16 step"
+        den = f"our bf16 step at {model} (seq {s['seq']}, {s['step']:,} tokens/step)"
         bf, r, raw = self.ours(model, "bf16"), self.ours(model, arm), self.f["ours"].get((model, arm))
         if not r:
             why = (route_problem(arm, raw) if usable(raw) else None) or \
                   (f"the {arm} run failed (exit {raw.get('exit')})" if raw else f"no {arm} run")
             return name, den, None, "<=", want, why, None
         if not bf:
-            return name, den, None, "<=", want, "no BF16 run" if not self.f["ours"].get((model, "bf16")) \
-                else "the BF16 run failed", None
+            return name, den, None, "<=", want, "no bf16 run" if not self.f["ours"].get((model, "bf16")) \
+                else "the bf16 run failed", None
         src = calls_text(bf, r)
         share = exact_share(r)
         if share is not None:
@@ -364,28 +336,28 @@ class Report:
 
     def peer_target(self, model, want):
         s = SHAPES[model]
-        name = f"{model} BF16 tokens/s ÷ the compiled peer's"
+        name = f"{model} bf16 tokens/s ÷ the compiled peer's"
         p = self.f["peer"].get((model, "bf16"))
-        den = "the compiled PyTorch peer, BF16, same shapes" + (
+        den = "the compiled PyTorch peer in bf16, same shapes" + (
             (", per-block activation checkpointing" if p and p.get("checkpoint") else "") if s["checkpoint"] else "")
         r = self.ours(model, "bf16")
         if not r:
-            return name, den, None, ">=", want, "no BF16 run of ours", None
+            return name, den, None, ">=", want, "no bf16 run of ours", None
         if not p:
-            return name, den, None, ">=", want, "no BF16 peer run", None
+            return name, den, None, ">=", want, "no bf16 peer run", None
         if s["checkpoint"] and p.get("checkpoint") is not True:
             return name, den, None, ">=", want, "the peer ran without activation checkpointing", None
         return name, den, r["tokens_per_s"] / p["tokens_per_s"], ">=", want, None, calls_text(r, p)
 
     def mfu_target(self, model, want):
-        name = f"{model} BF16 MFU"
+        name = f"{model} bf16 MFU"
         den = (f"{self.peak / 1e12:.0f} TFLOP/s, the dense BF16 peak of the {self.gpu}" if self.peak
                else "the GPU's dense BF16 peak")
         r = self.ours(model, "bf16")
         if not self.peak:
             return name, den, None, ">=", want, f"dense BF16 peak of {self.gpu or 'the GPU'} not known here", None
         if not r:
-            return name, den, None, ">=", want, "no BF16 run of ours", None
+            return name, den, None, ">=", want, "no bf16 run of ours", None
         if not self.vocab:
             return name, den, None, ">=", want, "the vocabulary is not recorded", None
         return name, den, self.mfu(model, r), ">=", want, None, calls_text(r)
@@ -401,22 +373,22 @@ class Report:
     def targets(self):
         return [
             self.step_target("llama-1.3b", "fp8", 0.80),
-            self.step_target("llama-1.3b", "fp8+delayed", 0.80),
+            self.step_target("llama-1.3b", "fp8@quant.fp8_scaling=delayed", 0.80),
             self.gemm_target("llama-8b", 0.75),
             self.step_target("llama-125m", "fp8", 1.00),
-            self.step_target("llama-1.3b", "mxfp4+h16", 1.05),
-            self.step_target("llama-125m", "mxfp4+h16", 1.15),
-            self.step_target("llama-1.3b", "mxfp4+h16+fp8path", 0.85),
-            self.step_target("llama-1.3b", "mxfp4+h16+exact", 0.85),
+            self.step_target("llama-1.3b", "FDW+H16", 1.05),
+            self.step_target("llama-125m", "FDW+H16", 1.15),
+            self.step_target("llama-1.3b", "FDW+H16@quant.gemm_path=fp8", 0.85),
+            self.step_target("llama-1.3b", "FDW+H16@quant.gemm_path=fp8-where-exact", 0.85),
             self.peer_target("llama-125m", 1.0),
             self.peer_target("llama-1.3b", 1.0),
             self.mfu_target("llama-1.3b", 0.55),
         ]
 
     def print_targets(self, out):
-        print("\nIssue 20 targets. Step ratio = our arm's time per step ÷ our BF16 time per step at the same shape "
-              "(= BF16 tokens/s ÷ the arm's); the MXFP4 arms run emulated unless named gemm_path fp8 or "
-              "fp8-where-exact.", file=out)
+        print("\nSpeed targets. Step ratio = our arm's time per step ÷ our bf16 time per step at the same shape "
+              "(= bf16 tokens/s ÷ the arm's); the MXFP4 arms run emulated unless named @quant.gemm_path=fp8 or "
+              "@quant.gemm_path=fp8-where-exact.", file=out)
         print("| target | denominator | measured | wanted | verdict | from |", file=out)
         print("|---|---|---:|---:|---|---|", file=out)
         for name, den, value, op, want, why, src in self.targets():
@@ -439,7 +411,9 @@ class Report:
                  f"{attention_flops_per_token(s) / 1e9:.2f} GFLOP/token, {flops_per_token(s, v) / 1e9:.2f} GFLOP/token "
                  f"in all." if v else ""), file=out)
 
-    def print_issue14(self, out):
+    def print_peer_and_memory_targets(self, out):
+        """Each arm's tokens/s against the peer's, each MXFP4 arm's peak memory against bf16's, and
+        bf16's model FLOP/s against BF16 cuBLAS, where measured."""
         rows = []
         b = self.f["baseline"]
         for model in SHAPES:
@@ -447,18 +421,20 @@ class Report:
             for arm, a in ARMS.items():
                 r, p = self.ours(model, arm), self.peer(model, arm)
                 if r and p:
-                    rows.append((f"{model} {a['label']}: ours ÷ peer ({a['peer']})", r["tokens_per_s"] / p["tokens_per_s"],
+                    rows.append((f"{model} {arm}: ours ÷ peer ({a['peer']})", r["tokens_per_s"] / p["tokens_per_s"],
                                  ">=", 1.0))
-                if r and bf and arm.startswith("mxfp4") and r.get("peak_gib") and bf.get("peak_gib"):
-                    rows.append((f"{model} {a['label']} peak memory ÷ BF16", r["peak_gib"] / bf["peak_gib"], "<=", 1.10))
+                mxfp4 = "mxfp4" in a["keys"]["precision"].values()
+                if r and bf and mxfp4 and r.get("peak_gib") and bf.get("peak_gib"):
+                    rows.append((f"{model} {arm} peak memory ÷ bf16", r["peak_gib"] / bf["peak_gib"], "<=", 1.10))
             want = {"llama-125m": 0.50, "llama-20m": 0.35}.get(model)
             if bf and b and want and self.vocab:
                 mfu = bf["tokens_per_s"] * flops_per_token(SHAPES[model], self.vocab) / (b["bf16_tflops"] * 1e12)
-                rows.append((f"{model} BF16 model FLOP/s ÷ BF16 cuBLAS 8192³ ({b['bf16_tflops']:.0f} TFLOP/s)", mfu,
+                rows.append((f"{model} bf16 model FLOP/s ÷ BF16 cuBLAS 8192³ ({b['bf16_tflops']:.0f} TFLOP/s)", mfu,
                              ">=", want))
         if not rows:
             return
-        print("\nEarlier targets (issue 14), where measured:", file=out)
+        print("\nPer-arm targets (against the peer, memory against bf16, FLOP/s against cuBLAS), where measured:",
+              file=out)
         print("| target | measured | wanted | verdict |", file=out)
         print("|---|---:|---:|---|", file=out)
         for name, value, op, want in rows:
@@ -480,7 +456,7 @@ def report(paths, out=sys.stdout):
         print(f"note: {n}", file=out)
     r.print_tables(out)
     r.print_targets(out)
-    r.print_issue14(out)
+    r.print_peer_and_memory_targets(out)
 
 
 # ---- before against after (scripts/gpu-ab-bench.sh) --------------------------------------------
@@ -502,14 +478,14 @@ def compare(before_path, after_path, out=sys.stdout):
             return "not run"
         return f"{rate(r):,.0f}" if usable(r) else f"failed (exit {r.get('exit')})"
 
-    def step_ratio(runs, model, arm):  # = BF16 tokens/s ÷ the arm's
+    def step_ratio(runs, model, arm):  # = bf16 tokens/s ÷ the arm's
         ours, base = rate(runs.get((model, arm))), rate(runs.get((model, "bf16")))
         return f"{base / ours:.3f}×" if ours and base else "–"
 
     gpu = before_calls[0]["gpu"] or after_calls[0]["gpu"] or "GPU not recorded"
     print(f"before: {before_path}, after: {after_path}; {gpu}", file=out)
-    print("| model | arm | before tokens/s | after tokens/s | after ÷ before | step ÷ BF16, before | "
-          "step ÷ BF16, after |", file=out)
+    print("| model | arm | before tokens/s | after tokens/s | after ÷ before | step ÷ bf16, before | "
+          "step ÷ bf16, after |", file=out)
     print("|---|---|---:|---:|---:|---:|---:|", file=out)
     for model, arm in sorted(set(before) | set(after)):
         b, a = before.get((model, arm)), after.get((model, arm))
@@ -535,9 +511,14 @@ def main(argv):
             print("usage: speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE", file=sys.stderr)
             return 2
         _, run_dir, model, arm, rc = argv
-        if arm not in ARMS or model not in ARCH or not rc.lstrip("-").isdigit():
-            print(f"speed-report: --ours-line: unknown arm '{arm}' or model '{model}', or exit code '{rc}' "
-                  f"not an integer", file=sys.stderr)
+        try:
+            known_arm(arm)
+        except UnknownArm as e:
+            print(f"speed-report: --ours-line: {e}", file=sys.stderr)
+            return 2
+        if model not in ARCH or not rc.lstrip("-").isdigit():
+            print(f"speed-report: --ours-line: unknown model '{model}' or exit code '{rc}' not an integer",
+                  file=sys.stderr)
             return 2
         print(json.dumps(ours_line(run_dir, model, arm, int(rc))))
         return 0

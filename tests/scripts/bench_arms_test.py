@@ -1,27 +1,35 @@
 #!/usr/bin/env python3
-"""scripts/bench_arms.py, the one table of the speed bench's arms, is consistent with what reads
-it: every arm has a unique plain name, means precisions, quant settings and GEMM routes that the
-trainer's contract knows (read from its C++ name tables), and a peer implementation that
-peer_llama.py has; gpu-trainer-lib.sh's `config` writes exactly the table's settings for every
-arm and refuses an unknown one (one line, exit 2); every arm the GPU scripts train is in the
-table; gpu-speed-bench.sh, peer_llama.py and speed-report.py take their arms from it; and
-llama_shapes.py's architectures are model_presets.cpp's. Plain python 3 and bash: no torch.
+"""scripts/bench_arms.py, the one table of the arms the GPU scripts train, is consistent with the
+recipes and with what reads it: every arm is a recipe arm with the recipes' keys (as `mxablate
+plan` resolves recipes/extra-tokens-20m.yaml) or a variant RECIPE_ARM@KEY=VALUE of one; a name
+the bench had before it took the recipes' names is refused with one line naming its new name;
+gpu-trainer-lib.sh's `config` writes every arm's config through `mxablate plan --json` (the
+contract's writer) with exactly the arm's keys, and refuses an unknown arm or key (one line, exit
+2); no other script builds a config or parses an event log; every arm the GPU scripts and the
+documented commands train is in the table; the peer and the report take their arms from it; and
+llama_shapes.py's architectures are the trainer's presets. Plain python 3 and bash: no torch.
 
-    bench_arms_test.py REPO_ROOT
+    bench_arms_test.py REPO_ROOT MXABLATE
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 REPO = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
+MXABLATE = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(REPO, "build/bin/mxablate"))
 SCRIPTS = os.path.join(REPO, "scripts")
 sys.path.insert(0, SCRIPTS)
 import bench_arms  # noqa: E402
 import llama_shapes  # noqa: E402
-from bench_arms import ARMS, PEER_MODES  # noqa: E402
+from bench_arms import ARMS, NAMES, PEER_MODES, RECIPE_ARMS, RENAMED  # noqa: E402
+
+# A manifest the launch checks accept (vocabulary 4,096, 100 M training tokens); nothing reads shards.
+FAKE_MANIFEST = os.path.join(REPO, "tests/orchestrator/fake-dataset/manifest.json")
 
 
 def source(*parts):
@@ -29,62 +37,183 @@ def source(*parts):
         return f.read()
 
 
-def cpp_names(path, enum):
-    """The names of a C++ NameTable<enum, N> ({Enum::kX, "x"} pairs) in a source of the repository."""
-    return set(re.findall(rf'\{{{enum}::k\w+, "([\w-]+)"\}}', source(path)))
+def find_source(name, under):
+    """The one file called `name` under the directory `under` (found by name: files move)."""
+    found = [os.path.join(d, name) for d, _, files in os.walk(os.path.join(REPO, under)) if name in files]
+    assert len(found) == 1, (name, found)
+    with open(found[0], encoding="utf-8") as f:
+        return f.read()
 
 
-def trainer_config(arm, extra="{}"):
-    """gpu-trainer-lib.sh's `config` for `arm`, as the GPU scripts call it."""
-    script = ('source scripts/gpu-trainer-lib.sh; DATA=/data/x; '
-              f'config t cuda llama-1.3b "$1" 2048 65536 16384 10 1000 16384 0 "$2"')
-    return subprocess.run(["bash", "-c", script, "bash", arm, extra], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PY": sys.executable})
+def gpu_scripts():
+    return sorted(n for n in os.listdir(SCRIPTS) if n.endswith(".sh"))
 
 
-class BenchArms(unittest.TestCase):
-    def test_names_are_unique_and_plain(self):
+class Planned:
+    """Recipes planned by the real `mxablate plan --json`, against a fake dataset."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.data = os.path.join(cls.tmp, "data", "study")  # extra-tokens-20m.yaml's dataset, relative
+        os.makedirs(cls.data)
+        shutil.copy(FAKE_MANIFEST, cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def plan(self, recipe):
+        out = subprocess.run([MXABLATE, "plan", recipe, "--json"], cwd=self.tmp, capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "MXABLATE_DEFAULT_DATASET": self.data})
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def recipe_arms(self, path):
+        """{arm: its first run's config} of a recipe."""
+        arms = {}
+        for r in self.plan(os.path.join(REPO, path)):
+            arms.setdefault(r["arm"], r["config"])
+        return arms
+
+    def config(self, arm, extra="{}", device="cuda"):
+        """gpu-trainer-lib.sh's `config` for `arm`, as the GPU scripts call it."""
+        script = ('source scripts/gpu-trainer-lib.sh; DATA="$3"; MXABLATE="$4"; '
+                  f'config {device} llama-1.3b "$1" 2048 65536 16384 10 1000 16384 0 "$2"')
+        return subprocess.run(["bash", "-c", script, "bash", arm, extra, self.data, MXABLATE], cwd=REPO,
+                              capture_output=True, text=True, timeout=60, env={**os.environ, "PY": sys.executable})
+
+
+class BenchArms(Planned, unittest.TestCase):
+    def test_names_are_unique_and_valid_recipe_arm_names(self):
         names = list(ARMS)
+        self.assertEqual(names, list(NAMES))
         self.assertEqual(len({n.lower() for n in names}), len(names))
-        self.assertEqual(len({a["label"] for a in ARMS.values()}), len(names))
         for n in names:
-            # Run directories are named after arms, and --arms splits on commas and spaces.
-            self.assertRegex(n, r"^[a-z0-9][a-z0-9+]*$")
+            # recipe_loader.cpp's arm names; no commas or spaces, which split --arms lists.
+            self.assertRegex(n, r"^[A-Za-z0-9][A-Za-z0-9_.+=@-]{0,63}$")
         self.assertEqual(subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_arms.py"), "names"],
                                         capture_output=True, text=True).stdout.split(), names)
 
+    def test_every_arm_is_a_recipe_arm_or_derives_from_one(self):
+        recipes = {path: self.recipe_arms(path)
+                   for path in ("recipes/extra-tokens-20m.yaml", "recipes/paper-arms-20m.yaml")}
+        recipe_names = set().union(*recipes.values())
+        self.assertEqual(recipe_names, {"fp8", "FDW", "FDW+H16", "FD", "FDW+SR", "FDW+RHT16", "F", "bf16"})
+        every = recipes["recipes/extra-tokens-20m.yaml"]
+        for name in ARMS:
+            base, _, setting = name.partition("@")
+            self.assertIn(base, RECIPE_ARMS, name)
+            self.assertIn(base, recipe_names, name)
+            if setting:
+                # The name is the definition: the recipe arm's keys with that one key set.
+                path, value = setting.split("=")
+                keys = bench_arms.keys(name)
+                node = keys
+                for part in path.split("."):
+                    node = node[part]
+                self.assertEqual(json.dumps(node) if not isinstance(node, str) else node, value, name)
+                self.assertEqual(bench_arms.keys(name), bench_arms.merge(bench_arms.keys(base), bench_arms.split(name)[1]))
+        # Each recipe arm means what the recipe means: the same resolved numerics.
+        for base in RECIPE_ARMS:
+            out = self.config(base)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            ours, theirs = json.loads(out.stdout), every[base]
+            for section in ("precision", "quant", "overrides", "precision_schedule"):
+                self.assertEqual(ours.get(section), theirs.get(section), f"{base}: {section}")
+
+    def test_old_names_are_refused_naming_the_new_ones(self):
+        bench = os.path.join(SCRIPTS, "bench_arms.py")
+        for old, new in RENAMED.items():
+            self.assertNotIn(old, ARMS)
+            self.assertIn(new, ARMS)
+            out = subprocess.run([sys.executable, bench, "check", f"bf16,{old}"], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, old)
+            self.assertEqual(out.stdout, "")
+            lines = out.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, out.stderr)
+            self.assertIn(f"'{old}' is an old arm name", lines[0])
+            self.assertIn(f"now '{new}'", lines[0])
+            self.assertIn("known: " + ", ".join(ARMS), lines[0])
+            out = self.config(old)
+            self.assertEqual(out.returncode, 2, old)
+            self.assertEqual(out.stdout, "")
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+        # The peer's implementation names are not arm names either.
+        with self.assertRaises(bench_arms.UnknownArm):
+            bench_arms.arm("fdw+h16")
+
     def test_every_arm_means_settings_the_contract_knows(self):
-        precisions = cpp_names("trainer/contract/src/quant_settings.cpp", "GemmPrecision")
-        paths = cpp_names("trainer/contract/src/quant_settings.cpp", "GemmPath")
         # The one route table (the kernels' header; contract::GemmRoute is the same type).
-        routes = cpp_names("kernels/include/mxablate/kernels/gemm_route.h", "GemmRoute")
-        self.assertTrue(precisions >= {"bf16", "fp8", "mxfp4"}, precisions)
-        self.assertEqual(paths, {"auto", "emulated", "fp8", "fp8-where-exact"})
+        routes = set(re.findall(r'\{GemmRoute::k\w+, "([\w-]+)"\}', find_source("gemm_route.h", "kernels")))
         self.assertEqual(routes, {"emulated", "fp8-tensorwise", "hopper-fp8", "mxfp4-as-fp8"})
         for name, a in ARMS.items():
-            self.assertIn(a["precision"], precisions, name)
-            self.assertLessEqual(set(a["quant"]), {"hadamard", "gemm_path", "fp8_scaling"}, name)
-            if "fp8_scaling" in a["quant"]:
-                self.assertIn(a["quant"]["fp8_scaling"],
-                              cpp_names("trainer/contract/src/quant_settings.cpp", "Fp8Scaling"), name)
-            if "gemm_path" in a["quant"]:
-                self.assertIn(a["quant"]["gemm_path"], paths, name)
-            if "hadamard" in a["quant"]:
-                h = a["quant"]["hadamard"]
-                self.assertEqual(set(h), {"mode", "size", "gemms"}, name)
-                self.assertLessEqual(set(h["gemms"]), {"fprop", "dgrad", "wgrad"}, name)
             for prec, route in a["routes"].items():
-                self.assertIn(prec, precisions, name)
+                self.assertIn(prec, a["keys"]["precision"].values(), name)
                 self.assertIn(route, routes, name)
             self.assertIn(a["peer"], PEER_MODES, name)
-            # An arm's train keys only say how it runs: execution keys of the contract's table.
-            keys = source("trainer/contract/include/mxablate/contract/config_keys.h")
-            for key in a.get("train", {}):
-                self.assertRegex(keys, rf'\{{"train\.{re.escape(key)}", [^}}]*kExecution', name)
-        # The arms the issue names, each once.
-        self.assertEqual(ARMS["mxfp4+h16+fp8path"]["quant"].get("gemm_path"), "fp8")
-        self.assertEqual(ARMS["mxfp4+h16"]["quant"]["hadamard"],
-                         {"mode": "deterministic", "size": 16, "gemms": ["wgrad"]})
+        self.assertEqual(ARMS["FDW+H16@quant.gemm_path=fp8"]["routes"], {"mxfp4": "hopper-fp8"})
+        self.assertEqual(ARMS["FDW+H16@quant.gemm_path=fp8-where-exact"]["routes"], {"mxfp4": "mxfp4-as-fp8"})
+        self.assertEqual(ARMS["fp8@quant.fp8_scaling=delayed"]["routes"], {"fp8": "fp8-tensorwise"})
+        self.assertEqual(ARMS["bf16"]["routes"], {})
+
+    def test_the_written_config_is_the_arms(self):
+        for name in ARMS:
+            out = self.config(name)
+            self.assertEqual(out.returncode, 0, f"{name}: {out.stderr}")
+            c = json.loads(out.stdout)
+            self.assertEqual(c["arm"], name)
+            self.assertEqual(c["model"], "llama-1.3b")
+            self.assertEqual((c["data"]["dataset"], c["data"]["seq_len"]), (self.data, 2048))
+            self.assertEqual((c["train"]["global_batch_tokens"], c["train"]["micro_batch_tokens"],
+                              c["train"]["max_tokens"]), (65536, 16384, 10 * 65536))
+            keys = bench_arms.keys(name)
+            self.assertEqual(c["precision"], keys["precision"], name)
+            for section in ("quant", "train"):
+                for key, value in keys.get(section, {}).items():
+                    self.assertEqual(c[section][key], value, f"{name}: {section}.{key}")
+        self.assertTrue(json.loads(self.config("FDW+H16@train.fused_producers=true").stdout)["train"]["fused_producers"])
+        # EXTRA merges over the arm's keys instead of replacing them.
+        out = self.config("FDW+H16", '{"quant": {"gemm_path": "emulated"}, "train": {"activation_checkpointing": true}}')
+        self.assertEqual(out.returncode, 0, out.stderr)
+        c = json.loads(out.stdout)
+        self.assertEqual(c["quant"]["gemm_path"], "emulated")
+        self.assertEqual(c["quant"]["hadamard"], RECIPE_ARMS["FDW+H16"]["keys"]["quant"]["hadamard"])
+        self.assertTrue(c["train"]["activation_checkpointing"])
+        # A CPU run of the trainer checks (threads) goes through the same writer.
+        out = self.config("FDW", device="cpu")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["device"], "cpu")
+        # Refusals: one line, exit 2, nothing on stdout: an unknown arm (bench_arms.py), a key or
+        # value the contract does not know (mxablate plan).
+        for arm, extra, text in (("mxfp4+h32", "{}", "bench_arms: unknown arm 'mxfp4+h32' (known: " + ", ".join(ARMS) + ")"),
+                                 ("FDW", '{"train": {"fused_producer": true}}', "fused_producer"),
+                                 ("FDW", '{"quant": {"gemm_path": "fp16"}}', "gemm_path")):
+            out = self.config(arm, extra)
+            self.assertEqual(out.returncode, 2, (arm, extra, out.stderr))
+            self.assertEqual(out.stdout, "")
+            lines = out.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, out.stderr)
+            self.assertIn(text, lines[0])
+
+    def test_one_config_builder_and_one_event_reader(self):
+        self.assertIn('bench_arms.py" config "$MXABLATE" "$DATA" "$@"', source("scripts/gpu-trainer-lib.sh"))
+        self.assertIn('[mxablate, "plan", path, "--json"]', source("scripts/bench_arms.py"))
+        for name in os.listdir(SCRIPTS):
+            if not name.endswith((".sh", ".py")):
+                continue
+            text = source("scripts", name)
+            # A run config's keys spelt as JSON: only bench_arms.py writes them (its recipe's base).
+            if name != "bench_arms.py":
+                self.assertNotRegex(text, r'"(max_tokens|global_batch_tokens)":', name)
+            # An event log read by anything but run_figures.py.
+            if name != "run_figures.py":
+                self.assertNotRegex(text, r"open\([^)]*events\.jsonl|grep[^\n]*events\.jsonl", name)
+        # A script that starts a trainer on a run directory has its config from `config`.
+        for name in gpu_scripts():
+            text = source("scripts", name)
+            if '"$TRAIN" --run-dir "$dir"' in text:
+                self.assertRegex(text, r'\bconfig (cuda|"\$@")', name)
 
     def test_every_peer_mode_is_implemented_by_the_peer(self):
         peer = source("scripts/peer_llama.py")
@@ -97,57 +226,29 @@ class BenchArms(unittest.TestCase):
                 self.assertRegex(peer, rf'== "{re.escape(mode)}"', mode)
         self.assertEqual(set(PEER_MODES), {a["peer"] for a in ARMS.values()})
         # The peer runs each implementation once for a list of arms.
-        self.assertEqual(bench_arms.peer_runs(list(ARMS)), ["bf16", "fp8", "mxfp4", "mxfp4+h16"])
-
-    def test_trainer_config_is_the_table(self):
-        for name, a in ARMS.items():
-            out = trainer_config(name)
-            self.assertEqual(out.returncode, 0, out.stderr)
-            c = json.loads(out.stdout)
-            self.assertEqual(c["arm"], name)
-            p = a["precision"]
-            self.assertEqual(c["precision"], {"fprop": p, "dgrad": p, "wgrad": p})
-            self.assertEqual(c.get("quant", {}), a["quant"], name)
-            self.assertEqual(c["model"], "llama-1.3b")
-            # The arm's train keys join the bench's train section without replacing it.
-            for key, value in a.get("train", {}).items():
-                self.assertEqual(c["train"][key], value, name)
-            self.assertIn("global_batch_tokens", c["train"], name)
-        self.assertEqual(ARMS["mxfp4+h16+producers"]["train"], {"fused_producers": True})
-        # EXTRA merges over the arm's quant settings instead of replacing them.
-        out = trainer_config("mxfp4+h16", '{"quant": {"gemm_path": "emulated"}, "train": {"activation_checkpointing": true}}')
-        c = json.loads(out.stdout)
-        self.assertEqual(c["quant"], {**ARMS["mxfp4+h16"]["quant"], "gemm_path": "emulated"})
-        self.assertTrue(c["train"]["activation_checkpointing"])
-        out = trainer_config("mxfp4+h32")
-        self.assertEqual(out.returncode, 2)
-        self.assertEqual(out.stdout, "")
-        self.assertEqual(out.stderr.strip().splitlines(),
-                         ["config: unknown arm 'mxfp4+h32' (known: " + ", ".join(ARMS) + ")"])
+        self.assertEqual(bench_arms.peer_runs(list(ARMS)), ["bf16", "fp8", "FDW", "FDW+H16"])
 
     def test_every_arm_the_gpu_scripts_train_is_in_the_table(self):
         used = set()
-        for name in os.listdir(SCRIPTS):
-            if not name.endswith(".sh"):
-                continue
+        for name in gpu_scripts():
             text = source("scripts", name)
             if "gpu-trainer-lib.sh" not in text or name == "gpu-trainer-lib.sh":
                 continue
             for lst in re.findall(r"for prec in ([^;]+); do", text):
                 used |= set(lst.split())
             # run NAME DEVICE MODEL ARM …: a literal arm (variables come from the loops above).
-            for arm in re.findall(r'\brun "?[\w$.{}+-]+"? (?:cpu|cuda) [\w$.{}-]+ ([\w+.-]+) ', text):
+            for arm in re.findall(r'\brun "?[\w$.{}+-]+"? (?:cpu|cuda) [\w$.{}-]+ ([\w+.=@-]+) ', text):
                 used.add(arm)
-        self.assertTrue(used >= {"bf16", "mxfp4", "mxfp4+h16", "fp8"}, used)
+        self.assertTrue(used >= {"bf16", "FDW", "FDW+H16", "fp8"}, used)
         self.assertLessEqual(used, set(ARMS), used - set(ARMS))
-        # The arm lists given to the bench, by the scripts and by the documented commands.
+        # The arm lists given to the benches, by the scripts and by the documented commands.
         lists = []
-        for path in [os.path.join("scripts", n) for n in os.listdir(SCRIPTS) if n.endswith(".sh")] + \
-                ["docs/performance.md"]:
-            lists += re.findall(r"--(?:peer-)?arms \"?([a-z0-9+.,-]+)", source(path))
-        self.assertIn("bf16,fp8,mxfp4+h16,mxfp4+h16+fp8path", lists)
+        for path in [os.path.join("scripts", n) for n in gpu_scripts()] + ["docs/performance.md", "README.md"]:
+            lists += re.findall(r"--(?:peer-)?arms \"?([A-Za-z0-9+.,=@_-]+)", source(path))
+            lists += re.findall(r"\bARMS=([A-Za-z0-9+.,=@_-]+)", source(path))
+        self.assertIn("bf16,fp8,FDW+H16,FDW+H16@quant.gemm_path=fp8", lists)
         for lst in lists:
-            if lst != "none":
+            if lst not in ("none", "LIST"):  # LIST: the usage lines' placeholder
                 bench_arms.parse_list(lst)
 
     def test_the_bench_and_the_report_take_their_arms_from_the_table(self):
@@ -158,11 +259,11 @@ class BenchArms(unittest.TestCase):
         self.assertNotRegex(bench, r"ARMS=\((?!\))")  # no arm list of its own
         report = source("scripts/speed-report.py")
         self.assertIn("from bench_arms import ARMS", report)
-        self.assertNotIn("PEER_ARM =", report)
+        self.assertNotIn("label", report)  # an arm is printed by its name
 
     def test_list_parsing(self):
-        self.assertEqual(bench_arms.parse_list("bf16, fp8 bf16"), ["bf16", "fp8"])
-        for bad in ("", "bf16,nope"):
+        self.assertEqual(bench_arms.parse_list("bf16, FDW+H16 bf16"), ["bf16", "FDW+H16"])
+        for bad in ("", "bf16,nope", "bf16,mxfp4", "FDW+H16@quant.gemm_path=emulated"):
             with self.assertRaises(bench_arms.UnknownArm):
                 bench_arms.parse_list(bad)
         out = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_arms.py"), "check", "bf16,fdw"],
@@ -173,7 +274,7 @@ class BenchArms(unittest.TestCase):
 
     def test_shapes_are_the_trainer_presets(self):
         presets = {m: tuple(map(int, g)) for m, *g in re.findall(
-            r'\{"(llama-[\w.]+)", (\d+), (\d+), (\d+), (\d+), (\d+),', source("trainer/core/src/model_presets.cpp"))}
+            r'\{"(llama-[\w.]+)", (\d+), (\d+), (\d+), (\d+), (\d+),', find_source("model_presets.cpp", "trainer"))}
         for model, s in llama_shapes.ARCH.items():
             self.assertEqual(presets.get(model), (s["d"], s["layers"], s["heads"], s["kv_heads"], s["ffn"]), model)
         # Llama 3.1 8B at its vocabulary: 8.03 B parameters (model_presets.cpp's note).

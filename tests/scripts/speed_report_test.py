@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/speed-report.py on synthetic results (fixtures/speed-call*.jsonl and variants written
-here): every issue-20 target line with its denominator and verdict, "not measured" where a figure
+here): every speed target line with its denominator and verdict, "not measured" where a figure
 is missing or a run failed or ran its GEMMs elsewhere than the arm means, the refusal of results
-from different GPUs, bad input (one line, exit 2), and --ours-line on a synthetic run directory.
+from different GPUs and of lines naming an arm by an old name, bad input (one line, exit 2),
+--ours-line on a synthetic run directory, and the per-arm targets.
 Plain python 3: no torch, no GPU.
 
     speed_report_test.py REPO_ROOT
@@ -19,6 +20,8 @@ REPO = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os
 REPORT = os.path.join(REPO, "scripts", "speed-report.py")
 FIX = os.path.join(REPO, "tests", "scripts", "fixtures")
 CALL1, CALL2 = os.path.join(FIX, "speed-call1.jsonl"), os.path.join(FIX, "speed-call2.jsonl")
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+from bench_arms import ARMS  # noqa: E402
 
 
 def run(*args):
@@ -26,8 +29,8 @@ def run(*args):
 
 
 def target_rows(stdout):
-    """{target name: [cells]} of the issue-20 table."""
-    part = stdout.split("Issue 20 targets", 1)[1].split("\n\n", 1)[0]
+    """{target name: [cells]} of the speed targets' table."""
+    part = stdout.split("Speed targets.", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in part.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -60,27 +63,27 @@ class SpeedReport(unittest.TestCase):
         self.assertEqual(len(rows), 11, rows)
         want = {
             # name: (measured, wanted, verdict starts with, denominator contains)
-            "llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step":
-                ("0.781×", "≤ 0.800×", "met", "our BF16 step at llama-1.3b"),
-            "llama-1.3b FP8 F+D+W (tensor-wise, delayed scaling) step ÷ BF16 step":
-                ("not measured", "≤ 0.800×", "not measured: no fp8+delayed run", "our BF16 step at llama-1.3b"),
+            "llama-1.3b fp8 step ÷ bf16 step":
+                ("0.781×", "≤ 0.800×", "met", "our bf16 step at llama-1.3b"),
+            "llama-1.3b fp8@quant.fp8_scaling=delayed step ÷ bf16 step":
+                ("not measured", "≤ 0.800×", "not measured: no fp8@quant.fp8_scaling=delayed run", "our bf16 step at llama-1.3b"),
             "llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block":
                 ("0.700×", "≤ 0.750×", "met", "BF16 torch.mm"),
-            "llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step":
-                ("1.250×", "≤ 1.000×", "NOT MET", "our BF16 step at llama-125m"),
-            "llama-1.3b MXFP4 F+D+W+H16 step ÷ BF16 step":
-                ("1.250×", "≤ 1.050×", "NOT MET", "our BF16 step at llama-1.3b"),
-            "llama-125m MXFP4 F+D+W+H16 step ÷ BF16 step":
-                ("not measured", "≤ 1.150×", "not measured: the mxfp4+h16 run failed (exit 5)", "llama-125m"),
-            "llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8 step ÷ BF16 step":
-                ("0.800×", "≤ 0.850×", "met", "our BF16 step at llama-1.3b"),
-            "llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8-where-exact step ÷ BF16 step":
-                ("0.800×", "≤ 0.850×", "met", "our BF16 step at llama-1.3b"),
-            "llama-125m BF16 tokens/s ÷ the compiled peer's":
-                ("not measured", "≥ 1.000×", "not measured: no BF16 peer run", "compiled PyTorch peer"),
-            "llama-1.3b BF16 tokens/s ÷ the compiled peer's":
+            "llama-125m fp8 step ÷ bf16 step":
+                ("1.250×", "≤ 1.000×", "NOT MET", "our bf16 step at llama-125m"),
+            "llama-1.3b FDW+H16 step ÷ bf16 step":
+                ("1.250×", "≤ 1.050×", "NOT MET", "our bf16 step at llama-1.3b"),
+            "llama-125m FDW+H16 step ÷ bf16 step":
+                ("not measured", "≤ 1.150×", "not measured: the FDW+H16 run failed (exit 5)", "llama-125m"),
+            "llama-1.3b FDW+H16@quant.gemm_path=fp8 step ÷ bf16 step":
+                ("0.800×", "≤ 0.850×", "met", "our bf16 step at llama-1.3b"),
+            "llama-1.3b FDW+H16@quant.gemm_path=fp8-where-exact step ÷ bf16 step":
+                ("0.800×", "≤ 0.850×", "met", "our bf16 step at llama-1.3b"),
+            "llama-125m bf16 tokens/s ÷ the compiled peer's":
+                ("not measured", "≥ 1.000×", "not measured: no bf16 peer run", "compiled PyTorch peer"),
+            "llama-1.3b bf16 tokens/s ÷ the compiled peer's":
                 ("1.250×", "≥ 1.000×", "met", "per-block activation checkpointing"),
-            "llama-1.3b BF16 MFU":
+            "llama-1.3b bf16 MFU":
                 ("43.2 %", "≥ 55.0 %", "NOT MET", "989 TFLOP/s, the dense BF16 peak of the NVIDIA H100 80GB HBM3"),
         }
         for name, (measured, wanted, verdict, den) in want.items():
@@ -91,9 +94,9 @@ class SpeedReport(unittest.TestCase):
             self.assertEqual(cells[3], wanted, name)
             self.assertTrue(cells[4].startswith(verdict), f"{name}: {cells[4]}")
         self.assertEqual(rows["llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block"][5], "call 2")
-        self.assertEqual(rows["llama-1.3b BF16 MFU"][5], "call 1")
+        self.assertEqual(rows["llama-1.3b bf16 MFU"][5], "call 1")
         # The per-tensor path's figure comes with the share of its GEMM calls that were exact.
-        self.assertEqual(rows["llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8-where-exact step ÷ BF16 step"][5],
+        self.assertEqual(rows["llama-1.3b FDW+H16@quant.gemm_path=fp8-where-exact step ÷ bf16 step"][5],
                          "call 1; 93.8 % of MXFP4 GEMM calls on FP8 tensor cores")
         # The MFU formula is stated, with N for the model at the run's vocabulary.
         self.assertIn("MFU = tokens/s × (6·N + 12·layers·d_model·seq) ÷ peak", out.stdout)
@@ -105,14 +108,14 @@ class SpeedReport(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         rows = target_rows(out.stdout)
         for name in ("llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block",
-                     "llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step",
-                     "llama-125m MXFP4 F+D+W+H16 step ÷ BF16 step",
-                     "llama-125m BF16 tokens/s ÷ the compiled peer's"):
+                     "llama-125m fp8 step ÷ bf16 step",
+                     "llama-125m FDW+H16 step ÷ bf16 step",
+                     "llama-125m bf16 tokens/s ÷ the compiled peer's"):
             self.assertEqual(rows[name][2], "not measured", name)
             self.assertTrue(rows[name][4].startswith("not measured: "), rows[name])
         self.assertIn("no GEMM-shape run", rows["llama-8b FP8 ÷ BF16, GEMM-only: the 21 GEMMs of one block"][4])
-        self.assertIn("no fp8 run", rows["llama-125m FP8 F+D+W (tensor-wise) step ÷ BF16 step"][4])
-        self.assertEqual(rows["llama-1.3b BF16 MFU"][4], "NOT MET")
+        self.assertIn("no fp8 run", rows["llama-125m fp8 step ÷ bf16 step"][4])
+        self.assertEqual(rows["llama-1.3b bf16 MFU"][4], "NOT MET")
 
     def test_a_ratio_across_calls_names_both(self):
         lines = self.fixture(CALL1)
@@ -120,7 +123,7 @@ class SpeedReport(unittest.TestCase):
         second = [lines[0], lines[1]] + [l for l in lines if l.get("who") == "ours" and l.get("arm") == "fp8"]
         out = run(self.write("a.jsonl", first), self.write("b.jsonl", second))
         self.assertEqual(out.returncode, 0, out.stderr)
-        row = target_rows(out.stdout)["llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step"]
+        row = target_rows(out.stdout)["llama-1.3b fp8 step ÷ bf16 step"]
         self.assertEqual(row[2], "0.781×")
         self.assertEqual(row[5], "calls 1, 2 (different calls)")
 
@@ -163,14 +166,45 @@ class SpeedReport(unittest.TestCase):
         self.assertEqual(out.returncode, 2)
         self.assertIn("different vocabularies (4096, 32768)", out.stderr)
 
+    def test_an_old_arm_name_is_refused(self):
+        lines = self.fixture(CALL1)
+        for i, l in enumerate(lines):
+            if l.get("arm") == "FDW+H16":
+                lines[i] = {**l, "arm": "mxfp4+h16"}
+                at = i + 1
+        path = self.write("old.jsonl", lines)
+        out = run(path)
+        self.assertEqual(out.returncode, 2)
+        self.assertEqual(out.stdout, "")
+        self.assertEqual(out.stderr.strip().splitlines(),
+                         [f"speed-report: {path}:{at}: 'mxfp4+h16' is an old arm name: the arms take the recipes' "
+                          f"names, this one is now 'FDW+H16' (known: {', '.join(ARMS)})"])
+        out = run("--ours-line", self.tmp, "llama-1.3b", "mxfp4+h16+exact", "0")
+        self.assertEqual(out.returncode, 2)
+        self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+        self.assertIn("now 'FDW+H16@quant.gemm_path=fp8-where-exact'", out.stderr)
+
+    def test_per_arm_targets(self):
+        out = run(CALL1, CALL2)
+        part = out.stdout.split("Per-arm targets", 1)[1]
+        rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in part.splitlines() if l.startswith("| llama")}
+        self.assertEqual(rows, {
+            "llama-125m bf16 model FLOP/s ÷ BF16 cuBLAS 8192³ (760 TFLOP/s)": "0.497",
+            "llama-1.3b bf16: ours ÷ peer (bf16)": "1.250",
+            "llama-1.3b FDW+H16 peak memory ÷ bf16": "1.000",
+            "llama-1.3b FDW+H16@quant.gemm_path=fp8 peak memory ÷ bf16": "1.044",
+            "llama-1.3b FDW+H16@quant.gemm_path=fp8-where-exact peak memory ÷ bf16": "1.044"})
+        # The tables print each arm by its name, as the recipes name it.
+        self.assertIn("| FDW+H16@quant.gemm_path=fp8 | 62,500 |", out.stdout)
+
     def test_an_arm_on_the_wrong_gemm_route_is_not_measured(self):
         lines = self.fixture(CALL1)
         for l in lines:
-            if l.get("arm") == "mxfp4+h16+fp8path":
+            if l.get("arm") == "FDW+H16@quant.gemm_path=fp8":
                 l["gemm_routes"] = {**l["gemm_routes"], "mxfp4": "emulated"}
         out = run(self.write("route.jsonl", lines))
         self.assertEqual(out.returncode, 0, out.stderr)
-        row = target_rows(out.stdout)["llama-1.3b MXFP4 F+D+W+H16, gemm_path fp8 step ÷ BF16 step"]
+        row = target_rows(out.stdout)["llama-1.3b FDW+H16@quant.gemm_path=fp8 step ÷ bf16 step"]
         self.assertEqual(row[2], "not measured")
         self.assertIn("run_start says its mxfp4 GEMMs ran emulated, the arm means hopper-fp8", row[4])
 
@@ -178,7 +212,7 @@ class SpeedReport(unittest.TestCase):
         lines = [{**l, "gpu": "NVIDIA H100 PCIe"} if l.get("who") == "call" else l for l in self.fixture(CALL1)]
         out = run(self.write("pcie.jsonl", lines))
         self.assertEqual(out.returncode, 0, out.stderr)
-        row = target_rows(out.stdout)["llama-1.3b BF16 MFU"]
+        row = target_rows(out.stdout)["llama-1.3b bf16 MFU"]
         self.assertEqual(row[2], "not measured")
         self.assertIn("dense BF16 peak of NVIDIA H100 PCIe not known here", row[4])
 
@@ -188,7 +222,7 @@ class SpeedReport(unittest.TestCase):
         shutil.copy(CALL1, os.path.join(d, "results.jsonl"))
         out = run(d)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("llama-1.3b BF16 MFU", out.stdout)
+        self.assertIn("llama-1.3b bf16 MFU", out.stdout)
 
     def test_bad_input_is_one_line_and_exit_2(self):
         bad = os.path.join(self.tmp, "bad.jsonl")
@@ -246,7 +280,7 @@ class SpeedReport(unittest.TestCase):
         # And the report reads such lines: the failed run's target is not measured.
         lines = [l for l in self.fixture(CALL1) if not (l.get("who") == "ours" and l.get("arm") == "fp8")] + [line]
         out = run(self.write("failed.jsonl", lines))
-        row = target_rows(out.stdout)["llama-1.3b FP8 F+D+W (tensor-wise) step ÷ BF16 step"]
+        row = target_rows(out.stdout)["llama-1.3b fp8 step ÷ bf16 step"]
         self.assertEqual(row[4], "not measured: the fp8 run failed (exit 5)")
         self.assertIn("failed (exit 5: mxablate-train: out of GPU memory", out.stdout)
 
