@@ -74,10 +74,11 @@ gpu_same_tree() {
 }
 
 # nvidia-smi lists the GPUs the driver sees, one "GPU N: …" line each; it fails (or is missing)
-# where there is none.
+# where there is none. MXABLATE_NVIDIA_SMI names another program (the tests' fakes: a GPU
+# machine has the real one on every PATH).
 gpu_count() {
   local list
-  list=$(nvidia-smi -L 2>/dev/null) || { echo 0; return 0; }
+  list=$("${MXABLATE_NVIDIA_SMI:-nvidia-smi}" -L 2>/dev/null) || { echo 0; return 0; }
   grep -c '^GPU ' <<<"$list" || true
 }
 

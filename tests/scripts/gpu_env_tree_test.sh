@@ -48,7 +48,7 @@ built() { rm -f "$T/cmake.args"; PATH="$T/bin:$PATH" MXABLATE_JOBS=3 run "$T/a" 
 [ "$(built)" = "--build $T/build-a -j 3 -- -k 0" ] || fail "the whole tree: $(built)"
 
 # gpu_count: the GPUs nvidia-smi lists, 0 where it fails or is missing.
-count() { PATH="$1:/usr/bin:/bin" bash -c 'source "$0/scripts/gpu-env.sh" && gpu_count' "$T/a"; }
+count() { MXABLATE_NVIDIA_SMI="$1/nvidia-smi" bash -c 'source "$0/scripts/gpu-env.sh" && gpu_count' "$T/a"; }
 mkdir -p "$T/smi3" "$T/smi-fails" "$T/no-smi"
 printf '#!/bin/sh\nfor i in 0 1 2; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done\n' >"$T/smi3/nvidia-smi"
 printf '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 9\n' >"$T/smi-fails/nvidia-smi"
