@@ -135,7 +135,7 @@ TEST_CASE("Delayed scaling is part of the trajectory and an arm's intervention")
   const RunConfig fp8 = fp8_run();
   RunConfig delayed = fp8;
   delayed.quant.fp8_scaling = Fp8Scaling::kDelayed;
-  // A checkpoint's trajectory holds it: a resume across a change is refused (trainer/core).
+  // A checkpoint's trajectory holds it: a resume across a change is refused (trainer/rules checkpoint_state.h).
   const json trajectory = keys_with(to_json(delayed), kTrajectory);
   CHECK(trajectory["quant"]["fp8_scaling"] == "delayed");
   CHECK(keys_with(to_json(delayed), kTrajectory) != keys_with(to_json(fp8), kTrajectory));

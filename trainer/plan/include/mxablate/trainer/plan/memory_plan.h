@@ -2,7 +2,7 @@
 // before launch"): the one model that `mxablate plan` shows, that `plan --gpu-memory` and `run`
 // refuse a run by, and that a trainer which still runs out of memory quotes in its last line.
 //
-// It models the CUDA path as trainer/engine runs it (model.cpp, mx_linear.cpp,
+// It models the CUDA path as the trainer runs it (model.cpp, mx_linear.cpp,
 // block_checkpoint.cpp, fused_model_ops.cpp, gradient_sync.h): what stays allocated for the
 // whole run (FP32 master weights, gradients, AdamW's two moments), what one micro-batch saves
 // for its backward pass, the largest working set on top of that, the loss's chunk of logits, and
