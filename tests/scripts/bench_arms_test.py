@@ -248,7 +248,7 @@ class BenchArms(Planned, unittest.TestCase):
             lists += re.findall(r"\bARMS=([A-Za-z0-9+.,=@_-]+)", source(path))
         self.assertIn("bf16,fp8,FDW+H16,FDW+H16@quant.gemm_path=fp8", lists)
         for lst in lists:
-            if lst not in ("none", "LIST"):  # LIST: the usage lines' placeholder
+            if lst not in ("none", "LIST"):  # "LIST" is the metavariable of the scripts' usage lines
                 bench_arms.parse_list(lst)
 
     def test_the_bench_and_the_report_take_their_arms_from_the_table(self):
