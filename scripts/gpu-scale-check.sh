@@ -54,8 +54,8 @@ if [[ " $PARTS " == *" 1 "* ]]; then
         $PY - "$OUT/dp1-$prec-$micro" "$OUT/dp2-$prec-$micro" "$micro" <<'PYEOF' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import events, median_tokens_per_s as tps, train_losses
-one, two = events(sys.argv[1]), events(sys.argv[2])
+from run_figures import load, median_tokens_per_s as tps, train_losses
+one, two = load(sys.argv[1]), load(sys.argv[2])
 one_per_rank = sys.argv[3] == "32768"
 a, b = train_losses(one), train_losses(two)
 ok = True

@@ -78,11 +78,11 @@ if [[ " $PARTS " == *" 1 "* ]]; then
   $PY - "$OUT/p1-none" "$OUT/p1-optimizer" "$OUT/p1-gradients" <<'PYEOF' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import events, train_losses
-ref = train_losses(events(sys.argv[1]))
+from run_figures import load, train_losses
+ref = train_losses(load(sys.argv[1]))
 ok = len(ref) == 8
 for d in sys.argv[2:]:
-    got = train_losses(events(d))
+    got = train_losses(load(d))
     for s in sorted(ref):
         rel = abs(got[s] - ref[s]) / abs(ref[s])
         limit = 0.0 if s == 1 else 5e-5
@@ -106,8 +106,8 @@ if [[ " $PARTS " == *" 2 "* ]]; then
     $PY - "$OUT/p2-one" "$OUT/p2-four-$shard" <<'PYEOF' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import events, median_tokens_per_s
-ratio = median_tokens_per_s(events(sys.argv[2])) / median_tokens_per_s(events(sys.argv[1]))
+from run_figures import load, median_tokens_per_s
+ratio = median_tokens_per_s(load(sys.argv[2])) / median_tokens_per_s(load(sys.argv[1]))
 print(f"    4 ranks / 1 GPU: {ratio:.2f}x (target >= 3.6)")
 sys.exit(0 if ratio >= 3.6 else 1)
 PYEOF
@@ -152,8 +152,8 @@ YAML
 import sys
 sys.path.insert(0, "scripts")
 from llama_shapes import flops_per_token
-from run_figures import events, median_tokens_per_s
-tps = median_tokens_per_s(events(sys.argv[1]), warm_steps=2) / 4
+from run_figures import load, median_tokens_per_s
+tps = median_tokens_per_s(load(sys.argv[1]), warm_steps=2) / 4
 shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
 # MFU against the H100 SXM's dense BF16 peak, 989 TFLOP/s (the H200 has the same tensor cores).
 mfu = tps * flops_per_token(shape, 128256) / 989e12
@@ -176,9 +176,9 @@ if [[ " $PARTS " == *" 5 "* ]]; then
   $PY - "$OUT" "$RANKS" <<'PYEOF'
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import events, median_tokens_per_s
+from run_figures import load, median_tokens_per_s
 def tps(name):
-    return median_tokens_per_s(events(f"{sys.argv[1]}/{name}"), warm_steps=2) / int(sys.argv[2])
+    return median_tokens_per_s(load(f"{sys.argv[1]}/{name}"), warm_steps=2) / int(sys.argv[2])
 base = tps("p5-bf16")
 for name in ("p5-bf16", "p5-fp8", "p5-FDW+H16"):
     r = tps(name)
@@ -215,11 +215,11 @@ if [[ " $PARTS " == *" 6 "* ]]; then
 import sys
 sys.path.insert(0, "scripts")
 from llama_shapes import flops_per_token
-from run_figures import events, median_tokens_per_s, recompute_reason, run_end
+from run_figures import load, median_tokens_per_s, recompute_reason, run_end
 shape = dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=8192)
 rates = {}
 for setting in ("true", "auto"):
-    ev = events(f"{sys.argv[1]}/p6-{setting}")
+    ev = load(f"{sys.argv[1]}/p6-{setting}")
     end = run_end(ev)
     rates[setting] = median_tokens_per_s(ev, warm_steps=2)
     # MFU against the dense BF16 peak, 989 TFLOP/s; the recomputed forwards are not counted.

@@ -50,9 +50,9 @@ for prec in bf16 FDW; do
   $PY - "$OUT/first-cpu-$prec" "$OUT/first-cuda-$prec" "$prec" <<'PYEOF' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import events, train_losses
+from run_figures import load, train_losses
 cpu, cuda, prec = sys.argv[1:]
-a, b = train_losses(events(cpu)), train_losses(events(cuda))
+a, b = train_losses(load(cpu)), train_losses(load(cuda))
 tol1, tol = (0.005, 0.02) if prec == "bf16" else (0.01, 0.03)
 ok = True
 for s in (1, 2, 3):
@@ -77,8 +77,8 @@ for prec in bf16 FDW; do
   $PY - "$OUT/converge-$prec" <<'PYEOF' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, "scripts")
-from run_figures import divergences, events, run_end, val_losses
-ev = events(sys.argv[1])
+from run_figures import divergences, load, run_end, val_losses
+ev = load(sys.argv[1])
 evals, end = val_losses(ev), run_end(ev)
 print("    " + sys.argv[1].rsplit('/', 1)[1] + ": " + ", ".join(f"{s}:{v:.3f}" for s, v in evals) +
       f" | divergence events {divergences(ev)} | {end['status']} | {end['tokens_per_s']:,.0f} tokens/s")

@@ -8,11 +8,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 
 # build_trainer BUILD_DIR LOG_PREFIX builds what these runs need in BUILD_DIR, each unless it is
 # there (gpu-env.sh's gpu_build): mxablate-train, and mxablate, whose `plan --json` writes their
-# configs. Sets TRAIN and MXABLATE to the two binaries.
+# configs and whose `ingest` and `query` read their figures back (run_figures.py). Sets TRAIN and
+# MXABLATE to the two binaries, MXABLATE exported for run_figures.py.
 build_trainer() {
   gpu_build "$1" "$2" mxablate-train mxablate || exit 1
   TRAIN=$(realpath "$1/bin/mxablate-train")
   MXABLATE=$(realpath "$1/bin/mxablate")
+  export MXABLATE
 }
 
 # config DEVICE MODEL ARM SEQ GLOBAL MICRO STEPS EVAL_EVERY_STEPS EVAL_TOKENS THREADS [EXTRA]
@@ -41,7 +43,7 @@ run() {
 }
 
 # summary DIR: the median tokens/s of the train events after warm-up, run_end's figure, peak GPU
-# memory (scripts/run_figures.py reads them).
+# memory (scripts/run_figures.py reads them through `$MXABLATE ingest` and `query`).
 summary() {
   echo "    $($PY "$ROOT/scripts/run_figures.py" summary "$1")"
 }

@@ -701,4 +701,6 @@ Recipe load_recipe(const std::string& path) {
   return parse_recipe(text, path);
 }
 
+bool valid_sweep_name(const std::string& name) { return valid_name(name, false); }
+
 }  // namespace mxablate::orchestrator

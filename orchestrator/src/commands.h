@@ -13,6 +13,7 @@ void register_plan_command(CLI::App& app);
 void register_run_command(CLI::App& app);
 void register_status_command(CLI::App& app);
 void register_query_command(CLI::App& app);
+void register_ingest_command(CLI::App& app);
 void register_analysis_commands(CLI::App& app);
 void register_data_command(CLI::App& app);
 void register_cancel_command(CLI::App& app);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   register_run_command(app);
   register_status_command(app);
   register_query_command(app);
+  register_ingest_command(app);
   register_analysis_commands(app);
   register_data_command(app);
   register_cancel_command(app);

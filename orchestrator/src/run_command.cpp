@@ -32,6 +32,7 @@
 #include "mxablate/results/store.h"
 #include "recipe_input.h"
 #include "slurm_run.h"
+#include "write_database.h"
 
 namespace mxablate::cli {
 namespace {
@@ -161,27 +162,6 @@ ProgressMode parse_progress(const std::string& s) {
   throw InputError("--progress: expected auto, terminal, plain or none, got '" + s + "'");
 }
 
-// Opens the database as its only writer, for the whole command (the store holds the database's
-// writer lock until it is destroyed).
-std::unique_ptr<results::ResultsStore> open_store(const std::string& path) {
-  try {
-    return std::make_unique<results::ResultsStore>(path);
-  } catch (const results::NotAResultsDatabase& e) {
-    throw InputError(e.what());
-  } catch (const results::DatabaseLocked& e) {
-    throw std::runtime_error(e.what());
-  } catch (const results::SqliteError& e) {
-    std::string hint;
-    if (e.code == 14 /*SQLITE_CANTOPEN*/ || e.code == 8 /*SQLITE_READONLY*/)
-      hint = " — is the path's directory writable?";
-    else if (e.code == 13 /*SQLITE_FULL*/)
-      hint = " — free some space, then run the same command again";
-    else if (e.code == 10 /*SQLITE_IOERR*/)
-      hint = " — is the disk full?";
-    throw std::runtime_error(fmt::format("results database: {}{}", e.what(), hint));
-  }
-}
-
 // A target derived from the baseline arm is stored with the sweep once that arm has finished:
 // later tables, reports and SQL views (run_tokens_to_target) then all use the same number.
 void store_resolved_target(results::ResultsStore& store, const std::string& sweep) {
@@ -271,7 +251,7 @@ void run_sweep(const RunOptions& o) {
   std::signal(SIGXFSZ, SIG_IGN);
   // The database's writer lock before anything else is written: a second `mxablate run` on the
   // same database (from any directory, with any runs directory) stops here.
-  auto store = open_store(o.db);
+  auto store = open_results_for_writing(o.db);
   std::unique_ptr<SlurmExecutor> slurm =
       on_slurm ? make_slurm_executor(o.slurm, input.plan.sweep, sweep_dir) : nullptr;
   if (!on_slurm) refuse_local_run_over_slurm_jobs(*store, input.plan.sweep);

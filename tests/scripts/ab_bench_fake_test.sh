@@ -37,12 +37,16 @@ import json, sys
 d = sys.argv[sys.argv.index("--run-dir") + 1]
 c = json.load(open(d + "/config.json"))
 rate = $1[c["arm"]]
-steps = int(c["train"]["max_tokens"] // c["train"]["global_batch_tokens"])  # the contract writes numbers as doubles
+step_tokens = int(c["train"]["global_batch_tokens"])
+steps = int(c["train"]["max_tokens"]) // step_tokens  # the contract writes numbers as doubles
+# Events as the contract has them (event_line.h): mxablate ingest reads them for run_figures.py.
+lines = [dict(kind="run_start", step=0, tokens=0)]
+lines += [dict(kind="train", step=s, tokens=s * step_tokens, loss=5.0, tokens_per_s=rate if s > 3 else 10.0)
+          for s in range(1, steps + 1)]
+lines.append(dict(kind="run_end", step=steps, tokens=steps * step_tokens, status="budget_exhausted",
+                  peak_gpu_bytes=2 ** 30))
 with open(d + "/events.jsonl", "w") as f:
-    f.write(json.dumps({"kind": "run_start", "step": 0}) + "\n")
-    for s in range(1, steps + 1):
-        f.write(json.dumps({"kind": "train", "step": s, "tokens_per_s": rate if s > 3 else 10.0}) + "\n")
-    f.write(json.dumps({"kind": "run_end", "step": steps, "peak_gpu_bytes": 2 ** 30}) + "\n")
+    f.writelines(json.dumps({"seq": i, "time": 1.7e9 + i, **e}) + "\n" for i, e in enumerate(lines, 1))
 print("mxablate-train: budget_exhausted (fake)")
 PYEOF
 }

@@ -104,5 +104,8 @@ inline constexpr size_t kMaxRecipeBytes = size_t{1} << 20;
 Recipe load_recipe(const std::string& path);
 // Parses recipe text; `file` names it in messages.
 Recipe parse_recipe(const std::string& text, const std::string& file);
+// A sweep's name as a recipe may give it: letters, digits, '.', '_', '-', at most 64 bytes,
+// beginning with a letter or digit (it names a directory).
+bool valid_sweep_name(const std::string& name);
 
 }  // namespace mxablate::orchestrator

@@ -16,6 +16,10 @@
 
 namespace mxablate::results {
 
+// sweeps.recipe_path of a sweep made by `mxablate ingest` from run directories: no recipe (a
+// recipe's path is absolute, so no recipe can have this one).
+inline constexpr const char* kIngestedRecipePath = "(ingested run directories)";
+
 struct SweepRecord {
   std::string name;
   std::string recipe_path;
@@ -125,6 +129,19 @@ class ResultsStore {
   // their state and get their new plan position; runs no longer planned keep their results
   // but drop out of the plan (plan_index NULL).
   void register_plan(int64_t sweep_id, const std::vector<PlannedRun>& plan);
+
+  // Runs the trainer wrote outside a sweep (`mxablate ingest`). add_run puts `run` in the sweep's
+  // current plan after its other runs, or, where the sweep holds it already, updates its config,
+  // directory, budget and model in place; no other run moves or drops out of the plan. A new run
+  // takes the arm_index of its arm in the sweep, or the next one for a new arm (run.arm_index and
+  // run.axes are not used); an empty run.interventions is stored as NULL (no baseline to describe
+  // it against). Throws SqliteError when the run belongs to another sweep: it is never moved.
+  void add_run(int64_t sweep_id, const PlannedRun& run);
+  // Sets a run's status from what was ingested of its log, as nothing else reports on it: the
+  // status of its latest run_end (with that event's reason as the error of a failed or interrupted
+  // run, and its time as finished_at), or interrupted, saying so, when there is no run_end.
+  // Returns the status.
+  std::string settle_status_from_log(const std::string& run_id);
 
   std::vector<RunState> planned_runs(int64_t sweep_id);
   RunState run(const std::string& run_id);
