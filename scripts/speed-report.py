@@ -16,7 +16,7 @@ does not know (an arm's name before the bench took the recipes' names among them
 Usage: speed-report.py RESULTS [RESULTS…]   (a results.jsonl, or a directory holding one)
        speed-report.py --ours-line RUN_DIR MODEL ARM EXIT_CODE
            prints the JSON line the bench appends for one of our runs (its config.json, events and
-           output.txt, read by run_figures.py)
+           output.txt, read by run_figures.py: the events through `mxablate ingest` and `query`)
        speed-report.py --compare BEFORE AFTER
            before against after (scripts/gpu-ab-bench.sh): each arm in each tree's results file,
            after ÷ before, and each tree's step ÷ its own BF16 step
@@ -47,23 +47,27 @@ def ours_line(run_dir, model, arm, rc):
         tr = cfg.get("train", {})
         line.update(tokens_per_step=tr.get("global_batch_tokens"), micro_tokens=tr.get("micro_batch_tokens"),
                     seq=cfg.get("data", {}).get("seq_len"), checkpoint=bool(tr.get("activation_checkpointing")))
-    ev = run_figures.events(run_dir)
-    line["samples"] = len(run_figures.step_rates(ev))
-    tps = run_figures.median_tokens_per_s(ev)
+    not_read = None
+    try:
+        run = run_figures.load(run_dir)
+    except run_figures.RunFiguresError as e:
+        run, not_read = run_figures.Run(), str(e)
+    line["samples"] = len(run_figures.step_rates(run))
+    tps = run_figures.median_tokens_per_s(run)
     if tps:
         line["tokens_per_s"] = tps
         if line.get("tokens_per_step"):
             line["ms_per_step"] = 1e3 * line["tokens_per_step"] / tps
-    start, end = run_figures.run_start(ev), run_figures.run_end(ev)
+    start, end = run_figures.run_start(run), run_figures.run_end(run)
     for k in ("params", "non_embedding_params", "gemm_routes", "device", "vocab_size", "cuda_graphs"):
         if start and k in start:
             line[k] = start[k]
-    if run_figures.peak_gpu_gib(ev) is not None:
-        line["peak_gib"] = run_figures.peak_gpu_gib(ev)
-    if end and isinstance(end.get("mxfp4_as_fp8_calls"), dict):
-        line["mxfp4_as_fp8_calls"] = end["mxfp4_as_fp8_calls"]
+    if run_figures.peak_gpu_gib(run) is not None:
+        line["peak_gib"] = run_figures.peak_gpu_gib(run)
+    if end and isinstance(end.get("mxfp4_as_fp8_tiles"), dict):
+        line["mxfp4_as_fp8_tiles"] = end["mxfp4_as_fp8_tiles"]
     if rc != 0 or not tps:
-        line["error"] = run_figures.last_output_line(run_dir)[:300]
+        line["error"] = (not_read or run_figures.last_output_line(run_dir))[:300]
     return line
 
 
@@ -186,16 +190,16 @@ def route_problem(arm, r):
 
 
 def exact_share(r):
-    """The share of an fp8-where-exact run's MXFP4 GEMM calls that ran on FP8 tensor cores
-    (run_end's mxfp4_as_fp8_calls), or None for other runs."""
-    calls = r.get("mxfp4_as_fp8_calls") if r else None
-    if not isinstance(calls, dict):
+    """The share of an fp8-where-exact run's MXFP4 GEMM output tiles kept from FP8 tensor cores
+    (run_end's mxfp4_as_fp8_tiles; the rest the fix-up recomputed), or None for other runs."""
+    tiles = r.get("mxfp4_as_fp8_tiles") if r else None
+    if not isinstance(tiles, dict):
         return None
     tc = total = 0
-    for g in calls.values():
+    for g in tiles.values():
         if isinstance(g, dict):
             tc += g.get("tensor_cores", 0)
-            total += g.get("tensor_cores", 0) + g.get("emulated", 0)
+            total += g.get("tensor_cores", 0) + g.get("recomputed", 0)
     return tc / total if total else None
 
 
@@ -331,7 +335,7 @@ class Report:
         src = calls_text(bf, r)
         share = exact_share(r)
         if share is not None:
-            src += f"; {100 * share:.1f} % of MXFP4 GEMM calls on FP8 tensor cores"
+            src += f"; {100 * share:.1f} % of MXFP4 GEMM output tiles from FP8 tensor cores"
         return name, den, bf["tokens_per_s"] / r["tokens_per_s"], "<=", want, None, src
 
     def peer_target(self, model, want):

@@ -33,7 +33,7 @@ constexpr int kFastShiftMin = -5;
 // (status zeroed before).
 __global__ void __launch_bounds__(kThreads)
     line_max_kernel(const uint8_t* scales, int64_t lines, int64_t per_line, uint32_t* line_max,
-                    Fp8LineStatus* status) {
+                    uint8_t* line_inexact, Fp8LineStatus* status) {
   const int warps = kThreads / warpSize;
   const int lane = threadIdx.x % warpSize;
   // Whole warps take whole lines (the shuffles stay converged); the stride covers every warp
@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int offset = warpSize / 2; offset > 0; offset >>= 1) m = max(m, shfl_xor(m, offset, warpSize));
     if (lane == 0) {
       line_max[line] = m;
+      line_inexact[line] = 0;
       atomicMax(&status->max_scale_code, m);
     }
   }
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(kThreads)
 // Kernel 2: the codes of block b = blockIdx.x * kThreads + threadIdx.x.
 __global__ void __launch_bounds__(kThreads)
     as_e4m3_kernel(const uint8_t* packed, const uint8_t* scales, int64_t blocks, int64_t per_line,
-                   const uint32_t* line_max, uint8_t* codes, float* line_scales, Fp8LineStatus* status) {
+                   const uint32_t* line_max, uint8_t* codes, float* line_scales, uint8_t* line_inexact,
+                   Fp8LineStatus* status) {
   const uint32_t tensor_max = status->max_scale_code;
   const bool nan = tensor_max == kE8M0NaN;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -105,6 +107,9 @@ __global__ void __launch_bounds__(kThreads)
       }
       inexact = (present & ~exact_bits) != 0;
     }
+    // Every inexact block of a line stores the same 1 (kernel 1 wrote the 0s); a NaN tensor's
+    // lines are all marked, by their first block.
+    if (inexact || (nan && b % per_line == 0)) line_inexact[b / per_line] = 1;
     uint4* dst = reinterpret_cast<uint4*>(codes) + 2 * b;
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
     dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -164,8 +169,8 @@ std::string mx_as_fp8_unsupported_reason(const MxAsFp8Job& job) {
       blocks_problem("MXFP4 as E4M3", job.packed, job.scales, job.lines * (job.length / kMXBlockSize));
   if (!blocks.empty()) return blocks;
   if (job.codes == nullptr || !aligned16(job.codes)) return "MXFP4 as E4M3 needs a 16-byte-aligned code buffer";
-  if (job.line_scales == nullptr || job.line_max == nullptr || job.status == nullptr)
-    return "MXFP4 as E4M3 needs its line-scale, line-maximum and status pointers";
+  if (job.line_scales == nullptr || job.line_max == nullptr || job.status == nullptr || job.line_inexact == nullptr)
+    return "MXFP4 as E4M3 needs its line-scale, line-maximum, status and line-mark pointers";
   return {};
 }
 
@@ -181,9 +186,10 @@ void mx_as_fp8(const MxAsFp8Job& job, void* stream_handle) {
   // A line per 32 threads (a 64-lane warp strides over the rest).
   const int64_t lines_per_block = kThreads / 32;
   line_max_kernel<<<static_cast<unsigned>((job.lines + lines_per_block - 1) / lines_per_block), kThreads, 0, stream>>>(
-      job.scales, job.lines, per_line, job.line_max, job.status);
+      job.scales, job.lines, per_line, job.line_max, job.line_inexact, job.status);
   as_e4m3_kernel<<<static_cast<unsigned>((blocks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      job.packed, job.scales, blocks, per_line, job.line_max, job.codes, job.line_scales, job.status);
+      job.packed, job.scales, blocks, per_line, job.line_max, job.codes, job.line_scales, job.line_inexact,
+      job.status);
   check(gpuGetLastError(), "launching MXFP4 as E4M3");
 }
 

@@ -168,10 +168,12 @@ TEST_CASE("MXFP4 as E4M3 at one scale per line: each line has its own window, ab
   }
   SECTION("a block 15 binades below its own line's largest is counted, once") {
     const std::vector<uint8_t> scales = {127, 112, 120, 120, 110, 110, 100, 100, 113, 113};
+    std::vector<uint8_t> marks(lines, 9);
     const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
-                                                         scales_out.data());
+                                                         scales_out.data(), marks.data());
     CHECK_FALSE(st.exact());
     CHECK(st.inexact_blocks == 1);
+    CHECK(marks == std::vector<uint8_t>{1, 0, 0, 0, 0});  // the line, and only it
   }
   SECTION("a line below the floor is held 14 binades under it, and no further") {
     // Line 2 at 85 (42 binades under 127): the floor 99 puts it at shift -8, still exact; line 3
@@ -185,10 +187,98 @@ TEST_CASE("MXFP4 as E4M3 at one scale per line: each line has its own window, ab
   }
   SECTION("a NaN block makes the tensor NaN: codes, scales and status") {
     const std::vector<uint8_t> scales = {127, kE8M0NaN, 120, 120, 110, 110, 100, 100, 113, 113};
+    std::vector<uint8_t> marks(lines, 0);
     const Fp8LineStatus st = mx_to_fp8_rowwise_reference(packed.data(), scales.data(), lines, length, codes.data(),
-                                                         scales_out.data());
+                                                         scales_out.data(), marks.data());
     CHECK_FALSE(st.exact());
+    CHECK(marks == std::vector<uint8_t>(lines, 1));  // every line: the whole product is NaN's
     CHECK(std::all_of(scales_out.begin(), scales_out.end(), [](float v) { return std::isnan(v); }));
     CHECK(std::all_of(codes.begin(), codes.end(), [](uint8_t c) { return c == kE4M3NaN; }));
   }
+}
+
+TEST_CASE("mxfp4-as-fp8 keeps the FP8 GEMM's scaling only where every scale product is a normal float", "[gpu-model]") {
+  // A status whose line scales span 2^lo .. 2^hi (line code = exponent + 133).
+  const auto st = [](int lo, int hi) {
+    Fp8LineStatus s;
+    s.min_line_code = static_cast<uint32_t>(lo + 133);
+    s.max_scale_code = static_cast<uint32_t>(hi + 133);
+    return s;
+  };
+  CHECK(fp8_line_scales_normal(st(-12, -10), st(-25, -20), 0.0));
+  CHECK(fp8_line_scales_normal(st(-60, -50), st(-66, -60), 0.0));        // 2^-126: the smallest normal
+  CHECK_FALSE(fp8_line_scales_normal(st(-60, -50), st(-67, -60), 0.0));  // a subnormal product
+  CHECK_FALSE(fp8_line_scales_normal(st(-130, 0), st(0, 60), 0.0));      // a subnormal line scale
+  CHECK(fp8_line_scales_normal(st(40, 60), st(50, 67), 0.0));            // 2^127: the largest power
+  CHECK_FALSE(fp8_line_scales_normal(st(40, 60), st(50, 68), 0.0));      // 2^128 is no float
+  // An SR fold of 16/9 (2^0.83) counts.
+  const double fold = std::log2(16.0 / 9.0);
+  CHECK(fp8_line_scales_normal(st(-60, 0), st(-66, 0), fold));
+  CHECK_FALSE(fp8_line_scales_normal(st(-61, 0), st(-66, 0), fold));
+  CHECK(fp8_line_scales_normal(st(0, 60), st(0, 67), fold));
+  CHECK_FALSE(fp8_line_scales_normal(st(0, 61), st(0, 67), fold));
+  Fp8LineStatus nan = st(0, 0);
+  nan.max_scale_code = kE8M0NaN;
+  CHECK_FALSE(fp8_line_scales_normal(nan, st(0, 0), 0.0));
+  CHECK_FALSE(fp8_line_scales_normal(st(0, 0), nan, 0.0));
+}
+
+TEST_CASE("the mxfp4-as-fp8 fix-up recomputes exactly the tiles of marked lines, in order, with the fold", "[gpu-model]") {
+  // a: 130 x 64 (three tile rows, the last of two lines), b: 70 x 64 (two tile columns).
+  const int64_t m = 130, n = 70, k = 64;
+  std::vector<uint8_t> a_packed(m * k / 2), b_packed(n * k / 2), a_scales(m * k / 32), b_scales(n * k / 32);
+  uint32_t state = 12345;
+  const auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  for (uint8_t& p : a_packed) p = static_cast<uint8_t>(next() >> 24);
+  for (uint8_t& p : b_packed) p = static_cast<uint8_t>(next() >> 24);
+  for (uint8_t& s : a_scales) s = static_cast<uint8_t>(120 + (next() >> 29));
+  for (uint8_t& s : b_scales) s = static_cast<uint8_t>(124 + (next() >> 30));
+  std::vector<uint8_t> a_marks(m, 0), b_marks(n, 0);
+  a_marks[129] = 1;  // the last tile row
+  b_marks[3] = 1;    // the first tile column
+  const Fp8LineStatus status = [] {
+    Fp8LineStatus s;
+    s.max_scale_code = 127;
+    s.min_line_code = 120;
+    return s;
+  }();
+  const uint16_t untouched = 0x7E57;
+  const float fold = 16.0f / 9.0f;
+  std::vector<uint16_t> c(m * n, untouched);
+  uint64_t tiles[2] = {0, 0};
+  mx_rowwise_fixup_reference(a_packed.data(), a_scales.data(), a_marks.data(), status, b_packed.data(),
+                             b_scales.data(), b_marks.data(), status, m, n, k, fold, std::log2(double{fold}), c.data(),
+                             n, tiles);
+  CHECK(tiles[0] == 2);  // tile rows 0 and 1 of tile column 1
+  CHECK(tiles[1] == 4);  // tile column 0 (3 tiles) and tile (2, 1)
+  const auto value = [k](const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales, int64_t line, int64_t i) {
+    return mx_dequant((packed[(line * k + i) / 2] >> (4 * (i % 2))) & 0xF, scales[(line * k + i) / 32]);
+  };
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const bool redo = j < 64 || i >= 128;
+      if (!redo) {
+        CHECK(c[i * n + j] == untouched);
+        continue;
+      }
+      float acc = 0.0f;
+      for (int64_t x = 0; x < k; ++x) acc += value(a_packed, a_scales, i, x) * value(b_packed, b_scales, j, x);
+      REQUIRE(c[i * n + j] == float_to_bf16_bits(acc * fold));
+    }
+  // Scale products that are not all normal: every tile.
+  std::fill(c.begin(), c.end(), untouched);
+  std::fill(a_marks.begin(), a_marks.end(), 0);
+  std::fill(b_marks.begin(), b_marks.end(), 0);
+  Fp8LineStatus tiny = status;
+  tiny.min_line_code = 2;  // 2^-131: a subnormal scale
+  uint64_t all[2] = {0, 0};
+  mx_rowwise_fixup_reference(a_packed.data(), a_scales.data(), a_marks.data(), tiny, b_packed.data(), b_scales.data(),
+                             b_marks.data(), status, m, n, k, 1.0f, 0.0, c.data(), n, all);
+  CHECK(all[0] == 0);
+  CHECK(all[1] == 6);
+  CHECK(std::none_of(c.begin(), c.end(), [&](uint16_t v) { return v == untouched; }));
+  // An MXFP4 value beyond BF16's range is the emulation's operand: BF16's largest finite value.
+  CHECK(mx_gemm_operand_value(0x7, 254) == kBF16MaxFinite);  // 6 * 2^127 overflows float32
+  CHECK(mx_gemm_operand_value(0xF, 254) == -kBF16MaxFinite);
+  CHECK(mx_gemm_operand_value(0x2, 127) == 1.0f);
 }

@@ -3,10 +3,11 @@
 here): every speed target line with its denominator and verdict, "not measured" where a figure
 is missing or a run failed or ran its GEMMs elsewhere than the arm means, the refusal of results
 from different GPUs and of lines naming an arm by an old name, bad input (one line, exit 2),
---ours-line on a synthetic run directory, and the per-arm targets.
+--ours-line on a run directory written here (its config from `mxablate plan --json`, its events read
+through `mxablate ingest` and `query`), and the per-arm targets.
 Plain python 3: no torch, no GPU.
 
-    speed_report_test.py REPO_ROOT
+    speed_report_test.py REPO_ROOT MXABLATE
 """
 import json
 import os
@@ -17,15 +18,18 @@ import tempfile
 import unittest
 
 REPO = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
+MXABLATE = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(REPO, "build/bin/mxablate"))
 REPORT = os.path.join(REPO, "scripts", "speed-report.py")
 FIX = os.path.join(REPO, "tests", "scripts", "fixtures")
 CALL1, CALL2 = os.path.join(FIX, "speed-call1.jsonl"), os.path.join(FIX, "speed-call2.jsonl")
 sys.path.insert(0, os.path.join(REPO, "scripts"))
+import bench_arms  # noqa: E402
 from bench_arms import ARMS  # noqa: E402
 
 
 def run(*args):
-    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MXABLATE": MXABLATE})
 
 
 def target_rows(stdout):
@@ -97,7 +101,7 @@ class SpeedReport(unittest.TestCase):
         self.assertEqual(rows["llama-1.3b bf16 MFU"][5], "call 1")
         # The per-tensor path's figure comes with the share of its GEMM calls that were exact.
         self.assertEqual(rows["llama-1.3b FDW+H16@quant.gemm_path=fp8-where-exact step ÷ bf16 step"][5],
-                         "call 1; 93.8 % of MXFP4 GEMM calls on FP8 tensor cores")
+                         "call 1; 93.8 % of MXFP4 GEMM output tiles from FP8 tensor cores")
         # The MFU formula is stated, with N for the model at the run's vocabulary.
         self.assertIn("MFU = tokens/s × (6·N + 12·layers·d_model·seq) ÷ peak", out.stdout)
         self.assertIn("N = 1,222,639,616", out.stdout)
@@ -242,20 +246,27 @@ class SpeedReport(unittest.TestCase):
 
     def test_ours_line_from_a_run_directory(self):
         d = os.path.join(self.tmp, "ours-llama-1.3b-fp8")
-        os.mkdir(d)
+        data = os.path.join(self.tmp, "data")
+        os.makedirs(d)
+        os.makedirs(data)
+        shutil.copy(os.path.join(REPO, "tests/orchestrator/fake-dataset/manifest.json"), data)
+        # The config the bench writes (gpu-trainer-lib.sh's `config`): 8 steps of 65,536 tokens.
+        keys = bench_arms.run_keys(data, "cuda", "llama-1.3b", 2048, 65536, 16384, 8, 1000, 16384, 0)
+        config = bench_arms.write_config(MXABLATE, bench_arms.recipe(
+            "fp8", keys, {"train": {"activation_checkpointing": True}}))
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump({"data": {"seq_len": 2048}, "train": {"global_batch_tokens": 65536, "micro_batch_tokens": 16384,
-                                                           "activation_checkpointing": True}}, f)
+            json.dump(config, f)
         routes = {"setting": "auto", "fp8": "fp8-tensorwise", "mxfp4": "emulated"}
-        events = [{"kind": "run_start", "step": 0, "params": 1231128576, "gemm_routes": routes,
+        events = [{"kind": "run_start", "step": 0, "tokens": 0, "params": 1231128576, "gemm_routes": routes,
                    "device": "cuda:0 NVIDIA H100 80GB HBM3"}]
         # Steps 1-3 are warm-up (slow); the median of steps 4-8 is 60,000.
         for step, tps in enumerate([1000, 2000, 3000, 59000, 60000, 61000, 10000, 90000], 1):
-            events.append({"kind": "train", "step": step, "tokens_per_s": tps})
-        events.append({"kind": "run_end", "step": 8, "peak_gpu_bytes": 3 * 2 ** 30})
+            events.append({"kind": "train", "step": step, "tokens": 65536 * step, "loss": 9.0, "tokens_per_s": tps})
+        events.append({"kind": "run_end", "step": 8, "tokens": 8 * 65536, "status": "budget_exhausted",
+                       "peak_gpu_bytes": 3 * 2 ** 30})
         with open(os.path.join(d, "events.jsonl"), "w") as f:
-            f.writelines(json.dumps(e) + "\n" for e in events)
-            f.write('{"kind": "train", "step": 9, "tokens_per')  # a line cut short: ignored
+            f.writelines(json.dumps({"seq": i, "time": 1.7e9 + i, **e}) + "\n" for i, e in enumerate(events, 1))
+            f.write('{"seq": 11, "time": 1.8e9, "kind": "train", "step": 9, "tokens_per')  # cut short: ignored
         with open(os.path.join(d, "output.txt"), "w") as f:
             f.write("mxablate-train: done\n")
         out = run("--ours-line", d, "llama-1.3b", "fp8", "0")

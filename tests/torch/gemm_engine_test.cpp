@@ -161,6 +161,13 @@ TEST_CASE("engines refuse operands of another form and specs they cannot take, i
   CHECK(fp8.operand_problem(e5m2, e5m2) == "the fp8-tensorwise GEMM path has no e5m2 x e5m2 kernel");
   CHECK(fp8.operand_problem(mx, e4m3) == "the fp8-tensorwise GEMM path needs fp8-e4m3 or fp8-e5m2 operands, got mxfp4");
   CHECK(hopper.operand_problem(mx, mx).empty());
+  // mxfp4-as-fp8 declines Wgrad (its lines run across tokens); every other engine takes every kind.
+  const GemmEngine& as_fp8 = gemm_engine(GemmRoute::kMXFP4AsFP8);
+  CHECK(as_fp8.gemm_kind_problem(GemmKind::kFprop).empty());
+  CHECK(as_fp8.gemm_kind_problem(GemmKind::kDgrad).empty());
+  CHECK(as_fp8.gemm_kind_problem(GemmKind::kWgrad).find("takes Fprop and Dgrad") != std::string::npos);
+  for (const GemmEngine* e : {&emulated, &fp8, &hopper})
+    for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) CHECK(e->gemm_kind_problem(g).empty());
   CHECK(hopper.operand_problem(mx, e4m3) == "the hopper-fp8 GEMM path needs MXFP4 operands, got fp8-e4m3");
   CHECK(hopper.shape_problem(32, 48, 64) == "the hopper-fp8 GEMM path needs K to be a multiple of 128, got 64");
   CHECK(hopper.shape_problem(32, 40, 128) ==
@@ -208,41 +215,17 @@ TEST_CASE("routes have one name table", "[torch][gemm][engine]") {
   CHECK_FALSE(parse_gemm_route("fp8").has_value());
 }
 
-TEST_CASE("mxfp4-as-fp8 takes FP8 tensor cores only for two exact operands whose scales multiply to normal floats", "[torch][gemm][engine]") {
-  // The rule reads forms, scale exponents, specs and shapes only: CPU stand-ins are enough.
-  const QuantSpec rtn{QuantFormat::kMXFP4};
-  QuantSpec sr{QuantFormat::kMXFP4, ScaleRule::kFloor, Rounding::kStochastic};
-  sr.sr_prescale = 0.75f;
-  // An operand whose line scales span 2^lo .. 2^hi.
-  const auto fp8 = [](int lo, int hi, const QuantSpec& spec, int64_t outer = 64, int64_t k = 128) {
-    QuantizedOperand op;
-    op.form = QuantizedOperand::Form::kFP8Rowwise;
-    op.data = at::zeros({outer, k});
-    op.scale = at::full({outer}, std::ldexp(1.0f, hi));
-    op.line_scale_log2 = QuantizedOperand::ScaleRange{lo, hi};
-    op.spec = spec;
-    return op;
-  };
-  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-12, -10, rtn), fp8(-25, -20, rtn)));
-  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-60, -50, rtn), fp8(-66, -60, rtn)));        // 2^-126: the smallest normal
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-60, -50, rtn), fp8(-67, -60, rtn)));  // a subnormal product
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-130, 0, rtn), fp8(0, 60, rtn)));      // a subnormal line scale
-  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(40, 60, rtn), fp8(50, 67, rtn)));            // 2^127: the largest power
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(40, 60, rtn), fp8(50, 68, rtn)));      // 2^128 is no float
-  // The SR fold (16/9 here, 2^0.83) counts.
-  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(-60, 0, sr), fp8(-66, 0, sr)));
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(-61, 0, sr), fp8(-66, 0, sr)));
-  CHECK(mxfp4_as_fp8_on_tensor_cores(fp8(0, 60, sr), fp8(0, 67, sr)));
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 61, sr), fp8(0, 67, sr)));
-  // Shapes the row-wise FP8 GEMM does not take, and any operand that is values.
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn), fp8(0, 0, rtn, 40)));  // N = 40
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn, 40), fp8(0, 0, rtn)));  // M = 40
-  QuantizedOperand values = fp8(0, 0, rtn);
-  values.form = QuantizedOperand::Form::kValues;
-  values.line_scale_log2.reset();
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(values, fp8(0, 0, rtn)));
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(fp8(0, 0, rtn), values));
-  QuantizedOperand tensorwise = fp8(0, 0, rtn);  // the FP8 baseline's form: not this route's
-  tensorwise.form = QuantizedOperand::Form::kFP8Tensorwise;
-  CHECK_FALSE(mxfp4_as_fp8_on_tensor_cores(tensorwise, fp8(0, 0, rtn)));
+TEST_CASE("mxfp4-as-fp8 runs the FP8 GEMM for shapes in multiples of 16, and multiplies values otherwise", "[torch][gemm][engine]") {
+  // The host half of the route's rule; the device half (lines and scale products) is
+  // fp8_line_scales_normal and the line marks, tested in gpu_kernel_model_test.
+  CHECK(mxfp4_as_fp8_shape_fits(64, 64, 128));
+  CHECK(mxfp4_as_fp8_shape_fits(16, 4096, 32));
+  CHECK_FALSE(mxfp4_as_fp8_shape_fits(64, 40, 128));  // N = 40
+  CHECK_FALSE(mxfp4_as_fp8_shape_fits(40, 64, 128));  // M = 40
+  CHECK_FALSE(mxfp4_as_fp8_shape_fits(64, 64, 40));   // K = 40
+  // On the CPU the route is refused in one sentence, not run on stand-ins.
+  const GemmEngine& engine = gemm_engine(GemmRoute::kMXFP4AsFP8);
+  const QuantSpec spec{QuantFormat::kMXFP4};
+  const AxisQuantization q{spec, {}, {}};
+  CHECK_THROWS_AS(engine.quantize(at::zeros({64, 64}), &q, nullptr, nullptr, nullptr, at::kFloat), std::invalid_argument);
 }

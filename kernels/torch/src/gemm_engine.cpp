@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
 #include <stdexcept>
 
 #include "mxablate/kernels/torch/fp8_gemm.h"
@@ -73,8 +72,8 @@ class EmulatedEngine final : public GemmEngine {
     return out;
   }
 
-  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
-                      std::optional<at::ScalarType> out_dtype) const override {
+  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b, std::optional<at::ScalarType> out_dtype,
+                      const at::Tensor*) const override {
     check_forms(*this, a, b);
     const at::Tensor c = folded_mm(a.data, b.data.t(), sr_prescale_fold(a.spec, b.spec));
     return out_dtype ? c.to(*out_dtype) : c;
@@ -114,8 +113,8 @@ class Fp8TensorwiseEngine final : public GemmEngine {
     return out;
   }
 
-  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
-                      std::optional<at::ScalarType> out_dtype) const override {
+  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b, std::optional<at::ScalarType> out_dtype,
+                      const at::Tensor*) const override {
     check_forms(*this, a, b);
     const at::ScalarType out = out_dtype.value_or(a.data.is_cuda() ? at::kBFloat16 : at::kFloat);
     return fp8_tensorwise_mm(a.data, a.scale, b.data, b.scale, out, sr_prescale_fold(a.spec, b.spec));
@@ -167,8 +166,8 @@ class HopperFp8Engine final : public GemmEngine {
 #endif
   }
 
-  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
-                      std::optional<at::ScalarType> out_dtype) const override {
+  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b, std::optional<at::ScalarType> out_dtype,
+                      const at::Tensor*) const override {
     check_forms(*this, a, b);
     const std::string shape = shape_problem(a.outer(), b.outer(), a.reduction());
     if (!shape.empty()) throw std::invalid_argument(shape);
@@ -196,12 +195,11 @@ class HopperFp8Engine final : public GemmEngine {
   }
 };
 
-// MXFP4 re-expressed as E4M3 with one scale per line where exact (docs/design.md §3,
-// "mxfp4-as-fp8"). quantize reads each operand's status back and keeps the E4M3 codes of an
-// exact one; an operand E4M3 cannot hold at its line scales becomes its MXFP4 values (the
-// emulated engine's values, dequantized from the same codes). multiply runs the row-wise scaled
-// FP8 GEMM where mxfp4_as_fp8_on_tensor_cores says so, else multiplies the values as the emulated
-// engine does.
+// MXFP4 re-expressed as E4M3 with one scale per line (docs/design.md §3, "mxfp4-as-fp8").
+// quantize writes the E4M3 codes and keeps the packed MXFP4 beside them, reading nothing back.
+// multiply runs the row-wise scaled FP8 GEMM where the shape fits, then the fix-up, which
+// recomputes on the device the output tiles E4M3 did not hold; other shapes multiply the MXFP4
+// values as the emulated engine does.
 class MxfpAsFp8Engine final : public GemmEngine {
  public:
   GemmRoute route() const override { return GemmRoute::kMXFP4AsFP8; }
@@ -215,9 +213,19 @@ class MxfpAsFp8Engine final : public GemmEngine {
     return {};  // any shape: a GEMM the FP8 kernel does not take multiplies the values
   }
 
+  // Wgrad (dYᵀ X) reduces over tokens, so its operands' lines run across tokens, and gradients
+  // span more than E4M3's 14 binades there: at llama-1.3b 7 % of Wgrad's output tiles needed the
+  // fix-up against 0.002 % of Dgrad's and none of Fprop's, and a recomputed tile of K = 16,384
+  // costs more than the whole FP8 GEMM (docs/performance.md, "Speed").
+  std::string gemm_kind_problem(GemmKind gemm) const override {
+    if (gemm != GemmKind::kWgrad) return {};
+    return "the mxfp4-as-fp8 GEMM path takes Fprop and Dgrad: Wgrad's lines run across tokens, whose "
+           "gradients span more than one E4M3 scale holds";
+  }
+
   QuantizedAxes quantize(const at::Tensor& t, const AxisQuantization* rows, const AxisQuantization* cols,
                          QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
-                         at::ScalarType values_dtype) const override {
+                         at::ScalarType) const override {
     const std::string unavailable = gemm_route_unavailable_reason(route(), t.device());
     if (!unavailable.empty()) throw std::invalid_argument(unavailable);
     QuantizedAxes out;
@@ -228,77 +236,59 @@ class MxfpAsFp8Engine final : public GemmEngine {
       const std::string problem = operand_problem(q->spec, q->spec);
       if (!problem.empty()) throw std::invalid_argument(problem);
     }
-    const detail::MxAsFp8Operands ops =
-        detail::mx_as_fp8_gpu(t, rows, cols, rows_telemetry, cols_telemetry, values_dtype);
+    const detail::MxAsFp8Operands ops = detail::mx_as_fp8_gpu(t, rows, cols, rows_telemetry, cols_telemetry);
     const auto one = [](Axis axis, const AxisQuantization& q, const detail::MxAsFp8Axis& r) {
-      // r.values is the GEMM's (M or N) x K view; values() takes the tensor's layout.
-      if (!r.status.exact()) return QuantizedOperand::values(axis == Axis::kRows ? r.values : r.values.t(), axis,
-                                                             q.spec, q.key);
       QuantizedOperand op = make_operand(Form::kFP8Rowwise, r.codes, r.line_scales, axis, q);
-      const auto log2_of = [](uint32_t code) { return static_cast<int>(code) - kE8M0Bias - kFp8ChunkHeadroom; };
-      op.line_scale_log2 = QuantizedOperand::ScaleRange{log2_of(r.status.min_line_code),
-                                                        log2_of(r.status.max_scale_code)};
+      op.mx = {r.packed, r.block_scales, r.line_inexact, r.status};
       return op;
     };
     if (rows) out.rows = one(Axis::kRows, *rows, ops.rows);
     if (cols) out.cols = one(Axis::kCols, *cols, ops.cols);
     return out;
 #else
-    (void)rows_telemetry, (void)cols_telemetry, (void)values_dtype;
+    (void)rows_telemetry, (void)cols_telemetry;
     throw std::invalid_argument("the mxfp4-as-fp8 GEMM path needs CUDA LibTorch with the GPU kernels");
 #endif
   }
 
-  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
-                      std::optional<at::ScalarType> out_dtype) const override {
-    for (const QuantizedOperand* op : {&a, &b})
-      if ((op->form != Form::kFP8Rowwise || !op->line_scale_log2) && op->form != Form::kValues)
-        throw std::invalid_argument("the mxfp4-as-fp8 GEMM engine was given operands quantized by another engine");
-    const float fold = sr_prescale_fold(a.spec, b.spec);
-    if (mxfp4_as_fp8_on_tensor_cores(a, b)) {
+  at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b, std::optional<at::ScalarType> out_dtype,
+                      const at::Tensor* route_tiles) const override {
+    check_forms(*this, a, b);
 #if MXABLATE_KERNELS_TORCH_CUDA && MXABLATE_TORCH_HAS_TENSORWISE_SCALED_MM
+    const float fold = sr_prescale_fold(a.spec, b.spec);
+    const auto axis_of = [](const QuantizedOperand& op) {
+      return detail::MxAsFp8Axis{op.data, op.scale, op.mx.packed, op.mx.block_scales, op.mx.line_inexact,
+                                 op.mx.status};
+    };
+    at::Tensor c;
+    if (mxfp4_as_fp8_shape_fits(a.outer(), b.outer(), a.reduction())) {
       // Row-wise scaling: a's scales as an M x 1 column, b's as a 1 x N row; the fold goes into
       // a copy of a's (the operand may be saved for backward and must stay as quantized). The
       // scales multiply the FP32 sums before the one rounding to BF16 (the only output row-wise
-      // scaling has).
+      // scaling has). Then the fix-up rewrites the tiles that this could not get right.
       const at::Tensor sa = (fold == 1.0f ? a.scale : a.scale * fold).view({a.outer(), 1});
-      const at::Tensor c = at::_scaled_mm(a.data, b.data.t(), sa, b.scale.view({1, b.outer()}), std::nullopt,
-                                          std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
-      return out_dtype ? c.to(*out_dtype) : c;
-#endif
+      c = at::_scaled_mm(a.data, b.data.t(), sa, b.scale.view({1, b.outer()}), std::nullopt, std::nullopt,
+                         at::kBFloat16, /*use_fast_accum=*/false);
+      detail::mx_rowwise_fixup_gpu(axis_of(a), axis_of(b), fold, c, route_tiles);
+    } else {
+      // The MXFP4 values from the same packed codes: the emulated engine's operands, bit for bit.
+      c = folded_mm(detail::mx_values_gpu(axis_of(a), at::kBFloat16),
+                    detail::mx_values_gpu(axis_of(b), at::kBFloat16).t(), fold);
     }
-    // The MXFP4 values: an E4M3 code times a power of two is the MXFP4 value itself, exact in
-    // BF16 (and in whatever dtype a values operand already has).
-    const at::ScalarType dtype = a.form == Form::kValues ? a.data.scalar_type()
-                                 : b.form == Form::kValues ? b.data.scalar_type()
-                                                           : at::kBFloat16;
-    const auto values = [dtype](const QuantizedOperand& op) {
-      // E4M3 widens exactly to BF16, and a power of two within BF16's range scales it exactly.
-      return op.form == Form::kValues ? op.data : (op.data.to(dtype) * op.scale.view({-1, 1}).to(dtype));
-    };
-    const at::Tensor c = folded_mm(values(a), values(b).t(), fold);
     return out_dtype ? c.to(*out_dtype) : c;
+#else
+    (void)a, (void)b, (void)out_dtype, (void)route_tiles;
+    throw std::invalid_argument("the mxfp4-as-fp8 GEMM path needs CUDA LibTorch >= 2.5 with the GPU kernels");
+#endif
   }
 };
 
 }  // namespace
 
-bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOperand& b) {
-  if (a.form != QuantizedOperand::Form::kFP8Rowwise || b.form != QuantizedOperand::Form::kFP8Rowwise ||
-      !a.line_scale_log2 || !b.line_scale_log2)
-    return false;
+bool mxfp4_as_fp8_shape_fits(int64_t m, int64_t n, int64_t k) {
   // at::_scaled_mm with row-wise scales (cuBLASLt outer-vector scaling on sm_90) takes M, N and K
   // multiples of 16.
-  if (a.outer() % 16 != 0 || b.outer() % 16 != 0 || a.reduction() % 16 != 0) return false;
-  // The GEMM multiplies a's scales (times the fold, in a copy) by b's: every factor and product
-  // must be a normal float32 for the scaling to be the emulation's (the fold, in [1, 2^48], may be
-  // no power of two: it rounds once, as the emulation's alpha does). The extremes decide.
-  const double f = std::log2(static_cast<double>(sr_prescale_fold(a.spec, b.spec)));
-  const auto normal = [](double e) { return e >= -126.0 && e < 128.0; };
-  const QuantizedOperand::ScaleRange ra = *a.line_scale_log2, rb = *b.line_scale_log2;
-  return normal(ra.min_log2) && normal(rb.min_log2) && normal(ra.max_log2) && normal(rb.max_log2) &&
-         normal(ra.min_log2 + f) && normal(ra.max_log2 + f) && normal(ra.min_log2 + rb.min_log2 + f) &&
-         normal(ra.max_log2 + rb.max_log2 + f);
+  return m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
 }
 
 QuantizedOperand QuantizedOperand::values(const at::Tensor& q, Axis axis, const QuantSpec& spec,

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -249,89 +250,100 @@ Fp8Codes fp8_codes_gpu(const at::Tensor& x, const AxisQuantization* rows, const 
 }
 
 MxAsFp8Operands mx_as_fp8_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
-                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
-                              at::ScalarType values_dtype) {
+                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry) {
 #if MXABLATE_TORCH_HAS_FP8
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor in = x.contiguous();
   const Scratch scratch = make_scratch(in, rows_telemetry || cols_telemetry);
-  // Both axes' statuses in one allocation, read back with one copy.
   static_assert(sizeof(Fp8LineStatus) == 16);
-  const at::Tensor status_words = at::empty({8}, in.options().dtype(at::kInt));
-  auto* status = reinterpret_cast<Fp8LineStatus*>(status_words.data_ptr());
-  struct Packed {
-    at::Tensor codes, block_scales;
-    int64_t lines = 0, length = 0;
-  };
   const auto packed_for = [&in](Axis axis, gpu::AxisJob& job, const AxisQuantization& q) {
-    Packed p;
-    p.lines = axis == Axis::kRows ? in.size(0) : in.size(1);
-    p.length = axis == Axis::kRows ? in.size(1) : in.size(0);
-    p.codes = at::empty({p.lines, p.length / 2}, in.options().dtype(at::kByte));
-    p.block_scales = at::empty({p.lines, p.length / kMXBlockSize}, in.options().dtype(at::kByte));
+    MxAsFp8Axis p;
+    const int64_t lines = axis == Axis::kRows ? in.size(0) : in.size(1);
+    const int64_t length = axis == Axis::kRows ? in.size(1) : in.size(0);
+    p.packed = at::empty({lines, length / 2}, in.options().dtype(at::kByte));
+    p.block_scales = at::empty({lines, length / kMXBlockSize}, in.options().dtype(at::kByte));
     job = {q.spec, q.key, {}};
-    job.out.packed = p.codes.data_ptr<uint8_t>();
+    job.out.packed = p.packed.data_ptr<uint8_t>();
     job.out.scales = p.block_scales.data_ptr<uint8_t>();
     return p;
   };
   gpu::AxisJob rows_job, cols_job;
-  Packed rows_packed, cols_packed;
+  MxAsFp8Operands result;
   gpu::QuantizeJob job = job_for(in, scratch);
   if (rows) {
-    rows_packed = packed_for(Axis::kRows, rows_job, *rows);
+    result.rows = packed_for(Axis::kRows, rows_job, *rows);
     if (rows_telemetry) rows_job.out.telemetry = scratch.telemetry(0);
     job.along_rows = &rows_job;
   }
   if (cols) {
-    cols_packed = packed_for(Axis::kCols, cols_job, *cols);
+    result.cols = packed_for(Axis::kCols, cols_job, *cols);
     if (cols_telemetry) cols_job.out.telemetry = scratch.telemetry(1);
     job.down_cols = &cols_job;
   }
   const auto stream = compat::current_stream(in);
   gpu::quantize(job, stream);
-  MxAsFp8Operands result;
-  const auto express = [&](const Packed& p, int slot, MxAsFp8Axis& out) {
-    out.codes = at::empty({p.lines, p.length}, in.options().dtype(compat::kFloat8E4M3));
-    out.line_scales = at::empty({p.lines}, in.options().dtype(at::kFloat));
-    const at::Tensor line_max = at::empty({p.lines}, in.options().dtype(at::kInt));
-    gpu::mx_as_fp8({p.codes.data_ptr<uint8_t>(), p.block_scales.data_ptr<uint8_t>(), p.lines, p.length,
-                    static_cast<uint8_t*>(out.codes.data_ptr()), out.line_scales.data_ptr<float>(),
-                    reinterpret_cast<uint32_t*>(line_max.data_ptr<int32_t>()), status + slot},
-                   stream);
+  const auto express = [&](MxAsFp8Axis& out) {
+    const int64_t lines = out.packed.size(0), length = out.packed.size(1) * 2;
+    out.codes = at::empty({lines, length}, in.options().dtype(compat::kFloat8E4M3));
+    out.line_scales = at::empty({lines}, in.options().dtype(at::kFloat));
+    out.line_inexact = at::empty({lines}, in.options().dtype(at::kByte));
+    out.status = at::empty({4}, in.options().dtype(at::kInt));
+    const at::Tensor line_max = at::empty({lines}, in.options().dtype(at::kInt));
+    gpu::MxAsFp8Job j{out.packed.data_ptr<uint8_t>(), out.block_scales.data_ptr<uint8_t>(), lines, length,
+                      static_cast<uint8_t*>(out.codes.data_ptr()), out.line_scales.data_ptr<float>(),
+                      reinterpret_cast<uint32_t*>(line_max.data_ptr<int32_t>()),
+                      reinterpret_cast<Fp8LineStatus*>(out.status.data_ptr<int32_t>())};
+    j.line_inexact = out.line_inexact.data_ptr<uint8_t>();
+    gpu::mx_as_fp8(j, stream);
   };
-  if (rows) express(rows_packed, 0, result.rows);
-  if (cols) express(cols_packed, 1, result.cols);
-  // The host decides each operand's GEMM from its status: one copy (it synchronizes) for both.
-  const at::Tensor host = status_words.cpu();
-  Fp8LineStatus host_status[2];
-  std::memcpy(host_status, host.data_ptr(), sizeof host_status);
-  // Where E4M3 cannot hold an axis at its line scales, its MXFP4 values from the same codes.
-  const auto values_of = [&](const Packed& p, MxAsFp8Axis& out) {
-    out.values = at::empty({p.lines, p.length}, in.options().dtype(values_dtype));
-    gpu::MxDequantizeJob d{p.codes.data_ptr<uint8_t>(), p.block_scales.data_ptr<uint8_t>(),
-                           p.lines * (p.length / kMXBlockSize)};
-    if (values_dtype == at::kFloat) {
-      d.f32 = out.values.data_ptr<float>();
-    } else {
-      d.bf16 = reinterpret_cast<uint16_t*>(out.values.data_ptr<at::BFloat16>());
-    }
-    gpu::mx_dequantize(d, stream);
-    out.codes = out.line_scales = at::Tensor();
-  };
-  if (rows) {
-    result.rows.status = host_status[0];
-    if (!host_status[0].exact()) values_of(rows_packed, result.rows);
-  }
-  if (cols) {
-    result.cols.status = host_status[1];
-    if (!host_status[1].exact()) values_of(cols_packed, result.cols);
-  }
+  if (rows) express(result.rows);
+  if (cols) express(result.cols);
   read_telemetry(scratch, rows_telemetry, cols_telemetry);
   return result;
 #else
-  (void)x, (void)rows, (void)cols, (void)rows_telemetry, (void)cols_telemetry, (void)values_dtype;
+  (void)x, (void)rows, (void)cols, (void)rows_telemetry, (void)cols_telemetry;
   throw std::invalid_argument("FP8 tensors need LibTorch >= 2.1, this is " + std::string(compat::torch_version()));
 #endif
+}
+
+void mx_rowwise_fixup_gpu(const MxAsFp8Axis& a, const MxAsFp8Axis& b, float fold, at::Tensor& c,
+                          const at::Tensor* tiles) {
+  const c10::cuda::CUDAGuard guard(c.device());
+  gpu::MxRowwiseFixupJob job;
+  job.a_packed = a.packed.data_ptr<uint8_t>();
+  job.a_scales = a.block_scales.data_ptr<uint8_t>();
+  job.a_inexact = a.line_inexact.data_ptr<uint8_t>();
+  job.a_status = reinterpret_cast<const Fp8LineStatus*>(a.status.data_ptr<int32_t>());
+  job.b_packed = b.packed.data_ptr<uint8_t>();
+  job.b_scales = b.block_scales.data_ptr<uint8_t>();
+  job.b_inexact = b.line_inexact.data_ptr<uint8_t>();
+  job.b_status = reinterpret_cast<const Fp8LineStatus*>(b.status.data_ptr<int32_t>());
+  job.m = a.packed.size(0);
+  job.n = b.packed.size(0);
+  job.k = a.packed.size(1) * 2;
+  job.fold = fold;
+  job.fold_log2 = std::log2(static_cast<double>(fold));
+  if (c.scalar_type() != at::kBFloat16 || c.dim() != 2 || c.size(0) != job.m || c.size(1) != job.n || c.stride(1) != 1)
+    throw std::invalid_argument("the MXFP4 fix-up writes a row-major BF16 m x n output");
+  job.c = reinterpret_cast<uint16_t*>(c.data_ptr<at::BFloat16>());
+  job.ldc = c.stride(0);
+  if (tiles && tiles->defined()) job.tiles = reinterpret_cast<unsigned long long*>(tiles->data_ptr<int64_t>());
+  gpu::mx_rowwise_fixup(job, compat::current_stream(c));
+}
+
+at::Tensor mx_values_gpu(const MxAsFp8Axis& axis, at::ScalarType dtype) {
+  const c10::cuda::CUDAGuard guard(axis.packed.device());
+  const int64_t lines = axis.packed.size(0), length = axis.packed.size(1) * 2;
+  at::Tensor values = at::empty({lines, length}, axis.packed.options().dtype(dtype));
+  gpu::MxDequantizeJob d{axis.packed.data_ptr<uint8_t>(), axis.block_scales.data_ptr<uint8_t>(),
+                         lines * (length / kMXBlockSize)};
+  if (dtype == at::kFloat) {
+    d.f32 = values.data_ptr<float>();
+  } else {
+    d.bf16 = reinterpret_cast<uint16_t*>(values.data_ptr<at::BFloat16>());
+  }
+  gpu::mx_dequantize(d, compat::current_stream(values));
+  return values;
 }
 
 ScaleCodesGpu scale_codes_gpu(const at::Tensor& x, Axis axis, const QuantSpec& spec, const RngKey& key) {

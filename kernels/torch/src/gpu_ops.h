@@ -40,22 +40,32 @@ Fp8Operand quantize_fp8_operand_gpu(const GemmOperand& op, QuantTelemetry* telem
                                     bool want_counts);
 
 // MXFP4 operands of x along rows and/or down columns (one quantizer pass) re-expressed as E4M3
-// codes with one decode scale per line (mx_as_fp8_gpu.h), with the status of each read back
-// (one synchronization for both): the mxfp4-as-fp8 engine's quantize. An axis whose status is
-// not exact comes as its MXFP4 values instead (`values`, in `values_dtype`, (lines x length):
-// the GEMM's view of the operand), dequantized from the same packed codes.
+// codes with one decode scale per line (mx_as_fp8_gpu.h): the mxfp4-as-fp8 engine's quantize.
+// Nothing is read back (telemetry aside): whether E4M3 held each line stays on the device, for
+// the fix-up after the GEMM (mx_rowwise_fixup_gpu).
 struct MxAsFp8Axis {
-  at::Tensor codes;        // lines x length Float8_e4m3fn (lines = rows along rows, cols down columns)
-  at::Tensor line_scales;  // lines float32 on the device: 2^(E_l - 133)
-  at::Tensor values;       // instead of codes and line_scales where the status is not exact
-  Fp8LineStatus status;
+  at::Tensor codes;         // lines x length Float8_e4m3fn (lines = rows along rows, cols down columns)
+  at::Tensor line_scales;   // lines float32: 2^(E_l - 133)
+  at::Tensor packed;        // lines x length/2 bytes: the MXFP4 codes the E4M3 codes came from
+  at::Tensor block_scales;  // lines x length/32 E8M0 codes
+  at::Tensor line_inexact;  // lines bytes: 1 where E4M3 did not hold the line
+  at::Tensor status;        // 4 int32 on the device: the axis's Fp8LineStatus
 };
 struct MxAsFp8Operands {
   MxAsFp8Axis rows, cols;  // empty where the axis was not asked for
 };
 MxAsFp8Operands mx_as_fp8_gpu(const at::Tensor& x, const AxisQuantization* rows, const AxisQuantization* cols,
-                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
-                              at::ScalarType values_dtype);
+                              QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry);
+
+// After c = the row-wise scaled FP8 GEMM of a and b (BF16, m x n, row-major): recomputes the
+// tiles whose lines E4M3 did not hold, on c's stream (mx_as_fp8_gpu.h, mx_rowwise_fixup).
+// `tiles`, when defined, is a 2-element int64 device tensor the tile counts are added to.
+void mx_rowwise_fixup_gpu(const MxAsFp8Axis& a, const MxAsFp8Axis& b, float fold, at::Tensor& c,
+                          const at::Tensor* tiles);
+
+// The MXFP4 values of an axis (lines x length, `dtype` float32 or bfloat16): mx_dequant's, the
+// emulated engine's values bit for bit.
+at::Tensor mx_values_gpu(const MxAsFp8Axis& axis, at::ScalarType dtype);
 
 // Empty when `device` runs FP8 GEMMs with row-wise scales (at::_scaled_mm's row-wise kernels:
 // compute capability 9.0 and later), else why not.

@@ -69,8 +69,6 @@ TEST_CASE("Graphed steps: what cannot be graphed is auto's reason and on's one-l
        "the run has 4 data-parallel ranks (graphs capture one rank's step)"},
       {"occ", [](StepCaptureFacts& f) { f.reads_back_each_step = true; },
        "a layer clamps outliers (quant.occ), whose threshold is read back every step"},
-      {"fp8-where-exact", [](StepCaptureFacts& f) { f.chooses_gemms_on_host = true; },
-       "quant.gemm_path: fp8-where-exact chooses each MXFP4 GEMM's engine from its operands, read back every call"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -101,32 +99,19 @@ TEST_CASE("Graphed steps: the facts a config decides, in every phase and overrid
   CHECK(f.ranks == 1);
   CHECK(f.micro_batch_tokens == contract::micro_batch_tokens(c));
   CHECK_FALSE(f.reads_back_each_step);
-  CHECK_FALSE(f.chooses_gemms_on_host);
   CHECK_NOTHROW(trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers)));
 
-  // fp8-where-exact without an MXFP4 GEMM chooses nothing on the host; with one in a later phase
-  // of the schedule it does, and `on` is refused for the whole run.
+  // fp8-where-exact decides each MXFP4 GEMM's tiles on the device: MXFP4 GEMMs on it, in a later
+  // phase of the schedule or from an override, leave `on` allowed.
   c.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
-  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
   c.precision_schedule = {{0.5, {GemmPrecision::kBF16, GemmPrecision::kBF16, GemmPrecision::kMXFP4}}};
-  CHECK(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
-  try {
-    trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers));
-    FAIL("on was not refused");
-  } catch (const contract::ConfigError& e) {
-    CHECK(starts_with(e.what(), "train.cuda_graphs: \"on\", but quant.gemm_path: fp8-where-exact"));
-  }
-  // Under `fp8` the MXFP4 GEMMs take the Hopper path, decided once: no read-back.
-  c.quant.gemm_path = contract::GemmPath::kFP8;
-  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
-  // An override that brings the LM head into MXFP4 counts too.
-  c.precision_schedule.clear();
-  c.quant.gemm_path = contract::GemmPath::kFP8WhereExact;
   contract::LayerOverride head;
   head.layers = "lm_head";
   head.patch.dgrad = GemmPrecision::kMXFP4;
   c.overrides = {head};
-  CHECK(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).chooses_gemms_on_host);
+  CHECK_FALSE(trainer::step_capture_facts(c, trainer::plan_run_layers(c, layers, shape.n_layers)).reads_back_each_step);
+  CHECK_NOTHROW(trainer::check_step_capture(c, trainer::plan_run_layers(c, layers, shape.n_layers)));
+  c.precision_schedule.clear();
   c.overrides.clear();
   c.quant.gemm_path = contract::GemmPath::kAuto;
 

@@ -94,8 +94,8 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
     timed.train_s = 8.5;
     timed.eval_s = 1.0;
     timed.checkpoint_s = 0.5;
-    // An MXFP4 arm under fp8-where-exact: its GEMM calls by engine (docs/design.md §3).
-    timed.mxfp4_as_fp8_calls = std::array<trainer::RouteCalls, 3>{{{40, 2}, {42, 0}, {30, 12}}};
+    // An MXFP4 arm under fp8-where-exact: its output tiles each way (docs/design.md §3).
+    timed.mxfp4_as_fp8_tiles = std::array<trainer::RouteTiles, 3>{{{40, 2}, {42, 0}, {30, 12}}};
     ev.run_end({3, 30}, timed);
     written.push_back("run_end");
   }
@@ -115,10 +115,10 @@ TEST_CASE("every kind RunEvents writes reads back through the event reader") {
   CHECK(end["train_s"] == 8.5);
   CHECK(end["eval_s"] == 1.0);
   CHECK(end["checkpoint_s"] == 0.5);
-  CHECK(end["mxfp4_as_fp8_calls"] == json{{"fprop", {{"tensor_cores", 40}, {"emulated", 2}}},
-                                          {"dgrad", {{"tensor_cores", 42}, {"emulated", 0}}},
-                                          {"wgrad", {{"tensor_cores", 30}, {"emulated", 12}}}});
-  CHECK_FALSE(contract::read_effective_events(path).at(read.size() - 2).contains("mxfp4_as_fp8_calls"));
+  CHECK(end["mxfp4_as_fp8_tiles"] == json{{"fprop", {{"tensor_cores", 40}, {"recomputed", 2}}},
+                                          {"dgrad", {{"tensor_cores", 42}, {"recomputed", 0}}},
+                                          {"wgrad", {{"tensor_cores", 30}, {"recomputed", 12}}}});
+  CHECK_FALSE(contract::read_effective_events(path).at(read.size() - 2).contains("mxfp4_as_fp8_tiles"));
   std::filesystem::remove_all(dir);
 }
 

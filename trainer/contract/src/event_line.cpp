@@ -88,7 +88,7 @@ const std::array<KindRule, 13> kKinds{{
       {"setup_s", Type::kSeconds, false}, {"train_s", Type::kSeconds, false},
       {"eval_s", Type::kSeconds, false}, {"checkpoint_s", Type::kSeconds, false},
       {"standby_s", Type::kSeconds, false}, {"checkpoint_write_s", Type::kSeconds, false},
-      {"graphed_steps", Type::kCount, false}, {"mxfp4_as_fp8_calls", Type::kObject, false}}},
+      {"graphed_steps", Type::kCount, false}, {"mxfp4_as_fp8_tiles", Type::kObject, false}}},
 }};
 
 const char* describe(Type t) {

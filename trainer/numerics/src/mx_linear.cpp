@@ -29,16 +29,22 @@ void QuantSession::record(int layer, GemmKind gemm, Operand operand, const Quant
   records_.push_back({layer, gemm, operand, t, occ_fraction});
 }
 
-void QuantSession::count_mxfp4_as_fp8(GemmKind gemm, bool on_tensor_cores) {
-  if (!count_route_calls) return;
-  mxfp4_as_fp8_calls_[static_cast<size_t>(gemm)][on_tensor_cores ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
+const at::Tensor* QuantSession::mxfp4_as_fp8_tile_counters(GemmKind gemm, const at::Device& device) {
+  if (!count_route_calls) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);  // backward may run on an autograd worker thread
+  if (!route_tiles_.defined()) {
+    route_tiles_ = at::zeros({3, 2}, at::TensorOptions().dtype(at::kLong).device(device));
+    for (size_t g = 0; g < route_tile_rows_.size(); ++g) route_tile_rows_[g] = route_tiles_[static_cast<int64_t>(g)];
+  }
+  return &route_tile_rows_[static_cast<size_t>(gemm)];
 }
 
-std::array<QuantSession::RouteCalls, 3> QuantSession::mxfp4_as_fp8_calls() const {
-  std::array<RouteCalls, 3> out;
-  for (size_t g = 0; g < out.size(); ++g)
-    out[g] = {mxfp4_as_fp8_calls_[g][0].load(std::memory_order_relaxed),
-              mxfp4_as_fp8_calls_[g][1].load(std::memory_order_relaxed)};
+std::array<RouteTiles, 3> QuantSession::mxfp4_as_fp8_tiles() const {
+  std::array<RouteTiles, 3> out{};
+  if (!route_tiles_.defined()) return out;
+  const at::Tensor host = route_tiles_.cpu();
+  const int64_t* t = host.data_ptr<int64_t>();
+  for (size_t g = 0; g < out.size(); ++g) out[g] = {t[2 * g], t[2 * g + 1]};
   return out;
 }
 
@@ -59,15 +65,14 @@ std::vector<QuantSession::Record> QuantSession::take_records() {
 LinearState::LinearState(int layer_index, LinearPlan linear_plan, std::shared_ptr<QuantSession> quant_session)
     : layer(layer_index), plan(std::move(linear_plan)), session(std::move(quant_session)) {
   // The one place a GEMM's engine is chosen (docs/design.md §3): its precision's route, unless
-  // that engine cannot take both operand formats.
+  // that engine cannot take both operand formats or GEMMs of this kind.
   static const contract::GemmRoutes kEmulatedEverywhere;
   const contract::GemmRoutes& routes = session ? session->routes : kEmulatedEverywhere;
   for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {
     const GemmPlan& gp = plan[g];
     const kernels::GemmEngine& routed = kernels::gemm_engine(routes.of(gp.precision));
-    engines_[static_cast<size_t>(g)] = routed.operand_problem(gp.operand[0], gp.operand[1]).empty()
-                                           ? &routed
-                                           : &kernels::gemm_engine(kernels::GemmRoute::kEmulated);
+    const bool takes = routed.operand_problem(gp.operand[0], gp.operand[1]).empty() && routed.gemm_kind_problem(g).empty();
+    engines_[static_cast<size_t>(g)] = takes ? &routed : &kernels::gemm_engine(kernels::GemmRoute::kEmulated);
   }
 }
 
@@ -169,14 +174,15 @@ void quantize_on_engines(const at::Tensor& t, const LinearState& s, std::optiona
 }
 
 // The operands of t for the given uses, with telemetry recorded for this layer.
-// The GEMM's product on its engine; the mxfp4-as-fp8 engine's choice between FP8 tensor cores
-// and the emulation is counted (its one rule, kernels::mxfp4_as_fp8_on_tensor_cores).
+// The GEMM's product on its engine; the mxfp4-as-fp8 engine counts its tiles each way on the
+// device.
 at::Tensor multiply(const LinearState& s, GemmKind gemm, const kernels::QuantizedOperand& a,
                     const kernels::QuantizedOperand& b) {
   const kernels::GemmEngine& engine = s.engine(gemm);
-  if (engine.route() == kernels::GemmRoute::kMXFP4AsFP8 && s.session)
-    s.session->count_mxfp4_as_fp8(gemm, kernels::mxfp4_as_fp8_on_tensor_cores(a, b));
-  return engine.multiply(a, b);
+  const at::Tensor* tiles = engine.route() == kernels::GemmRoute::kMXFP4AsFP8 && s.session
+                                ? s.session->mxfp4_as_fp8_tile_counters(gemm, a.data.device())
+                                : nullptr;
+  return engine.multiply(a, b, std::nullopt, tiles);
 }
 
 // Plain BF16 operands (only the emulated engine takes them) skip the quantizer: round_to_bf16,

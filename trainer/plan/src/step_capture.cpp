@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "mxablate/contract/gemm_routing.h"
 #include "mxablate/contract/run_config.h"
 #include "mxablate/trainer/plan/linear_plan.h"
 
@@ -19,9 +18,6 @@ std::string cannot_graph(const StepCaptureFacts& f) {
   // OCC's clamp threshold is read back to the host every forward pass: a graph would keep the
   // threshold of the step it was captured in.
   if (f.reads_back_each_step) return "a layer clamps outliers (quant.occ), whose threshold is read back every step";
-  // A graph replays the kernels its capture chose; fp8-where-exact chooses per call.
-  if (f.chooses_gemms_on_host)
-    return "quant.gemm_path: fp8-where-exact chooses each MXFP4 GEMM's engine from its operands, read back every call";
   return "";
 }
 
@@ -47,19 +43,10 @@ StepCaptureFacts step_capture_facts(const contract::RunConfig& config, const Run
   f.cuda = config.device == contract::Device::kCUDA;
   f.ranks = config.parallel.data;
   f.micro_batch_tokens = contract::micro_batch_tokens(config);
-  // A GEMM's route as the one rule gives it where every route can run: where one cannot, a GEMM
-  // path that demands it is refused before any step (contract/gemm_routing.h), so a run that
-  // trains has exactly these routes.
-  const contract::GemmRouteSupport every_route;
+  // Every GEMM route decides on the device (mxfp4-as-fp8 included: its fix-up reads the line
+  // marks there), so only OCC's threshold is read back.
   for (const std::vector<LinearPlan>& phase : plans.phases)
-    for (const LinearPlan& p : phase) {
-      f.reads_back_each_step = f.reads_back_each_step || p.occ.has_value();
-      for (const GemmPlan& g : p.gemm)
-        f.chooses_gemms_on_host =
-            f.chooses_gemms_on_host ||
-            contract::resolve_gemm_route(config.quant.gemm_path, g.precision, every_route).route ==
-                contract::GemmRoute::kMXFP4AsFP8;
-    }
+    for (const LinearPlan& p : phase) f.reads_back_each_step = f.reads_back_each_step || p.occ.has_value();
   return f;
 }
 

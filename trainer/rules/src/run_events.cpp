@@ -150,13 +150,13 @@ int64_t RunEvents::run_end(Progress p, const End& e) {
                                     std::pair{"checkpoint_write_s", &e.checkpoint_write_s}})
     if (*value) f[name] = std::max(0.0, **value);
   if (e.graphed_steps) f["graphed_steps"] = *e.graphed_steps;
-  if (e.mxfp4_as_fp8_calls) {
-    json calls = json::object();
+  if (e.mxfp4_as_fp8_tiles) {
+    json tiles = json::object();
     for (kernels::GemmKind g : contract::kAllGemms) {
-      const RouteCalls& c = (*e.mxfp4_as_fp8_calls)[static_cast<size_t>(g)];
-      calls[std::string(kernels::to_string(g))] = {{"tensor_cores", c.tensor_cores}, {"emulated", c.emulated}};
+      const RouteTiles& t = (*e.mxfp4_as_fp8_tiles)[static_cast<size_t>(g)];
+      tiles[std::string(kernels::to_string(g))] = {{"tensor_cores", t.tensor_cores}, {"recomputed", t.recomputed}};
     }
-    f["mxfp4_as_fp8_calls"] = std::move(calls);
+    f["mxfp4_as_fp8_tiles"] = std::move(tiles);
   }
   return append(kind::kRunEnd, std::move(f), true);
 }

@@ -36,7 +36,7 @@ std::optional<Ending> Evaluation::judge_step(Progress at_step, double loss, doub
 double Evaluation::validation_loss() {
   torch::NoGradGuard no_grad;
   s_.model->session().collect_telemetry = false;
-  // run_end's mxfp4_as_fp8_calls are the training passes' (an evaluation adds Fprop calls only).
+  // run_end's mxfp4_as_fp8_tiles are the training passes' (an evaluation adds Fprop tiles only).
   const SessionFlagSetting not_counted(s_.model->session(), &QuantSession::count_route_calls, false);
   ++s_.model->session().weights_generation;  // the weights may have changed since the last pass
   // Summed on the device in double, in the order and with the roundings the host sum had

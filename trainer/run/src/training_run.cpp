@@ -298,7 +298,7 @@ class TrainingRun::Loop {
     end.reason = ending.reason;
     if (s_.graph) end.graphed_steps = s_.graph->replays();
     if (s_.routes.of(contract::GemmPrecision::kMXFP4) == contract::GemmRoute::kMXFP4AsFP8)
-      end.mxfp4_as_fp8_calls = s_.model->session().mxfp4_as_fp8_calls();
+      end.mxfp4_as_fp8_tiles = s_.model->session().mxfp4_as_fp8_tiles();
     end.checkpoint_write_s = checkpoints_.write_seconds();
     record_.events().run_end(progress(), end);
     if (for_good) checkpoints_.finish_in_background();

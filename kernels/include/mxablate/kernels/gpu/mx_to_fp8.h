@@ -118,8 +118,11 @@ MX_HD uint8_t fp8_line_code(uint32_t line_max, uint32_t tensor_max) {
 // Host reference over packed MXFP4 (quantize.h layout: `lines` lines of `length` elements,
 // length % 32 == 0): writes E4M3 codes (lines x length; kE4M3NaN everywhere for a tensor with a
 // NaN block) and line_scales[l] = fp8_chunk_scale(E_l) (NaN for such a tensor); returns the status.
+// line_inexact (optional, `lines` bytes): 1 where the line has a block E4M3 cannot hold, or
+// the tensor has a NaN block; else 0.
 inline Fp8LineStatus mx_to_fp8_rowwise_reference(const uint8_t* packed, const uint8_t* scales, int64_t lines,
-                                                  int64_t length, uint8_t* codes, float* line_scales) {
+                                                  int64_t length, uint8_t* codes, float* line_scales,
+                                                  uint8_t* line_inexact = nullptr) {
   const int64_t per_line = length / kMXBlockSize;
   Fp8LineStatus status;
   for (int64_t b = 0; b < lines * per_line; ++b)
@@ -132,6 +135,7 @@ inline Fp8LineStatus mx_to_fp8_rowwise_reference(const uint8_t* packed, const ui
     const uint8_t line_code = nan ? kE8M0NaN : fp8_line_code(line_max, status.max_scale_code);
     if (line_code < status.min_line_code) status.min_line_code = line_code;
     line_scales[l] = fp8_chunk_scale(line_code);
+    if (line_inexact) line_inexact[l] = nan ? 1 : 0;
     for (int64_t j = 0; j < per_line; ++j) {
       const int64_t b = l * per_line + j;
       bool exact = true;
@@ -148,9 +152,76 @@ inline Fp8LineStatus mx_to_fp8_rowwise_reference(const uint8_t* packed, const ui
         exact = exact && e.exact;
       }
       status.inexact_blocks += exact ? 0u : 1u;
+      if (line_inexact && !exact) line_inexact[l] = 1;
     }
   }
   return status;
+}
+
+// ---- Which outputs the FP8 GEMM got right, decided on the device --------------------------
+//
+// The row-wise scaled FP8 GEMM writes C[i][j] = Σ code_a·code_b · (s_a[i]·fold)·s_b[j], one
+// rounding to BF16. That is the emulation's product up to summation order exactly where line i
+// of a and line j of b are exact and every scale product is a normal float32 (a power-of-two
+// scale times a fold keeps its significand only while normal). The first two are per line
+// (line_inexact); the last is per tensor pair, from the extremes of the line scales:
+// E_l = min_line_code … max_scale_code, each 2^(E - 133), times the fold 2^fold_log2.
+MX_HD bool fp8_line_scales_normal(const Fp8LineStatus& a, const Fp8LineStatus& b, double fold_log2) {
+  if (a.max_scale_code == kE8M0NaN || b.max_scale_code == kE8M0NaN) return false;
+  const auto log2_of = [](uint32_t code) { return static_cast<double>(code) - kE8M0Bias - kFp8ChunkHeadroom; };
+  const auto normal = [](double e) { return e >= -126.0 && e < 128.0; };
+  const double a_min = log2_of(a.min_line_code), a_max = log2_of(a.max_scale_code);
+  const double b_min = log2_of(b.min_line_code), b_max = log2_of(b.max_scale_code);
+  return normal(a_min) && normal(b_min) && normal(a_max) && normal(b_max) && normal(a_min + fold_log2) &&
+         normal(a_max + fold_log2) && normal(a_min + b_min + fold_log2) && normal(a_max + b_max + fold_log2);
+}
+
+// The value an MXFP4 element has as the emulated GEMM's BF16 operand (mx_dequant, an overflow to
+// infinity clamped to BF16's largest finite value, as the quantizer's BF16 output: exact in
+// float32 and in BF16).
+MX_HD float mx_gemm_operand_value(uint32_t e2m1, uint8_t scale_code) {
+  const float v = mx_dequant(e2m1, scale_code);
+  const uint32_t bits = float_bits(v);
+  if ((bits & 0x7FFFFFFFu) == 0x7F800000u) return (bits >> 31) ? -kBF16MaxFinite : kBF16MaxFinite;
+  return v;
+}
+
+// The output tiles the fix-up recomputes (mx_as_fp8_gpu.h, mx_rowwise_fixup): kFixupTile x
+// kFixupTile blocks of C; a tile is recomputed where any of its lines of a or b is inexact, or
+// every tile where the scale products are not all normal.
+inline constexpr int kFixupTile = 64;
+
+// Host reference of the fix-up over packed MXFP4 operands a (m x k) and b (n x k), k % 32 == 0:
+// each recomputed output is Σ over k in order of value_a · value_b in float32 (exact products),
+// times fold when fold != 1, rounded to BF16 (c row-major with leading dimension ldc); outputs
+// of other tiles are left as they are. tiles[0] / tiles[1] count the tiles kept / recomputed.
+inline void mx_rowwise_fixup_reference(const uint8_t* a_packed, const uint8_t* a_scales, const uint8_t* a_inexact,
+                                       const Fp8LineStatus& a_status, const uint8_t* b_packed,
+                                       const uint8_t* b_scales, const uint8_t* b_inexact,
+                                       const Fp8LineStatus& b_status, int64_t m, int64_t n, int64_t k, float fold,
+                                       double fold_log2, uint16_t* c, int64_t ldc, uint64_t tiles[2]) {
+  const bool every_tile = !fp8_line_scales_normal(a_status, b_status, fold_log2);
+  const auto value = [k](const uint8_t* packed, const uint8_t* scales, int64_t line, int64_t i) {
+    const uint8_t byte = packed[line * (k / 2) + i / 2];
+    return mx_gemm_operand_value(i % 2 == 0 ? (byte & 0xFu) : (byte >> 4), scales[line * (k / kMXBlockSize) + i / kMXBlockSize]);
+  };
+  for (int64_t tm = 0; tm < m; tm += kFixupTile) {
+    for (int64_t tn = 0; tn < n; tn += kFixupTile) {
+      const int64_t m_end = tm + kFixupTile < m ? tm + kFixupTile : m;
+      const int64_t n_end = tn + kFixupTile < n ? tn + kFixupTile : n;
+      bool redo = every_tile;
+      for (int64_t i = tm; i < m_end && !redo; ++i) redo = a_inexact[i] != 0;
+      for (int64_t j = tn; j < n_end && !redo; ++j) redo = b_inexact[j] != 0;
+      ++tiles[redo ? 1 : 0];
+      if (!redo) continue;
+      for (int64_t i = tm; i < m_end; ++i)
+        for (int64_t j = tn; j < n_end; ++j) {
+          float acc = 0.0f;
+          for (int64_t x = 0; x < k; ++x) acc += value(a_packed, a_scales, i, x) * value(b_packed, b_scales, j, x);
+          c[i * ldc + j] = float_to_bf16_bits(fold == 1.0f ? acc : acc * fold);
+        }
+    }
+  }
 }
 
 }  // namespace mxablate::kernels

@@ -9,8 +9,9 @@
 //   mxfp4       emulated                              emulated   hopper-fp8 (required)        mxfp4-as-fp8 (required)
 //   bf16/nvfp4  emulated                              emulated   emulated                     emulated
 //
-// mxfp4-as-fp8 decides per GEMM call between FP8 tensor cores and the emulation (the one rule:
-// kernels::mxfp4_as_fp8_on_tensor_cores); the route is the engine that decides.
+// mxfp4-as-fp8 runs the FP8 GEMM and recomputes, on the device, the output tiles E4M3 did not
+// hold (kernels::mxfp4_as_fp8_shape_fits and the fix-up's rule, mx_to_fp8.h); the route is the
+// engine that decides.
 #pragma once
 
 #include <array>

@@ -49,9 +49,9 @@ struct QuantizedOperand {
     // The hopper-fp8 route: MXFP4 values re-expressed as E4M3 codes (K-contiguous) with `scale`
     // the FP32 scale of each 1x128 chunk of K, (M or N) x K/128 stored column-major.
     kFP8Chunks,
-    // The mxfp4-as-fp8 route's MXFP4 operands that E4M3 holds exactly at one scale per line:
-    // E4M3 codes (K-contiguous) and `scale`, the (M or N) float32 decode scales, powers of two
-    // within `line_scale_log2`. Its other operands are kValues.
+    // The mxfp4-as-fp8 route: MXFP4 operands re-expressed as E4M3 codes (K-contiguous) with
+    // `scale`, the (M or N) float32 power-of-two decode scales, one per line, and `mx`, what
+    // the fix-up after the FP8 GEMM reads for the lines E4M3 did not hold.
     kFP8Rowwise,
   };
 
@@ -65,13 +65,13 @@ struct QuantizedOperand {
   // re-expression was not exact (a block more than 14 binades below the chunk's largest).
   int64_t chunks = 0;
   int64_t inexact_chunks = 0;
-  // kFP8Rowwise: the smallest and largest exponent of its line scales, read back when the operand
-  // was made.
-  struct ScaleRange {
-    int min_log2 = 0;
-    int max_log2 = 0;
+  // kFP8Rowwise, on the device (mx_as_fp8_gpu.h): the packed MXFP4 codes and E8M0 block scales
+  // the E4M3 codes were made from, one byte per line marking the lines E4M3 did not hold, and the
+  // Fp8LineStatus (4 int32). Nothing of it is read back to the host.
+  struct MxSource {
+    at::Tensor packed, block_scales, line_inexact, status;
   };
-  std::optional<ScaleRange> line_scale_log2;
+  MxSource mx;
 
   bool defined() const { return form != Form::kNone; }
   int64_t outer() const { return data.size(0); }      // M or N
@@ -102,6 +102,9 @@ class GemmEngine {
   // else one sentence saying why not. Shape-independent: the trainer asks it when it picks a
   // layer's engines.
   virtual std::string operand_problem(const QuantSpec& a, const QuantSpec& b) const = 0;
+  // Empty when this engine takes GEMMs of `gemm`'s kind, else one sentence saying why not (the
+  // trainer then multiplies them on the emulation). Only mxfp4-as-fp8 declines one: Wgrad.
+  virtual std::string gemm_kind_problem(GemmKind) const { return {}; }
   // Empty when this engine can multiply an M x K by an N x K operand, else one sentence.
   virtual std::string shape_problem(int64_t m, int64_t n, int64_t k) const = 0;
 
@@ -119,20 +122,24 @@ class GemmEngine {
   // engine's quantize. The result's dtype is `out_dtype` when given, else the route's own: the
   // emulated route's GEMM dtype (folded_mm's), BF16 on CUDA for fp8-tensorwise (float32
   // elsewhere), float32 for hopper-fp8 (its BF16 output widened, as the trainer keeps it).
+  // `route_tiles`, when given, is a 2-element int64 device tensor: the mxfp4-as-fp8 engine adds
+  // the kFixupTile² output tiles it kept from the FP8 tensor cores ([0]) and recomputed ([1]),
+  // without a host synchronization; the other engines leave it alone.
   virtual at::Tensor multiply(const QuantizedOperand& a, const QuantizedOperand& b,
-                              std::optional<at::ScalarType> out_dtype = std::nullopt) const = 0;
+                              std::optional<at::ScalarType> out_dtype = std::nullopt,
+                              const at::Tensor* route_tiles = nullptr) const = 0;
 
   // One operand: `op.tensor` quantized along `op.axis`.
   QuantizedOperand quantize_operand(const GemmOperand& op, QuantTelemetry* telemetry,
                                     at::ScalarType values_dtype) const;
 };
 
-// The mxfp4-as-fp8 engine's one rule for a GEMM (docs/design.md §3, "mxfp4-as-fp8"): true when
-// both operands kept their E4M3 codes, the row-wise scaled FP8 GEMM takes the shape, and every
-// product of their line scales with the SR fold is a normal float32, so that the GEMM scales its
-// FP32 sums as the emulation would; otherwise the engine multiplies the MXFP4 values (the codes
-// times their scales, exact in BF16). MXLinear counts the GEMMs each way with it.
-bool mxfp4_as_fp8_on_tensor_cores(const QuantizedOperand& a, const QuantizedOperand& b);
+// The mxfp4-as-fp8 engine's host half of its rule (docs/design.md §3, "mxfp4-as-fp8"): whether
+// the row-wise scaled FP8 GEMM takes an M x K by N x K product (M, N and K multiples of 16).
+// Where it does, the FP8 GEMM runs and the fix-up recomputes, on the device, the output tiles
+// whose lines or scale products it could not get right (kernels::fp8_line_scales_normal and the
+// line marks, mx_to_fp8.h); where it does not, the engine multiplies the MXFP4 values.
+bool mxfp4_as_fp8_shape_fits(int64_t m, int64_t n, int64_t k);
 
 // The engine of `route`, one per process (every route has one; std::invalid_argument for a
 // value outside the enum).

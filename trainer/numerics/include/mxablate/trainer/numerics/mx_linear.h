@@ -25,7 +25,6 @@
 #include <torch/nn/pimpl.h>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -92,14 +91,15 @@ class QuantSession {
   uint64_t weights_generation = 0;
   uint64_t weight_epoch() const { return (weights_generation << 32) | step; }
 
-  // GEMM calls of one kind on the mxfp4-as-fp8 route, by the engine that ran them
-  // (kernels::mxfp4_as_fp8_on_tensor_cores): counted by MXLinear while `count_route_calls` is set
-  // (the trainer clears it while it evaluates: run_end reports the training passes' calls), and
-  // reported at run_end.
-  using RouteCalls = trainer::RouteCalls;
+  // Output tiles of one GEMM kind on the mxfp4-as-fp8 route, kept from the FP8 tensor cores or
+  // recomputed by the fix-up: counted on the device by the engine (GemmEngine::multiply's
+  // route_tiles) while `count_route_calls` is set (the trainer clears it while it evaluates:
+  // run_end reports the training passes' tiles), read back once, at run_end.
   bool count_route_calls = true;
-  void count_mxfp4_as_fp8(kernels::GemmKind gemm, bool on_tensor_cores);
-  std::array<RouteCalls, 3> mxfp4_as_fp8_calls() const;  // indexed by kernels::GemmKind
+  // The counters of `gemm`'s tiles on `device` (made, zeroed, on the first call: an eager pass
+  // runs before any step is captured), or null while counting is off.
+  const at::Tensor* mxfp4_as_fp8_tile_counters(kernels::GemmKind gemm, const at::Device& device);
+  std::array<RouteTiles, 3> mxfp4_as_fp8_tiles() const;  // indexed by kernels::GemmKind; synchronizes
 
   void record(int layer, kernels::GemmKind gemm, kernels::Operand operand,
               const kernels::QuantTelemetry& telemetry,
@@ -110,7 +110,8 @@ class QuantSession {
  private:
   std::mutex mutex_;  // backward may run on an autograd worker thread
   std::vector<Record> records_;
-  std::array<std::array<std::atomic<int64_t>, 2>, 3> mxfp4_as_fp8_calls_{};
+  at::Tensor route_tiles_;                    // int64 [3][2] on the device, made on first use
+  std::array<at::Tensor, 3> route_tile_rows_;  // its rows, the counters one GEMM kind adds to
 };
 
 // One layer's identity and plan, shared with the autograd nodes that outlive a forward call, and

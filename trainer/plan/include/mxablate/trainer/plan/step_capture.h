@@ -30,9 +30,6 @@ struct StepCaptureFacts {
   bool graphs_available = false;   // this LibTorch can capture CUDA graphs
   int ranks = 1;                   // parallel.data
   bool reads_back_each_step = false;  // a layer plan reads a value back to the host (OCC)
-  // Some MXFP4 GEMM runs on the mxfp4-as-fp8 route, which reads each operand's status back to
-  // choose the GEMM's engine (quant.gemm_path: fp8-where-exact).
-  bool chooses_gemms_on_host = false;
   int64_t parameters = 0;
   int64_t micro_batch_tokens = 0;
 };

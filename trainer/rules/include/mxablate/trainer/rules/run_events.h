@@ -24,12 +24,12 @@ struct Progress {
   int64_t tokens = 0;
 };
 
-// GEMM calls of one kind on a route that chooses per call where each runs (mxfp4-as-fp8,
-// docs/design.md §3): on FP8 tensor cores, or on the emulation.
-struct RouteCalls {
+// Output tiles of one GEMM kind on the mxfp4-as-fp8 route (docs/design.md §3): kept as the FP8
+// tensor cores wrote them, or recomputed by the fix-up from the MXFP4 values.
+struct RouteTiles {
   int64_t tensor_cores = 0;
-  int64_t emulated = 0;
-  bool operator==(const RouteCalls&) const = default;
+  int64_t recomputed = 0;
+  bool operator==(const RouteTiles&) const = default;
 };
 
 class RunEvents {
@@ -78,9 +78,9 @@ class RunEvents {
     // Seconds the checkpoint writer spent writing (mostly beside training, so not a part of
     // wall_s's split); unset: omitted.
     std::optional<double> checkpoint_write_s;
-    // The attempt's MXFP4 GEMM calls on the mxfp4-as-fp8 route, by GEMM (indexed by
+    // The attempt's MXFP4 GEMM output tiles on the mxfp4-as-fp8 route, by GEMM (indexed by
     // kernels::GemmKind); unset: omitted (no GEMM on that route).
-    std::optional<std::array<RouteCalls, 3>> mxfp4_as_fp8_calls;
+    std::optional<std::array<RouteTiles, 3>> mxfp4_as_fp8_tiles;
   };
   int64_t run_end(Progress p, const End& end);
 
