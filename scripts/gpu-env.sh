@@ -30,7 +30,10 @@ else
   PY=python3
 fi
 
-PREFIX=$ROOT/.carry/prefix
+# Where they are unpacked: MXABLATE_CARRY_PREFIX, else beside them. The tests that run the GPU
+# scripts on the dev machine point it at a temporary directory: unpacked here, the prefix would
+# be carried with .carry on the next call, without the image's Boost helper beside it.
+PREFIX=${MXABLATE_CARRY_PREFIX:-$ROOT/.carry/prefix}
 MULTIARCH=$PREFIX/usr/lib/x86_64-linux-gnu
 if compgen -G "$ROOT/.carry/debs/*.deb" >/dev/null && [ ! -f "$PREFIX/.unpacked" ]; then
   mkdir -p "$PREFIX"

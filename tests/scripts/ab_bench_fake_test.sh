@@ -60,6 +60,8 @@ tar -czf "$T/before.tar.gz" -C "$T/tree" .
 cp "$REPO/tests/orchestrator/fake-dataset/manifest.json" "$T/data/manifest.json"
 
 export PATH="$T/bin:$PATH" PYTHONPATH="$T/py" MXABLATE_GPU_BUILD_DIR="$T/after" MXABLATE_AB_DIR="$T/ab" OUT="$T/out"
+# Carried packages, if the tree has any, unpack here, not into the tree (scripts/gpu-env.sh).
+export MXABLATE_CARRY_PREFIX="$T/prefix"
 ab() { bash "$REPO/scripts/gpu-ab-bench.sh" "$@"; }
 
 for args in "$T/before.tar.gz $T/data" "$T/before.tar.gz $T/data --only llama-8b" \

@@ -81,7 +81,10 @@ class Planned:
         script = ('source scripts/gpu-trainer-lib.sh; DATA="$3"; MXABLATE="$4"; '
                   f'config {device} llama-1.3b "$1" 2048 65536 16384 10 1000 16384 0 "$2"')
         return subprocess.run(["bash", "-c", script, "bash", arm, extra, self.data, MXABLATE], cwd=REPO,
-                              capture_output=True, text=True, timeout=60, env={**os.environ, "PY": sys.executable})
+                              capture_output=True, text=True, timeout=60,
+                              # carried packages, if the tree has any, unpack there, not into the tree
+                              env={**os.environ, "PY": sys.executable,
+                                   "MXABLATE_CARRY_PREFIX": os.path.join(self.tmp, "prefix")})
 
 
 class BenchArms(Planned, unittest.TestCase):

@@ -65,4 +65,18 @@ for f in "$REPO"/scripts/gpu-*.sh "$REPO"/scripts/bench-paper-grid.sh; do
     fail "$(basename "$f") builds or counts GPUs itself: $bad"
   grep -q 'gpu-env.sh\|gpu-trainer-lib.sh' "$f" || fail "$(basename "$f") does not source gpu-env.sh"
 done
+# Carried packages unpack where MXABLATE_CARRY_PREFIX says (the tests that run GPU scripts on the
+# dev machine set it), never into the tree, whose .carry the next device call would carry.
+if command -v dpkg-deb >/dev/null; then
+  mkdir -p "$T/pkg/DEBIAN" "$T/pkg/usr/lib/x86_64-linux-gnu/pkgconfig" "$T/a/.carry/debs"
+  printf 'Package: mxablate-fake\nVersion: 1\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: t\n' \
+    >"$T/pkg/DEBIAN/control"
+  printf 'prefix=/usr\n' >"$T/pkg/usr/lib/x86_64-linux-gnu/pkgconfig/fake.pc"
+  dpkg-deb --build "$T/pkg" "$T/a/.carry/debs/fake.deb" >/dev/null || fail "dpkg-deb could not build the fake package"
+  (cd "$T/a" && MXABLATE_CARRY_PREFIX="$T/unpacked" bash -c 'source scripts/gpu-env.sh')
+  [ -f "$T/unpacked/.unpacked" ] || fail "the carried packages were not unpacked into MXABLATE_CARRY_PREFIX"
+  [ ! -e "$T/a/.carry/prefix" ] || fail "the carried packages were unpacked into the tree"
+  grep -qx "prefix=$T/unpacked/usr" "$T/unpacked/usr/lib/x86_64-linux-gnu/pkgconfig/fake.pc" ||
+    fail "the unpacked pkg-config file does not point at MXABLATE_CARRY_PREFIX"
+fi
 echo "gpu_env_tree_test: ok"

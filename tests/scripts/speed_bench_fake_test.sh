@@ -62,6 +62,8 @@ ln -s "$MXABLATE" "$T/build/bin/mxablate"
 cp "$REPO/tests/orchestrator/fake-dataset/manifest.json" "$T/data/manifest.json"
 
 export PATH="$T/bin:$PATH" PYTHONPATH="$T/py" PY=python3 MXABLATE_GPU_BUILD_DIR="$T/build" MXABLATE_BENCH_OUT="$T/out"
+# Carried packages, if the tree has any, unpack here, not into the tree (scripts/gpu-env.sh).
+export MXABLATE_CARRY_PREFIX="$T/prefix"
 bench() { bash "$REPO/scripts/gpu-speed-bench.sh" "$T/data" "$@"; }
 
 # Bad arguments: one line on stderr, exit 2, before anything runs.
