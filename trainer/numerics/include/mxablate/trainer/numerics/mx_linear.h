@@ -117,7 +117,8 @@ class QuantSession {
 // One layer's identity and plan, shared with the autograd nodes that outlive a forward call, and
 // the engine of each of its GEMMs, picked here once (docs/design.md §3): the engine of the route
 // session->routes gives the GEMM's precision when that engine takes both operand formats (FP8
-// tensor cores: both FP8, not both E5M2; hopper-fp8: both MXFP4), else the emulated one. A
+// tensor cores: both FP8, not both E5M2; hopper-fp8: both MXFP4) and GEMMs of its kind
+// (mxfp4-as-fp8 declines Wgrad), else the emulated one. A
 // state never changes: a new plan or new routes take a new state (MXLinearImpl::set_plan).
 struct LinearState {
   LinearState(int layer, LinearPlan plan, std::shared_ptr<QuantSession> session);
