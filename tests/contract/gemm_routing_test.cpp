@@ -126,7 +126,17 @@ TEST_CASE("fp8-where-exact runs MXFP4 GEMMs on the mxfp4-as-fp8 route and FP8 on
                                                                    {"bf16", "emulated"},
                                                                    {"fp8", "fp8-tensorwise"},
                                                                    {"mxfp4", "mxfp4-as-fp8"},
-                                                                   {"nvfp4", "emulated"}});
+                                                                   {"nvfp4", "emulated"},
+                                                                   {"declined", {{"mxfp4", {{"wgrad", "emulated"}}}}}});
+  // The route declines Wgrad (its lines run across tokens): those GEMMs run on the emulation.
+  CHECK(route_of(routes, kMX, GemmKind::kFprop) == GemmRoute::kMXFP4AsFP8);
+  CHECK(route_of(routes, kMX, GemmKind::kDgrad) == GemmRoute::kMXFP4AsFP8);
+  CHECK(route_of(routes, kMX, GemmKind::kWgrad) == GemmRoute::kEmulated);
+  CHECK(route_of(routes, kFP8, GemmKind::kWgrad) == GemmRoute::kFP8Tensorwise);
+  CHECK(mxablate::kernels::route_declines(GemmRoute::kMXFP4AsFP8, GemmKind::kWgrad).find("takes Fprop and Dgrad") !=
+        std::string::npos);
+  for (GemmRoute r : {GemmRoute::kEmulated, GemmRoute::kFP8Tensorwise, GemmRoute::kHopperFP8})
+    for (GemmKind g : kAllGemms) CHECK(mxablate::kernels::route_declines(r, g).empty());
   CHECK(refusal(GemmPath::kFP8WhereExact, kMX, kCpu) ==
         "quant.gemm_path: \"fp8-where-exact\" cannot run the mxfp4 GEMMs here: " + kCpu.mxfp4_as_fp8 +
             " (gemm_path: auto or emulated runs them emulated)");
@@ -218,7 +228,7 @@ TEST_CASE("A resume that would move a run's FP8 or MXFP4 GEMMs to another engine
   CHECK(gemm_routes_change(emu_before, emulated, fp8).empty());
   // Checkpointed on FP8 tensor cores, resumed where auto falls back to emulation (or back).
   CHECK(gemm_routes_change(tc_before, emulated, fp8) ==
-        "the checkpoint's fp8 GEMMs ran fp8-tensorwise, here they would run emulated (resume where they "
+        "the checkpoint's fp8 fprop GEMMs ran fp8-tensorwise, here they would run emulated (resume where they "
         "run fp8-tensorwise, or start a new run directory)");
   CHECK_FALSE(gemm_routes_change(emu_before, tensor_cores, fp8).empty());
   // A run without FP8 GEMMs does not care where FP8 GEMMs would run.
@@ -228,7 +238,7 @@ TEST_CASE("A resume that would move a run's FP8 or MXFP4 GEMMs to another engine
   fp8_setting.quant.gemm_path = GemmPath::kFP8;
   const GemmRoutes fp8_routes = resolve_gemm_routes(GemmPath::kFP8, kHopper);
   CHECK(gemm_routes_change(json(), fp8_routes, fp8_setting) ==
-        "the checkpoint's fp8 GEMMs ran emulated, here they would run fp8-tensorwise (resume where they run "
+        "the checkpoint's fp8 fprop GEMMs ran emulated, here they would run fp8-tensorwise (resume where they run "
         "emulated, or start a new run directory)");
   RunConfig mx_hopper = with(kMX, kMX, kMX);
   mx_hopper.quant.gemm_path = GemmPath::kFP8;
@@ -238,6 +248,45 @@ TEST_CASE("A resume that would move a run's FP8 or MXFP4 GEMMs to another engine
   CHECK(gemm_routes_change(json(), resolve_gemm_routes(GemmPath::kEmulated, kHopper), forced).empty());
   // A malformed record reads as the legacy engines, never as a match by accident.
   CHECK_FALSE(gemm_routes_change(json{{"fp8", 3}}, tensor_cores, fp8).empty());
+}
+
+TEST_CASE("A resume is refused when one GEMM kind would move engines, though its precision's route did not") {
+  RunConfig mx = with(kMX, kMX, kMX);
+  mx.quant.gemm_path = GemmPath::kFP8WhereExact;
+  const GemmRoutes now = resolve_gemm_routes(GemmPath::kFP8WhereExact, kHopper);
+  // This trainer's own record: the same engines for every kind.
+  CHECK(gemm_routes_change(gemm_routes_json(GemmPath::kFP8WhereExact, now), now, mx).empty());
+  // A record from when mxfp4-as-fp8 took Wgrad too (no "declined"): its Wgrad steps ran on the
+  // route, this trainer's would run emulated.
+  json old = gemm_routes_json(GemmPath::kFP8WhereExact, now);
+  old.erase("declined");
+  CHECK(gemm_routes_change(old, now, mx) ==
+        "the checkpoint's mxfp4 wgrad GEMMs ran mxfp4-as-fp8, here they would run emulated (resume where they "
+        "run mxfp4-as-fp8, or start a new run directory)");
+  // A run whose Wgrad is not MXFP4 anywhere does not care where MXFP4 Wgrad would run.
+  RunConfig fd = with(kMX, kMX, kBF16);
+  fd.quant.gemm_path = GemmPath::kFP8WhereExact;
+  CHECK(gemm_routes_change(old, now, fd).empty());
+  // ... unless a layer override or a schedule phase plans it.
+  LayerOverride o;
+  o.patch.wgrad = kMX;
+  fd.overrides.push_back(o);
+  CHECK_FALSE(gemm_routes_change(old, now, fd).empty());
+  fd.overrides.clear();
+  PrecisionPhase phase;
+  phase.precision = {kBF16, kBF16, kMX};
+  fd.precision_schedule.push_back(phase);
+  CHECK_FALSE(gemm_routes_change(old, now, fd).empty());
+  // A hostile "declined" entry is read as no entry, never as a match by accident.
+  json hostile = gemm_routes_json(GemmPath::kFP8WhereExact, now);
+  hostile["declined"] = json{{"mxfp4", {{"wgrad", 7}}}};
+  CHECK_FALSE(gemm_routes_change(hostile, now, mx).empty());
+  hostile["declined"] = "wgrad";
+  CHECK_FALSE(gemm_routes_change(hostile, now, mx).empty());
+  // An FP8-only run under fp8-where-exact: MXFP4's kinds are not its business.
+  RunConfig fp8 = with(kFP8, kFP8, kFP8);
+  fp8.quant.gemm_path = GemmPath::kFP8WhereExact;
+  CHECK(gemm_routes_change(old, now, fp8).empty());
 }
 
 TEST_CASE("gemm_path is an intervention only where it moves the arm's own GEMMs") {

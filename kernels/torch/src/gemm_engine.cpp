@@ -213,16 +213,6 @@ class MxfpAsFp8Engine final : public GemmEngine {
     return {};  // any shape: a GEMM the FP8 kernel does not take multiplies the values
   }
 
-  // Wgrad (dYᵀ X) reduces over tokens, so its operands' lines run across tokens, and gradients
-  // span more than E4M3's 14 binades there: at llama-1.3b 7 % of Wgrad's output tiles needed the
-  // fix-up against 0.002 % of Dgrad's and none of Fprop's, and a recomputed tile of K = 16,384
-  // costs more than the whole FP8 GEMM (docs/performance.md, "Speed").
-  std::string gemm_kind_problem(GemmKind gemm) const override {
-    if (gemm != GemmKind::kWgrad) return {};
-    return "the mxfp4-as-fp8 GEMM path takes Fprop and Dgrad: Wgrad's lines run across tokens, whose "
-           "gradients span more than one E4M3 scale holds";
-  }
-
   QuantizedAxes quantize(const at::Tensor& t, const AxisQuantization* rows, const AxisQuantization* cols,
                          QuantTelemetry* rows_telemetry, QuantTelemetry* cols_telemetry,
                          at::ScalarType) const override {

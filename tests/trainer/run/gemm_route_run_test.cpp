@@ -141,6 +141,7 @@ TEST_CASE("On CUDA an MXFP4 arm under fp8-where-exact counts its output tiles ea
   const auto starts = events_of_kind(events, "run_start");
   REQUIRE(starts.size() == 1);
   CHECK(starts[0]["gemm_routes"]["mxfp4"] == "mxfp4-as-fp8");
+  CHECK(starts[0]["gemm_routes"]["declined"] == json{{"mxfp4", {{"wgrad", "emulated"}}}});
   const auto ends = events_of_kind(events, "run_end");
   REQUIRE(ends.size() == 1);
   REQUIRE(ends[0].contains("mxfp4_as_fp8_tiles"));

@@ -49,29 +49,49 @@ GemmRoutes resolve_gemm_routes(GemmPath setting, const GemmRouteSupport& support
 nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes) {
   nlohmann::json out = {{"setting", std::string(to_string(setting))}};
   nlohmann::json fallback = nlohmann::json::object();
+  nlohmann::json declined = nlohmann::json::object();
   for (GemmPrecision p : kPrecisions) {
     const GemmRouteChoice& c = routes.by_precision[static_cast<size_t>(p)];
-    out[std::string(to_string(p))] = std::string(to_string(c.route));
-    if (!c.fallback.empty()) fallback[std::string(to_string(p))] = c.fallback;
+    const std::string name(to_string(p));
+    out[name] = std::string(to_string(c.route));
+    if (!c.fallback.empty()) fallback[name] = c.fallback;
+    for (GemmKind g : kAllGemms)
+      if (c.route != route_of(routes, p, g)) declined[name][std::string(to_string(g))] = std::string(to_string(route_of(routes, p, g)));
   }
   if (!fallback.empty()) out["fallback"] = fallback;
+  if (!declined.empty()) out["declined"] = declined;
   return out;
 }
 
+GemmRoute route_of(const GemmRoutes& routes, GemmPrecision precision, GemmKind gemm) {
+  const GemmRoute r = routes.of(precision);
+  return kernels::route_declines(r, gemm).empty() ? r : GemmRoute::kEmulated;
+}
+
 std::string gemm_routes_change(const nlohmann::json& before, const GemmRoutes& now, const RunConfig& c) {
-  const auto was = [&](GemmPrecision p) -> std::string {
-    const std::string key(to_string(p));
+  // What the attempt recorded for GEMMs of precision p and kind g: its kind's entry under
+  // "declined", else its precision's route. A log without "declined" was written when no route
+  // declined a kind (mxfp4-as-fp8 then took Wgrad too); one without gemm_routes, before they were
+  // recorded, when FP8 GEMMs always ran emulated and MXFP4 ones on hopper-fp8 under `fp8`.
+  const auto was = [&](GemmPrecision p, GemmKind g) -> std::string {
+    const std::string key(to_string(p)), kind(to_string(g));
+    if (before.is_object() && before.contains("declined") && before["declined"].is_object()) {
+      const nlohmann::json& d = before["declined"];
+      if (d.contains(key) && d[key].is_object() && d[key].contains(kind) && d[key][kind].is_string())
+        return d[key][kind].get<std::string>();
+    }
     if (before.is_object() && before.contains(key) && before[key].is_string()) return before[key].get<std::string>();
     if (p == GemmPrecision::kMXFP4 && c.quant.gemm_path == GemmPath::kFP8) return std::string(to_string(GemmRoute::kHopperFP8));
     return std::string(to_string(GemmRoute::kEmulated));
   };
-  for (GemmPrecision p : {GemmPrecision::kFP8, GemmPrecision::kMXFP4}) {
-    if (p == GemmPrecision::kFP8 && !has_fp8_gemm(c)) continue;
-    const std::string then = was(p), here(to_string(now.of(p)));
-    if (then != here)
-      return "the checkpoint's " + std::string(to_string(p)) + " GEMMs ran " + then + ", here they would run " +
-             here + " (resume where they run " + then + ", or start a new run directory)";
-  }
+  for (GemmPrecision p : {GemmPrecision::kFP8, GemmPrecision::kMXFP4})
+    for (GemmKind g : kAllGemms) {
+      if (!plans_precision(c, p, g)) continue;
+      const std::string then = was(p, g), here(to_string(route_of(now, p, g)));
+      if (then != here)
+        return "the checkpoint's " + std::string(to_string(p)) + " " + std::string(to_string(g)) + " GEMMs ran " + then +
+               ", here they would run " + here + " (resume where they run " + then + ", or start a new run directory)";
+    }
   return {};
 }
 
@@ -95,16 +115,20 @@ bool same_gemm_engines(const RunConfig& run, const RunConfig& reference) {
   return true;
 }
 
-bool has_fp8_gemm(const RunConfig& c) {
-  const auto fp8 = [](const PrecisionConfig& p) {
-    return p.fprop == GemmPrecision::kFP8 || p.dgrad == GemmPrecision::kFP8 || p.wgrad == GemmPrecision::kFP8;
-  };
-  if (fp8(c.precision)) return true;
+bool plans_precision(const RunConfig& c, GemmPrecision precision, GemmKind gemm) {
+  if (c.precision.of(gemm) == precision) return true;
   for (const PrecisionPhase& phase : c.precision_schedule)
-    if (fp8(phase.precision)) return true;
-  for (const LayerOverride& o : c.overrides)
-    for (const auto& p : {o.patch.fprop, o.patch.dgrad, o.patch.wgrad})
-      if (p == GemmPrecision::kFP8) return true;
+    if (phase.precision.of(gemm) == precision) return true;
+  for (const LayerOverride& o : c.overrides) {
+    const auto& patch = gemm == GemmKind::kFprop ? o.patch.fprop : gemm == GemmKind::kDgrad ? o.patch.dgrad : o.patch.wgrad;
+    if (patch == precision) return true;
+  }
+  return false;
+}
+
+bool has_fp8_gemm(const RunConfig& c) {
+  for (GemmKind g : kAllGemms)
+    if (plans_precision(c, GemmPrecision::kFP8, g)) return true;
   return false;
 }
 

@@ -64,14 +64,14 @@ std::vector<QuantSession::Record> QuantSession::take_records() {
 
 LinearState::LinearState(int layer_index, LinearPlan linear_plan, std::shared_ptr<QuantSession> quant_session)
     : layer(layer_index), plan(std::move(linear_plan)), session(std::move(quant_session)) {
-  // The one place a GEMM's engine is chosen (docs/design.md §3): its precision's route, unless
-  // that engine cannot take both operand formats or GEMMs of this kind.
+  // The one place a GEMM's engine is chosen (docs/design.md §3): its precision's route for GEMMs
+  // of this kind (contract::route_of), unless that engine cannot take both operand formats.
   static const contract::GemmRoutes kEmulatedEverywhere;
   const contract::GemmRoutes& routes = session ? session->routes : kEmulatedEverywhere;
   for (GemmKind g : {GemmKind::kFprop, GemmKind::kDgrad, GemmKind::kWgrad}) {
     const GemmPlan& gp = plan[g];
-    const kernels::GemmEngine& routed = kernels::gemm_engine(routes.of(gp.precision));
-    const bool takes = routed.operand_problem(gp.operand[0], gp.operand[1]).empty() && routed.gemm_kind_problem(g).empty();
+    const kernels::GemmEngine& routed = kernels::gemm_engine(contract::route_of(routes, gp.precision, g));
+    const bool takes = routed.operand_problem(gp.operand[0], gp.operand[1]).empty();
     engines_[static_cast<size_t>(g)] = takes ? &routed : &kernels::gemm_engine(kernels::GemmRoute::kEmulated);
   }
 }

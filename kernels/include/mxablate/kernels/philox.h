@@ -6,6 +6,7 @@
 // agree bit for bit with stochastic rounding switched on.
 #pragma once
 
+#include "mxablate/kernels/gemm_kind.h"
 #include "mxablate/kernels/portability.h"
 
 namespace mxablate::kernels {
@@ -28,11 +29,6 @@ MX_HD PhiloxBlock philox4x32_10(PhiloxBlock ctr, uint32_t k0, uint32_t k1) {
   }
   return ctr;
 }
-
-enum class GemmKind : uint8_t { kFprop = 0, kDgrad = 1, kWgrad = 2 };
-
-// Which operand of a GEMM a tensor is: Fprop (X, W), Dgrad (dY, W), Wgrad (dY, X).
-enum class Operand : uint8_t { kA = 0, kB = 1 };
 
 // Identifies one quantization event: the random stream is a function of these and nothing else.
 struct RngKey {

@@ -59,15 +59,23 @@ struct GemmRoutes {
 };
 GemmRoutes resolve_gemm_routes(GemmPath setting, const GemmRouteSupport& support);
 
-// {"setting": "auto", "fp8": "fp8-tensorwise", "mxfp4": "emulated", …, "fallback": {"fp8": why}}
-// for run_start ("fallback" only when one happened).
+// The route GEMMs of `gemm`'s kind in `precision` take: the precision's, unless that engine
+// declines the kind (kernels::route_declines), then the emulation. Operand formats an engine
+// cannot take are the layer's to check (MXLinear's engine pick).
+GemmRoute route_of(const GemmRoutes& routes, GemmPrecision precision, GemmKind gemm);
+
+// {"setting": "auto", "fp8": "fp8-tensorwise", "mxfp4": "emulated", …, "fallback": {"fp8": why},
+//  "declined": {"mxfp4": {"wgrad": "emulated"}}} for run_start ("fallback" only when one
+// happened, "declined" only for a kind whose precision's route does not take it).
 nlohmann::json gemm_routes_json(GemmPath setting, const GemmRoutes& routes);
 
-// Why resuming a run from a checkpoint with `now` would continue its FP8 or MXFP4 GEMMs on
-// other engines than its previous attempt ran them on; empty when nothing changes. `before` is
-// that attempt's run_start "gemm_routes", or null for a log written before they were recorded,
-// when FP8 GEMMs always ran emulated and MXFP4 ones on hopper-fp8 exactly under `fp8`. The
-// trainer refuses such a resume: one run's steps would come from two engines under one run id.
+// Why resuming a run from a checkpoint with `now` would continue some of its FP8 or MXFP4
+// GEMMs (a precision and kind the config plans) on other engines than its previous attempt ran
+// them on; empty when nothing changes. `before` is that attempt's run_start "gemm_routes": one
+// without "declined" was written when every route took every kind, and null stands for a log
+// written before routes were recorded, when FP8 GEMMs always ran emulated and MXFP4 ones on
+// hopper-fp8 exactly under `fp8`. The trainer refuses such a resume: one run's steps would come
+// from two engines under one run id.
 std::string gemm_routes_change(const nlohmann::json& before, const GemmRoutes& now, const RunConfig& c);
 
 // True when every GEMM precision `run` plans would take the same route under run's gemm_path as
@@ -75,6 +83,10 @@ std::string gemm_routes_change(const nlohmann::json& before, const GemmRoutes& n
 // for this run (an MXFP4 arm under auto against an FP8 baseline under emulated, say), and
 // settings_difference does not call the difference an intervention.
 bool same_gemm_engines(const RunConfig& run, const RunConfig& reference);
+
+// True when the config can plan `precision` for a GEMM of `gemm`'s kind: the blocks' precision,
+// a schedule phase or an override.
+bool plans_precision(const RunConfig& c, GemmPrecision precision, GemmKind gemm);
 
 // True when any GEMM the config can plan is FP8: the blocks' precision, a schedule phase or an
 // override. Without one, `auto` and `emulated` compute the same bits.

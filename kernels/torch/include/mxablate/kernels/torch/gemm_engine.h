@@ -102,9 +102,6 @@ class GemmEngine {
   // else one sentence saying why not. Shape-independent: the trainer asks it when it picks a
   // layer's engines.
   virtual std::string operand_problem(const QuantSpec& a, const QuantSpec& b) const = 0;
-  // Empty when this engine takes GEMMs of `gemm`'s kind, else one sentence saying why not (the
-  // trainer then multiplies them on the emulation). Only mxfp4-as-fp8 declines one: Wgrad.
-  virtual std::string gemm_kind_problem(GemmKind) const { return {}; }
   // Empty when this engine can multiply an M x K by an N x K operand, else one sentence.
   virtual std::string shape_problem(int64_t m, int64_t n, int64_t k) const = 0;
 
