@@ -1,7 +1,8 @@
 // `mxablate plan RECIPE`: what a recipe would run — one row per run (arm, grid axes, run_id,
 // precisions, ranks where any run has several, predicted peak GPU memory per rank of CUDA runs,
 // token budget) and the totals — without running anything. `--memory` and `--json` add the
-// weight cache the trainer will decide on (weight_cache.h). Every recipe error is reported here
+// weight cache the trainer will decide on (weight_cache.h), `--gpu` each run's GPU-hours at most
+// from the measured rates (plan_cost.h). Every recipe error is reported here
 // exactly as `run` would report it, and so is every launch check against the datasets the runs
 // name (launch_checks.h).
 #include <CLI/CLI.hpp>
@@ -29,6 +30,7 @@
 #include "mxablate/trainer/plan/run_fit.h"
 #include "mxablate/trainer/plan/weight_cache.h"
 #include "mxablate/contract/settings_difference.h"
+#include "plan_cost.h"
 #include "plan_seeds.h"
 #include "recipe_input.h"
 
@@ -44,6 +46,7 @@ struct PlanOptions {
   bool memory = false;
   std::string gpu_memory;  // --gpu-memory SIZE: refuse CUDA runs predicted not to fit
   bool gpu_memory_given = false;  // an empty SIZE is an error, not the option left out
+  std::string gpu;                // --gpu h100|h200: GPU-hours from the rates measured there
 };
 
 std::string axis_cell(const RunSpec& run, const std::string& axis) {
@@ -146,7 +149,7 @@ std::optional<PlannedWeightCache> planned_weight_cache(const RunSpec& run, const
 }
 
 void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularies& vocabularies,
-                const std::optional<GpuMemory>& gpu) {
+                const std::optional<GpuMemory>& gpu, const PlanCosts* costs) {
   std::cout << fmt::format("sweep {} ({})\n", plan.sweep, recipe.file);
   // Free text from the recipe (names are validated by the loader): shown, never sent raw.
   if (!recipe.description.empty())
@@ -184,6 +187,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
   });
   if (on_gpu) headers.push_back("gpu mem/rank");
   headers.push_back("tokens");
+  if (costs) headers.push_back("GPU-h ≤");
   TextTable table(headers);
   bool all_known = true;
   std::set<int64_t> vocab_sizes;
@@ -207,6 +211,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
       row.push_back(m ? trainer::format_bytes(m->plan.total()) : "-");
     }
     row.push_back(format_count(r.config.train.max_tokens));
+    if (costs) row.push_back(gpu_hours_cell(costs->runs[i]));
     table.add_row(row);
   }
   std::cout << table.render(2);
@@ -231,6 +236,7 @@ void print_plan(const Recipe& recipe, const Plan& plan, const DatasetVocabularie
                            recipe.exclude.empty() ? "" : ", minus excludes",
                            recipe.include.empty() ? "" : ", plus includes",
                            format_count(plan.total_tokens()));
+  if (costs) print_plan_costs(plan, *costs);
 }
 
 // A layer's settings other than its precisions, as differences from the defaults.
@@ -394,9 +400,12 @@ nlohmann::json weight_cache_json(const std::optional<PlannedWeightCache>& c) {
           {"reason", c->decision ? nlohmann::json(c->decision->reason) : nlohmann::json()}};
 }
 
-void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const std::optional<GpuMemory>& gpu) {
+// The runs as an array (what the GPU scripts read); with --gpu each has its "cost" (plan_cost.h).
+void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const std::optional<GpuMemory>& gpu,
+                const PlanCosts* costs) {
   nlohmann::json out = nlohmann::json::array();
-  for (const RunSpec& r : plan.runs) {
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    const RunSpec& r = plan.runs[i];
     nlohmann::json axes = nlohmann::json::object();
     for (const AxisValue& a : r.axes) axes[a.axis] = a.value;
     const ModelSize size = model_size(r, vocabularies);
@@ -423,6 +432,7 @@ void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const
                    {"gpu_memory_per_rank", memory_out},
                    {"weight_cache", weight_cache_json(planned_weight_cache(r, vocabularies, gpu))},
                    {"config", r.config_json}});
+    if (costs) out.back()["cost"] = cost_json(*costs, i);
   }
   std::cout << out.dump(2) << "\n";
 }
@@ -436,17 +446,24 @@ void register_plan_command(CLI::App& app) {
               "with totals; runs nothing");
   cmd->add_option("recipe", opts->recipe, "recipe file (YAML)")->required();
   cmd->add_flag("--json", opts->json, "print the runs and their resolved configs as JSON");
-  cmd->add_flag("--layers", opts->layers,
+  CLI::Option* layers_flag = cmd->add_flag("--layers", opts->layers,
                 "print each arm's layers with their resolved precision per GEMM and settings "
                 "(overrides, BF16 blocks and the precision schedule applied)");
-  cmd->add_flag("--memory", opts->memory,
+  CLI::Option* memory_flag = cmd->add_flag("--memory", opts->memory,
                 "print each CUDA run's predicted peak GPU memory per rank, part by part, and whether "
                 "the trainer will cache its weight operands per step (for --gpu-memory SIZE)");
   CLI::Option* gpu_memory_option = cmd->add_option("--gpu-memory", opts->gpu_memory,
                   "refuse CUDA runs predicted to need more GPU memory per rank than SIZE "
                   "(80GB, 80GiB, 141e9)");
+  CLI::Option* gpu_option = cmd->add_option(
+      "--gpu", opts->gpu,
+      "print each run's GPU-hours at most, per arm and in all, from the training rates measured on "
+      "this GPU (h100, h200; docs/performance.md, \"Rates the plan uses\"); runs without a measured "
+      "rate are named, not given a figure");
   const SeedsFlags seeds = add_seeds_options(cmd);
-  cmd->callback([opts, gpu_memory_option, seeds] {
+  // The figures go with the runs' listing and --json, not with the other views.
+  gpu_option->excludes(layers_flag)->excludes(memory_flag)->excludes(seeds.seeds);
+  cmd->callback([opts, gpu_memory_option, gpu_option, seeds] {
     // The seeds a difference needs: the store's spread, not the datasets (plan_seeds.h).
     if (seeds.seeds->count() > 0)
       return print_seeds_plan(*seeds.options, load_recipe_input(opts->recipe).plan);
@@ -459,6 +476,9 @@ void register_plan_command(CLI::App& app) {
         throw InputError(std::string("--gpu-memory: ") + e.what());
       }
     }
+    // Parsed before the recipe is read: a bad value is one line whatever the recipe holds.
+    const std::optional<GpuKind> gpu_kind =
+        gpu_option->count() > 0 ? std::optional(parse_gpu_option(opts->gpu)) : std::nullopt;
     const RecipeInput input = load_checked_recipe_input(opts->recipe);
     if (gpu) {
       try {
@@ -467,10 +487,13 @@ void register_plan_command(CLI::App& app) {
         throw InputError(e.what());
       }
     }
-    if (opts->json) print_json(input.plan, input.vocabularies, gpu);
+    const std::optional<PlanCosts> costs =
+        gpu_kind ? std::optional(plan_costs(input.plan, input.vocabularies, *gpu_kind, gpu)) : std::nullopt;
+    const PlanCosts* cost_ptr = costs ? &*costs : nullptr;
+    if (opts->json) print_json(input.plan, input.vocabularies, gpu, cost_ptr);
     else if (opts->layers) print_layers(input.plan);
     else if (opts->memory) print_memory(input.plan, input.vocabularies, gpu);
-    else print_plan(input.recipe, input.plan, input.vocabularies, gpu);
+    else print_plan(input.recipe, input.plan, input.vocabularies, gpu, cost_ptr);
   });
 }
 

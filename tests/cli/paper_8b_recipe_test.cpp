@@ -95,4 +95,18 @@ TEST_CASE("recipes/paper-8b-c4.yaml plans on Megatron data imported at Llama 3's
     INFO(arm);
     CHECK(planned.output.find(arm) != std::string::npos);
   }
+  // What it costs: no rate is measured at the recipe's 8 ranks (docs/performance.md, "Rates the
+  // plan uses", has 4 at most), so no run gets a figure, and each is told why.
+  for (const char* gpu : {"h100", "h200"}) {
+    const auto cost = run_command(kBin + " plan '" + scaled + "' --gpu " + gpu);
+    INFO(cost.output);
+    REQUIRE(cost.exit_code == 0);
+    CHECK(cost.output.find(std::string("21 runs have no measured rate for ") + gpu + ", so no figure:\n") !=
+          std::string::npos);
+    CHECK(cost.output.find(std::string("  #1–#3, #10–#12, #19–#21 (fp8, FDW, FDW+H16 at llama-8b): no row of "
+                                       "llama-8b on ") + gpu + " at seq 8192 on 8 ranks (measured: 4 ranks") !=
+          std::string::npos);
+    CHECK(cost.output.find("  #4–#9, #13–#18 (F, FD, FDW+SR, FDW+RHT16 at llama-8b): its numerics are none of the "
+                           "measured arms") != std::string::npos);
+  }
 }
