@@ -23,11 +23,16 @@
 #      BF16: every block recomputed against train.activation_checkpointing: auto (the memory
 #      plan's choice on this GPU): tokens/s, MFU, the blocks auto recomputed, peak memory against
 #      the plan's prediction for each.
+#   7. (one GPU) llama-1.3b, seq 2048, 65,536 tokens a step as 4 micro-batches, BF16 and
+#      FDW+H16, with 0, 8, 16 and 24 of its 24 blocks recomputed, 4 steps each: the measured peak
+#      (run_end: what the caching allocator handed out) against the plan's prediction with and
+#      without its fragmentation allowance, and the weight cache the trainer kept beside it. The
+#      change per recomputed block says which of the plan's per-block terms are off.
 # The data are uniform random tokens (scripts/synthetic-megatron.py): speed, memory and the
 # agreement of sharded and replicated runs only; nothing is learnt from them.
 #      Then the same run unsharded: it must end with the one-line out-of-memory reason on 80 GB.
 #
-# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4 5 6"]   (carry: [".carry"]; parts 1-3 need 4 GPUs, 5 two)
+# Usage: scripts/gpu-shard-check.sh [--parts "1 2 3 4 5 6 7"]   (carry: [".carry"]; parts 1-3 need 4 GPUs, 5 two)
 #   Env: MXABLATE_GPU_BUILD_DIR (build-gpu), MXABLATE_CHECK_OUT (/tmp/mxablate-gpu-shard-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -227,6 +232,49 @@ for setting in ("true", "auto"):
     print(f"    {setting}: {rates[setting]:,.0f} tokens/s, MFU {100 * mfu:.1f} %, peak "
           f"{end['peak_gpu_bytes'] / 2**30:.1f} GiB; {recompute_reason(ev)}")
 print(f"    auto / every block: {rates['auto'] / rates['true']:.3f}x tokens/s (target >= 1.15x)")
+PYEOF
+fi
+
+if [[ " $PARTS " == *" 7 "* ]]; then
+  echo "== 7. llama-1.3b on one GPU: peak memory by the blocks recomputed, against the plan"
+  for arm in bf16 FDW+H16; do
+    for k in false 8 16 true; do
+      CUDA_VISIBLE_DEVICES=0 run "p7-$arm-$k" cuda llama-1.3b "$arm" 2048 65536 16384 4 1000 8192 0 \
+        "{\"train\": {\"activation_checkpointing\": $k}}" || failures=$((failures + 1))
+    done
+  done
+  $PY - "$OUT" "$MXABLATE" "$DATA" <<'PYEOF' || failures=$((failures + 1))
+import json, subprocess, sys, tempfile, os
+sys.path.insert(0, "scripts")
+import bench_arms
+from run_figures import load, run_end, run_start
+out, mxablate, data = sys.argv[1:4]
+GiB = 2**30
+# run_end's peak is what the caching allocator handed out: it is compared with the plan's
+# allocator peak, with the weight cache in place of the weight operands where the run kept it.
+print("    arm      recomputed  measured  predicted  ratio  (plan total, what must fit)")
+worst = 0.0
+for arm in ("bf16", "FDW+H16"):
+    for k in ("false", "8", "16", "true"):
+        keys = bench_arms.run_keys(data, "cuda", "llama-1.3b", 2048, 65536, 16384, 4, 1000, 8192, 0)
+        recipe = bench_arms.recipe(arm, keys, {"train": {"activation_checkpointing": json.loads(k)}})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.yaml")
+            with open(path, "w") as f:
+                json.dump(recipe, f)
+            plan = json.loads(subprocess.run([mxablate, "plan", path, "--json"], check=True,
+                                             capture_output=True, text=True).stdout)[0]
+        m = plan["gpu_memory_per_rank"]
+        ev = load(f"{out}/p7-{arm}-{k}")
+        start, end = run_start(ev), run_end(ev)
+        kept = bool(start and start.get("weight_cache", {}).get("on"))
+        predicted = m["allocator_peak"] + ((plan["weight_cache"]["bytes"] - m["weight_operands"]) if kept else 0)
+        peak = end["peak_gpu_bytes"]
+        worst = max(worst, abs(predicted / peak - 1))
+        print(f"    {arm:8} {k:>10}  {peak / GiB:8.2f}  {predicted / GiB:9.2f}  {predicted / peak:5.3f}"
+              f"  ({m['total'] / GiB:.2f}{', weight cache kept' if kept else ''})")
+print(f"    largest difference {100 * worst:.1f} % (target <= 3 %)")
+sys.exit(0 if worst <= 0.03 else 1)
 PYEOF
 fi
 

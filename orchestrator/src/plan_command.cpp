@@ -386,6 +386,7 @@ nlohmann::json memory_json(const trainer::MemoryPlan& m) {
           {"workspace", m.workspace},
           {"fragmentation", m.fragmentation},
           {"total", m.total()},
+          {"allocator_peak", m.allocator_peak()},
           {"micro_batch_tokens", m.tokens},
           {"logits_chunk_tokens", m.logits_tokens}};
 }

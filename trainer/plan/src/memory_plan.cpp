@@ -190,6 +190,10 @@ int64_t MemoryPlan::total() const {
          communication + workspace + fragmentation;
 }
 
+int64_t MemoryPlan::allocator_peak() const {
+  return total() - workspace - communication - fragmentation;
+}
+
 MemoryPlan plan_memory(const RunConfig& c, const ModelShape& shape, int64_t vocab_size) {
   return plan_memory(c, shape, vocab_size,
                      plan_run_layers(c, linear_layers(shape, vocab_size), shape.n_layers));

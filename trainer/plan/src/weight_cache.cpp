@@ -27,6 +27,10 @@ int64_t weight_cache_bytes(const RunLayerPlans& plans) {
   return most;
 }
 
+int64_t allocator_peak_with_weight_cache(const MemoryPlan& plan, int64_t cache_bytes) {
+  return plan.allocator_peak() - plan.weight_operands + cache_bytes;
+}
+
 int64_t weight_cache_least_device_memory(int64_t plan_total, int64_t cache_bytes) {
   // plan + cache ≤ device · p / 100 (rounded down) holds exactly when device ≥ ⌈(plan + cache) · 100 / p⌉.
   const int64_t needed = (plan_total + cache_bytes) * 100;

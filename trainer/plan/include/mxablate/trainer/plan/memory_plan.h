@@ -63,6 +63,11 @@ struct MemoryPlan {
   int64_t fragmentation = 0;    // kFragmentationPercent of the per-micro-batch tensors
 
   int64_t total() const;  // the sum of every part: the predicted peak per rank
+  // What the caching allocator has handed out at that peak: the total without the CUDA context
+  // and cuBLAS's workspaces, NCCL's buffers and the fragmentation allowance, which it never
+  // counts. run_end's peak_gpu_bytes measures this, so a prediction is checked against it
+  // (docs/performance.md, "Memory"); total() is what must fit the GPU.
+  int64_t allocator_peak() const;
 };
 
 // The plan of `config` at a vocabulary of `vocab_size` tokens on `shape` (run_fit.h resolves a

@@ -37,6 +37,13 @@ struct WeightCache {
 // weight_cache_least_device_memory(plan_total, cache_bytes).
 WeightCache decide_weight_cache(bool cuda, int64_t plan_total, int64_t cache_bytes, int64_t device_memory_bytes);
 
+// The allocator's peak (MemoryPlan::allocator_peak) of a run that keeps the cache: the cache's
+// bytes in place of the plan's weight operands, which are the cached tensors then (a block's
+// backward reads the step's operands instead of copies of its own). What run_end's
+// peak_gpu_bytes is checked against when run_start says the cache was kept. The decision above
+// adds the cache to the whole plan instead: a margin on the safe side.
+int64_t allocator_peak_with_weight_cache(const MemoryPlan& plan, int64_t cache_bytes);
+
 // The least device memory with which decide_weight_cache keeps the cache on CUDA: what `mxablate
 // plan` states where it does not know the GPU (docs/design.md §4, "Memory planned before launch").
 int64_t weight_cache_least_device_memory(int64_t plan_total, int64_t cache_bytes);
