@@ -4,6 +4,10 @@
 Prints where the GPU time of the profiled steps went: wall time of the window, time the GPU was
 busy (union of kernel/copy intervals) and idle, GPU time per category (GEMM, attention, our
 quantizers, fused ops, elementwise, reductions, optimizer, copies, NCCL) and the top kernels.
+Where the trainer names its host phases (user annotations `mxablate::…`: batches, passes,
+clip, read, agree, optimizer, records, evaluation, checkpoint), the GPU's idle time is also
+split by the phase the host was in meanwhile (the innermost one; "(between phases)" elsewhere):
+what a step's glue costs the GPU, and where.
 With --by-launch, the kernels whose name matches REGEX are also grouped by launch shape (grid,
 block, shared memory: for our quantizer and fused ops the grid is the tensor's shape in tiles),
 with each group's launches per step, mean and median duration: what one launch of a kernel at
@@ -55,6 +59,39 @@ def union_length(intervals):
     return total
 
 
+def gaps(intervals, start, end):
+    """The stretches of [start, end] that no interval covers, in order."""
+    out, at = [], start
+    for s, e in sorted(intervals):
+        if s > at:
+            out.append((at, min(s, end)))
+        at = max(at, e)
+        if at >= end:
+            break
+    if at < end:
+        out.append((at, end))
+    return [(s, e) for s, e in out if e > s]
+
+
+def idle_by_phase(idle, phases):
+    """{phase: µs} of the idle stretches, each instant given to the innermost (latest-starting)
+    host phase around it; "(between phases)" where none is."""
+    phases = sorted(phases)
+    out = {}
+    for gs, ge in idle:
+        cuts = {gs, ge}
+        for s, e, _ in phases:
+            if s < ge and e > gs:
+                cuts.update(c for c in (s, e) if gs < c < ge)
+        cuts = sorted(cuts)
+        for a, b in zip(cuts, cuts[1:]):
+            mid = (a + b) / 2
+            around = [(s, name) for s, e, name in phases if s <= mid < e]
+            name = max(around)[1] if around else "(between phases)"
+            out[name] = out.get(name, 0.0) + (b - a)
+    return out
+
+
 def short(name, width=90):
     name = re.sub(r"\s+", " ", name)
     return name if len(name) <= width else name[: width - 1] + "…"
@@ -83,7 +120,7 @@ def main():
     except (OSError, EOFError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         sys.exit(f"profile-summary: {args.trace}: not a Kineto trace ({e})")
 
-    gpu, cpu_ops, launches, shaped = [], [], 0, []
+    gpu, cpu_ops, launches, shaped, phases = [], [], 0, [], []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
@@ -98,6 +135,8 @@ def main():
                 shaped.append((gpu[-1][2], launch_shape(e.get("args")), dur))
         elif cat == "cpu_op":
             cpu_ops.append((ts, ts + dur))
+        elif cat == "user_annotation" and str(e.get("name", "")).startswith("mxablate::"):
+            phases.append((ts, ts + dur, str(e["name"])[len("mxablate::"):]))
         elif cat == "cuda_runtime" and "launch" in str(e.get("name", "")).lower():
             launches += 1
     if not gpu:
@@ -124,6 +163,9 @@ def main():
     }
     if match is not None:
         summary["by_launch"] = by_launch(shaped, steps)
+    if phases:
+        by_phase = idle_by_phase(gaps([(s, e) for s, e, _ in gpu], start, end), phases)
+        summary["idle_by_host_phase"] = {p: t / 1e3 / steps for p, t in sorted(by_phase.items(), key=lambda kv: -kv[1])}
     if args.json:
         print(json.dumps(summary, indent=1))
         return
@@ -140,6 +182,15 @@ def main():
     print("|---|---:|---:|---|")
     for n, (t, k) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"| `{short(n).replace('|', '/')}` | {t / 1e3 / steps:.2f} | {k / steps:.0f} | {category(n)} |")
+    if phases:
+        idle = wall - busy
+        print()
+        print("GPU idle by the host's phase meanwhile:")
+        print()
+        print("| host phase | idle ms/step | % of idle |")
+        print("|---|---:|---:|")
+        for p, t in summary["idle_by_host_phase"].items():
+            print(f"| {p} | {t:.3f} | {100 * t * 1e3 * steps / idle if idle else 0:.1f} % |")
     if match is not None:
         print()
         print(f"kernels matching `{args.by_launch}` by launch shape:")

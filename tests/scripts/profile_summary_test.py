@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/profile-summary.py on synthetic Kineto traces: the window, busy and idle time, the
-categories and top kernels per step, --by-launch's groups (per name and launch shape, launches per
+categories and top kernels per step, the idle time split by the host's phases, --by-launch's groups (per name and launch shape, launches per
 step, mean and median), gzip-compressed traces, --json; and hostile input (not JSON, not a trace,
 events with missing or mistyped fields, a bad regular expression, no kernels) answered with one
 line and a non-zero exit, never a stack trace. Plain python 3.
@@ -62,9 +62,9 @@ class ProfileSummaryTest(unittest.TestCase):
             f.write(data)
         return path
 
-    def summary(self, *extra, compress=False, events=EVENTS):
+    def summary(self, *extra, compress=False, events=EVENTS, steps="2"):
         path = self.write("t.json.gz" if compress else "t.json", {"traceEvents": events}, compress)
-        r = run(path, "--steps", "2", "--json", *extra)
+        r = run(path, "--steps", steps, "--json", *extra)
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)
 
@@ -98,6 +98,28 @@ class ProfileSummaryTest(unittest.TestCase):
         self.assertIn("| `quantize_kernel<unsigned short, (QuantFormat)4, false, false, false>(KernelParams)` "
                       "| 16x128x1 | 256x1x1 | 65952 | 0.07 | 2 | 50.0 | 50.0 |", table)
         self.assertIn("(no kernel matched)", run(path, "--by-launch", "no such kernel").stdout)
+
+    def test_idle_split_by_the_host_phase_around_it(self):
+        # GPU busy 0-100 and 200-300; the host in `passes` 0-120 (with `read` 105-115 inside
+        # it), in `records` 150-180, in no phase 120-150 and 180-200; one step.
+        def phase(name, ts, dur):
+            return {"ph": "X", "cat": "user_annotation", "name": "mxablate::" + name, "ts": ts, "dur": dur}
+        events = [kernel(GEMM, 0, 100), kernel(GEMM, 200, 100), phase("passes", 0, 120),
+                  phase("read", 105, 10), phase("records", 150, 30),
+                  {"ph": "X", "cat": "user_annotation", "name": "someone_else", "ts": 100, "dur": 100},
+                  {"ph": "X", "cat": "user_annotation", "name": "mxablate::bad", "ts": "x", "dur": 5}]
+        s = self.summary(events=events, steps="1")
+        by = s["idle_by_host_phase"]
+        self.assertAlmostEqual(by["read"], 0.010)
+        self.assertAlmostEqual(by["passes"], 0.010)  # 100-105 and 115-120
+        self.assertAlmostEqual(by["records"], 0.030)
+        self.assertAlmostEqual(by["(between phases)"], 0.050)
+        self.assertAlmostEqual(sum(by.values()), 0.1)  # every idle instant counted once
+        self.assertEqual(set(by), {"read", "passes", "records", "(between phases)"})
+        table = run(self.write("p.json", {"traceEvents": events})).stdout
+        self.assertIn("| (between phases) | 0.050 | 50.0 % |", table)
+        # A trace without our phases has no such split.
+        self.assertNotIn("idle_by_host_phase", self.summary())
 
     def test_gzip_trace(self):
         self.assertAlmostEqual(self.summary(compress=True)["gpu_busy_ms"], 0.35)

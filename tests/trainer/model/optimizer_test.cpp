@@ -147,7 +147,7 @@ TEST_CASE("On the CPU adamw_step and clip_grad_norm are LibTorch's own, bit for 
   for (int step = 0; step < 4; ++step) {
     set_grads(a, step);
     set_grads(b, step);
-    const double na = clip_grad_norm(a, 5.0);
+    const double na = clip_grad_norm(a, 5.0).item<double>();
     const double nb = torch::nn::utils::clip_grad_norm_(b, 5.0);
     CHECK(na == nb);
     set_learning_rate(*oa, lr_at(step));
@@ -199,7 +199,7 @@ TEST_CASE("clip_grad_norm on CUDA follows LibTorch's clip_grad_norm_", "[trainer
     std::vector<at::Tensor> a = make_params(cuda, 3), b = copies(a);
     set_grads(a, 2);
     set_grads(b, 2);
-    const double na = clip_grad_norm(a, max_norm);
+    const double na = clip_grad_norm(a, max_norm).item<double>();
     const double nb = torch::nn::utils::clip_grad_norm_(b, max_norm);
     CHECK(na == Approx(nb).epsilon(1e-6));
     for (size_t i = 0; i < a.size(); ++i) CHECK(at::allclose(a[i].grad(), b[i].grad(), 1e-5, 1e-7));

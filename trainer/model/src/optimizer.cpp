@@ -99,20 +99,20 @@ void adamw_step(torch::optim::AdamW& optimizer) {
   else optimizer.step();
 }
 
-double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
   bool multi = !grads.empty();
   for (const at::Tensor& g : grads) multi = multi && compat::has_multi_tensor_kernels(g.device());
-  if (!multi) return torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+  if (!multi) return at::scalar_tensor(torch::nn::utils::clip_grad_norm_(parameters, max_norm), at::kDouble);
   torch::NoGradGuard no_grad;
   const at::Tensor total = at::stack(compat::norms(grads)).norm(2);
   if (!std::isinf(max_norm)) {
     // torch's rule: scale by min(1, max_norm / (norm + 1e-6)), on the device (no sync here).
     compat::scale_in_place(grads, at::clamp_max(max_norm / (total + 1e-6), 1.0));
   }
-  return total.item<double>();
+  return total;
 }
 
 }  // namespace mxablate::trainer

@@ -80,7 +80,7 @@ void ReplicatedStep::end_backward(bool last) {
   if (sync_ && last) sync_->finish();
 }
 
-double ReplicatedStep::clip_gradients(double max_norm) { return clip_grad_norm(model_.parameters(), max_norm); }
+at::Tensor ReplicatedStep::clip_gradients(double max_norm) { return clip_grad_norm(model_.parameters(), max_norm); }
 
 void ReplicatedStep::step(double lr) {
   set_learning_rate(*optimizer_, lr);

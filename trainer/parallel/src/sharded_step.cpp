@@ -288,7 +288,7 @@ void ShardedStep::end_backward(bool last) {
   finish_buckets();
 }
 
-double ShardedStep::clip_gradients(double max_norm) {
+at::Tensor ShardedStep::clip_gradients(double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   grads.reserve(segments_.size());
@@ -297,12 +297,12 @@ double ShardedStep::clip_gradients(double max_norm) {
   at::Tensor local = at::zeros({}, at::TensorOptions(at::kDouble).device(options_.device()));
   if (!grads.empty()) local = at::stack(compat::norms(grads)).to(at::kDouble).pow(2).sum();
   group_.sum(local);
-  const double norm = std::sqrt(local.item<double>());
-  if (!std::isinf(max_norm)) {
-    // torch's rule, as the replicated step applies it: scale by max_norm / (norm + 1e-6) below 1.
-    const double coefficient = max_norm / (norm + 1e-6);
-    if (coefficient < 1 && !grads.empty())
-      compat::scale_in_place(grads, at::scalar_tensor(coefficient, at::TensorOptions(at::kFloat).device(options_.device())));
+  const at::Tensor norm = local.sqrt();
+  if (!std::isinf(max_norm) && !grads.empty()) {
+    // torch's rule, as the replicated step applies it, on the device: the float64 coefficient
+    // max_norm / (norm + 1e-6), at most 1, rounded to float32 as the host's was (a factor of
+    // exactly 1 leaves every gradient as it is).
+    compat::scale_in_place(grads, at::clamp_max(max_norm / (norm + 1e-6), 1.0).to(at::kFloat));
   }
   return norm;
 }

@@ -55,7 +55,7 @@ class ShardedStep final : public StepEngine {
   void zero_gradients() override;
   void begin_backward(bool last) override;
   void end_backward(bool last) override;
-  double clip_gradients(double max_norm) override;
+  at::Tensor clip_gradients(double max_norm) override;
   void step(double lr) override;
   std::unique_ptr<OptimizerSnapshot> snapshot_optimizer(int64_t step, HostBuffers& host) override;
   void load_optimizer(const std::filesystem::path& dir, const std::vector<CheckpointFile>& files,

@@ -13,13 +13,16 @@ TokenBatch make_batch(const data::TokenStream& stream, const std::vector<int64_t
                       int64_t seq_len, const at::Device& device) {
   const int64_t count = static_cast<int64_t>(starts.size());
   std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
-  at::Tensor tokens = at::empty({count, seq_len + 1}, at::kLong);
+  // For a GPU, in page-locked memory and copied without waiting: a copy from pageable memory
+  // would hold the host until the GPU's queue drained (the trainer reads the next step's tokens
+  // while the GPU runs this one's passes). The host allocator keeps the buffer until the copy ends.
+  at::Tensor tokens = at::empty({count, seq_len + 1}, at::TensorOptions(at::kLong).pinned_memory(device.is_cuda()));
   int64_t* out = tokens.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     stream.read(starts[static_cast<size_t>(i)], window);
     for (int64_t j = 0; j <= seq_len; ++j) out[i * (seq_len + 1) + j] = window[static_cast<size_t>(j)];
   }
-  tokens = tokens.to(device);
+  tokens = tokens.to(device, /*non_blocking=*/true);
   return {tokens.narrow(1, 0, seq_len).contiguous(), tokens.narrow(1, 1, seq_len).contiguous()};
 }
 

@@ -1,6 +1,7 @@
 #include "mxablate/trainer/run/training_run.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -35,6 +36,15 @@ namespace mxablate::trainer {
 namespace {
 
 using contract::ConfigError;
+
+// Runs f as a named phase of the step's host work: in a profile (--profile-steps) the host's
+// phases lie beside the GPU's kernels, and scripts/profile-summary.py says in which phase the host
+// was while the GPU idled (docs/performance.md, "CUDA graphs").
+template <class F>
+decltype(auto) host_phase(const char* name, F&& f) {
+  RECORD_USER_SCOPE(name);
+  return f();
+}
 
 // Converged, out of budget, projected not to reach the target, diverged: ended for good, never
 // resumed. Interrupted and failed runs are resumed.
@@ -156,13 +166,21 @@ class TrainingRun::Loop {
     const double lr = s_.plan.lr_at(state_.step);
     QuantSession& session = begin_step_session();
     s_.engine->zero_gradients();
-    const double my_loss_sum = run_step_passes(my_micro_batches(), session);
+    const at::Tensor my_loss_sum = run_step_passes(take_micro_batches(), session);
+    const at::Tensor norm = host_phase("mxablate::clip", [&] {
+      return s_.engine->clip_gradients(
+          s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip : std::numeric_limits<double>::infinity());
+    });
+    // Everything of this step is queued: the host reads the next step's tokens meanwhile, then
+    // waits once, for the loss and the gradient norm together.
+    prefetch_next_micro_batches(step_number);
+    const auto [my_loss, grad_norm] = host_phase("mxablate::read", [&] { return read_pair(my_loss_sum, norm); });
     // The ranks agree on the loss and on whether to stop after this step (a signal may reach
     // them at different steps); every later decision is then the same on every rank.
-    const std::vector<double> agreed = group_.sum({my_loss_sum, stop_signal_received() != 0 ? 1.0 : 0.0});
+    const std::vector<double> agreed = host_phase("mxablate::agree", [&] {
+      return group_.sum({my_loss, stop_signal_received() != 0 ? 1.0 : 0.0});
+    });
     const double loss = agreed[0] / static_cast<double>(s_.plan.micro_batches_per_step);
-    const double grad_norm = s_.engine->clip_gradients(
-        s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip : std::numeric_limits<double>::infinity());
     const int64_t tokens_before = state_.tokens;
     const Progress at_step{step_number, tokens_before + s_.plan.tokens_per_step};
     if (const auto end = evaluation_.judge_step(at_step, loss, grad_norm)) {
@@ -170,16 +188,19 @@ class TrainingRun::Loop {
       state_.tokens = at_step.tokens;
       return finish(*end);
     }
-    s_.engine->step(lr);
+    host_phase("mxablate::optimizer", [&] { s_.engine->step(lr); });
     state_.step = step_number;
     state_.tokens = at_step.tokens;
     state_.samples += s_.plan.micro_batches_per_step * s_.plan.sequences_per_micro_batch;
     profiler_.after_step(step_number, s_.device);
-    record_.quant_stats(progress(), session.take_records());
-    record_.step_done(progress(), loss, lr, grad_norm);
+    host_phase("mxablate::records", [&] {
+      record_.quant_stats(progress(), session.take_records());
+      record_.step_done(progress(), loss, lr, grad_norm);
+    });
     if (s_.plan.eval_due(tokens_before, state_.tokens) || state_.step == s_.plan.total_steps)
-      if (const auto end = evaluation_.evaluate_and_judge()) return finish(*end);
-    const bool checkpointed = checkpoints_.after_step();
+      if (const auto end = host_phase("mxablate::evaluation", [&] { return evaluation_.evaluate_and_judge(); }))
+        return finish(*end);
+    const bool checkpointed = host_phase("mxablate::checkpoint", [&] { return checkpoints_.after_step(); });
     suffer_faults_after_step();
     if (const int sig = group_.stop_signal(agreed[1] > 0)) {
       // The stop's checkpoint is complete and published before the run ends (finish waits too).
@@ -201,30 +222,59 @@ class TrainingRun::Loop {
   }
 
   // This rank's micro-batches of the step, at their places in the global batch (docs/design.md
-  // §4, "Data-parallel runs").
-  std::vector<TokenBatch> my_micro_batches() const {
+  // §4, "Data-parallel runs"): those the last step fetched ahead when they are this step's.
+  std::vector<TokenBatch> take_micro_batches() {
+    if (prefetched_ && prefetched_->first_sample == state_.samples) {
+      std::vector<TokenBatch> batches = std::move(prefetched_->batches);
+      prefetched_.reset();
+      return batches;
+    }
+    prefetched_.reset();
+    return micro_batches_from(state_.samples);
+  }
+
+  // The next step's micro-batches, read and sent on their way while the GPU runs this step's
+  // passes: the host's reading no longer leaves the GPU idle between steps (docs/performance.md,
+  // "CUDA graphs"). The same samples as fetching them then: the step's bits do not change.
+  void prefetch_next_micro_batches(int64_t step_number) {
+    if (step_number >= s_.plan.total_steps) return;
+    const int64_t next = state_.samples + s_.plan.micro_batches_per_step * s_.plan.sequences_per_micro_batch;
+    prefetched_ = Prefetched{next, micro_batches_from(next)};
+  }
+
+  std::vector<TokenBatch> micro_batches_from(int64_t first_sample) const {
+    RECORD_USER_SCOPE("mxablate::batches");
     const int64_t micro = s_.plan.sequences_per_micro_batch;
     std::vector<TokenBatch> batches;
     for (const int64_t m : group_.my_micro_batches(s_.plan.micro_batches_per_step))
-      batches.push_back(s_.batches->get(state_.samples + m * micro, micro, s_.device));
+      batches.push_back(s_.batches->get(first_sample + m * micro, micro, s_.device));
     return batches;
   }
 
   // The step's passes, eager or replayed as a graph (step_graph.h), with FP8 delayed scaling's
   // amaxes recorded from empty and, after the passes (outside any graph), agreed over the ranks
-  // and made the step's history entry (docs/design.md §3). This rank's loss sum.
-  double run_step_passes(const std::vector<TokenBatch>& batches, QuantSession& session) {
+  // and made the step's history entry (docs/design.md §3). This rank's loss sum, on the device,
+  // unread.
+  at::Tensor run_step_passes(const std::vector<TokenBatch>& batches, QuantSession& session) {
     const MicroBatchPasses passes = [this](const std::vector<TokenBatch>& b) { return run_passes(b); };
     Fp8AmaxHistory* fp8_history = session.fp8_history.get();
     if (fp8_history) fp8_history->begin_step();
-    const at::Tensor device_loss_sum =
-        s_.graph ? s_.graph->run(passes, batches, session.step, phase_, session.collect_telemetry)
-                 : run_passes(batches);
+    const at::Tensor device_loss_sum = host_phase("mxablate::passes", [&] {
+      return s_.graph ? s_.graph->run(passes, batches, session.step, phase_, session.collect_telemetry)
+                      : run_passes(batches);
+    });
     if (fp8_history) {
       group_.max(fp8_history->current());
       fp8_history->end_step(state_.step);
     }
-    return device_loss_sum.item<double>();
+    return device_loss_sum;
+  }
+
+  // Two 0-dim device values as float64 on the host, in one copy: the step's one wait.
+  static std::pair<double, double> read_pair(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor both = at::stack({a.to(at::kDouble), b.to(at::kDouble)}).cpu();
+    const double* v = both.data_ptr<double>();
+    return {v[0], v[1]};
   }
 
   // Forward and backward of the micro-batches; returns the sum of their losses, summed on the
@@ -324,6 +374,11 @@ class TrainingRun::Loop {
   Evaluation evaluation_;
   RunCheckpoints checkpoints_;  // after the parts it records through
   StepProfiler profiler_;
+  struct Prefetched {
+    int64_t first_sample = 0;
+    std::vector<TokenBatch> batches;
+  };
+  std::optional<Prefetched> prefetched_;  // the next step's micro-batches, fetched during this one
   size_t phase_ = 0;     // the precision schedule phase the model's plans are in
   bool failed_ = false;  // ending on an exception (peers may be gone)
 };

@@ -35,10 +35,12 @@ void adamw_step(torch::optim::AdamW& optimizer);
 // The fused step alone; std::logic_error where fused_adamw_applies is false.
 void fused_adamw_step(torch::optim::AdamW& optimizer);
 
-// torch's clip_grad_norm_ (L2): returns the global norm of the gradients of `parameters` (those
-// that have one) and scales them by max_norm / (norm + 1e-6) when that is below 1; an infinite
-// max_norm only measures. On CUDA with LibTorch >= 2.1 the norms and the scaling are one
-// multi-tensor launch each; elsewhere LibTorch's clip_grad_norm_ itself (the reference).
-double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
+// torch's clip_grad_norm_ (L2): scales the gradients of `parameters` (those that have one) by
+// max_norm / (norm + 1e-6) when that is below 1 and returns their global norm as a 0-dim tensor
+// on their device, unread: the training loop reads it with the step's loss, in one read. An
+// infinite max_norm only measures. On CUDA with LibTorch >= 2.1 the norms and the scaling are one
+// multi-tensor launch each and nothing waits; elsewhere LibTorch's clip_grad_norm_ itself (the
+// reference).
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
 
 }  // namespace mxablate::trainer

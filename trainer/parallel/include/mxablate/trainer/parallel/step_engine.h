@@ -34,10 +34,11 @@ class StepEngine : public CheckpointedOptimizer {
   // Around each backward of the step on this rank; `last`: the step's last micro-batch here.
   virtual void begin_backward(bool last) = 0;
   virtual void end_backward(bool last) = 0;
-  // The global L2 norm of the step's summed gradients (every rank gets the same value), and the
-  // gradients scaled by min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_ does; an
-  // infinite max_norm only measures.
-  virtual double clip_gradients(double max_norm) = 0;
+  // The gradients scaled by min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_ does,
+  // and the global L2 norm of the step's summed gradients (the same on every rank) as a 0-dim
+  // tensor on the run's device, unread: the loop reads it with the step's loss in one read, so
+  // the host does not wait twice a step. An infinite max_norm only measures.
+  virtual at::Tensor clip_gradients(double max_norm) = 0;
   // One AdamW step at learning rate `lr` of what this rank owns; afterwards every rank holds the
   // updated weights.
   virtual void step(double lr) = 0;
