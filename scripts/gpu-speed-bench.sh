@@ -39,9 +39,9 @@
 #   --recompute   train.activation_checkpointing of our runs where llama_shapes.py checkpoints
 #                 (default true: every block; auto: the memory plan's choice on this GPU, a count;
 #                 run_start says what each run recomputed)
-#   --profile     also writes a Kineto trace of steps 6-8 of each of our runs and prints
-#                 profile-summary.py's tables, our kernels also by launch shape (the profiled run
-#                 is separate from the timed one)
+#   --profile     also writes a Kineto trace of steps 5-8 of each of our runs and prints
+#                 profile-summary.py's tables of steps 6-8 (step 5 carries the profiler's start),
+#                 our kernels also by launch shape (the profiled run is separate from the timed one)
 #   Env: MXABLATE_GPU_BUILD_DIR (default build-gpu, shared with gpu-check.sh), MXABLATE_BENCH_OUT
 #        (default /tmp/mxablate-speed), MXABLATE_BENCH_STEPS (our steps for every model, instead
 #        of llama_shapes.py's), MXABLATE_BENCH_EAGER=1 (each of our runs also with
@@ -172,10 +172,11 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
     if [ "$PROFILE" = 1 ] && [ "$rc" = 0 ]; then
       pdir=$OUT/profile-$model-$arm
       prc=$(our_run "profile-$model-$arm" "$model" "$arm" "$seq" "$step" "$micro" 8 "$extra" \
-        --profile-steps 6:8 --profile-trace "$pdir/trace.json")
+        --profile-steps 5:8 --profile-trace "$pdir/trace.json")
       if [ "$prc" = 0 ]; then
         echo "  profile of $name, steps 6-8:"
-        $PY scripts/profile-summary.py "$pdir/trace.json" --steps 3 --top 15 --by-launch 'mxablate::' || echo "  profile-summary failed"
+        $PY scripts/profile-summary.py "$pdir/trace.json" --skip-steps 1 --steps 3 --top 15 --by-launch 'mxablate::' ||
+          echo "  profile-summary failed"
       else
         echo "  profile of $name failed: $(tail -1 "$pdir/output.txt")"
       fi

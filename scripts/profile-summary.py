@@ -7,12 +7,14 @@ quantizers, fused ops, elementwise, reductions, optimizer, copies, NCCL) and the
 Where the trainer names its host phases (user annotations `mxablate::…`: batches, passes,
 clip, read, agree, optimizer, records, evaluation, checkpoint), the GPU's idle time is also
 split by the phase the host was in meanwhile (the innermost one; "(between phases)" elsewhere):
-what a step's glue costs the GPU, and where.
+what a step's glue costs the GPU, and where. With --skip-steps K the window starts at the
+(K+1)-th step the trainer marks (`mxablate::step`): the first step after the profiler starts
+carries its start-up (about 2 ms on an H200, in the step's first op), which is no step's cost.
 With --by-launch, the kernels whose name matches REGEX are also grouped by launch shape (grid,
 block, shared memory: for our quantizer and fused ops the grid is the tensor's shape in tiles),
 with each group's launches per step, mean and median duration: what one launch of a kernel at
 one shape costs in the step, to set beside the same kernel timed alone (mxablate-bench).
-Usage: profile-summary.py TRACE.json [--steps N] [--top K] [--json] [--by-launch REGEX]
+Usage: profile-summary.py TRACE.json [--steps N] [--skip-steps K] [--top K] [--json] [--by-launch REGEX]
 A trace may be gzip-compressed (TRACE.json.gz). Only the standard library; runs on either machine.
 """
 import argparse
@@ -101,6 +103,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps in the window (per-step figures)")
+    ap.add_argument("--skip-steps", type=int, default=0,
+                    help="start the window at the trainer's (K+1)-th marked step (mxablate::step)")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     ap.add_argument("--by-launch", metavar="REGEX",
@@ -120,7 +124,7 @@ def main():
     except (OSError, EOFError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         sys.exit(f"profile-summary: {args.trace}: not a Kineto trace ({e})")
 
-    gpu, cpu_ops, launches, shaped, phases = [], [], 0, [], []
+    gpu, cpu_ops, launches, shaped, phases = [], [], [], [], []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
@@ -132,13 +136,26 @@ def main():
         if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             gpu.append((ts, ts + dur, str(e.get("name", "?"))))
             if match is not None and cat == "kernel" and match.search(gpu[-1][2]):
-                shaped.append((gpu[-1][2], launch_shape(e.get("args")), dur))
+                shaped.append((ts, gpu[-1][2], launch_shape(e.get("args")), dur))
         elif cat == "cpu_op":
             cpu_ops.append((ts, ts + dur))
         elif cat == "user_annotation" and str(e.get("name", "")).startswith("mxablate::"):
             phases.append((ts, ts + dur, str(e["name"])[len("mxablate::"):]))
         elif cat == "cuda_runtime" and "launch" in str(e.get("name", "")).lower():
-            launches += 1
+            launches.append(ts)
+    if args.skip_steps < 0:
+        sys.exit("profile-summary: --skip-steps must be 0 or more")
+    if args.skip_steps:
+        marks = sorted(s for s, _, name in phases if name == "step")
+        if len(marks) <= args.skip_steps:
+            sys.exit(f"profile-summary: {args.trace}: --skip-steps {args.skip_steps}, but the trace marks "
+                     f"{len(marks)} step(s) (a trainer without step marks?)")
+        begin = marks[args.skip_steps]
+        gpu = [(max(s, begin), e, n) for s, e, n in gpu if e > begin]
+        shaped = [x for x in shaped if x[0] >= begin]
+        launches = [t for t in launches if t >= begin]
+        cpu_ops = [(max(s, begin), e) for s, e in cpu_ops if e > begin]
+        phases = [(max(s, begin), e, n) for s, e, n in phases if e > begin]
     if not gpu:
         sys.exit(f"profile-summary: {args.trace}: no GPU kernels in the trace (a CPU run?)")
     start = min([s for s, _, _ in gpu] + [s for s, _ in cpu_ops])
@@ -156,13 +173,13 @@ def main():
     summary = {
         "window_ms": wall / 1e3, "steps": steps, "ms_per_step": wall / 1e3 / steps,
         "gpu_busy_ms": busy / 1e3, "gpu_busy_fraction": busy / wall if wall else 0.0,
-        "kernels": len(gpu), "kernels_per_step": len(gpu) / steps, "launch_calls": launches,
+        "kernels": len(gpu), "kernels_per_step": len(gpu) / steps, "launch_calls": len(launches),
         "categories": {c: t / 1e3 for c, t in sorted(by_cat.items(), key=lambda kv: -kv[1])},
         "top": [{"name": n, "ms": t / 1e3, "count": k} for n, (t, k) in
                 sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]],
     }
     if match is not None:
-        summary["by_launch"] = by_launch(shaped, steps)
+        summary["by_launch"] = by_launch([x[1:] for x in shaped], steps)
     if phases:
         by_phase = idle_by_phase(gaps([(s, e) for s, e, _ in gpu], start, end), phases)
         summary["idle_by_host_phase"] = {p: t / 1e3 / steps for p, t in sorted(by_phase.items(), key=lambda kv: -kv[1])}

@@ -121,6 +121,29 @@ class ProfileSummaryTest(unittest.TestCase):
         # A trace without our phases has no such split.
         self.assertNotIn("idle_by_host_phase", self.summary())
 
+    def test_skip_steps_starts_the_window_at_a_later_marked_step(self):
+        # Two marked steps: the first (0-500) carries a 300 µs stall at its start, the second
+        # (500-700) does not. Skipping one leaves the second: 200 µs, 150 busy, 50 idle.
+        def mark(name, ts, dur):
+            return {"ph": "X", "cat": "user_annotation", "name": "mxablate::" + name, "ts": ts, "dur": dur}
+        events = [mark("step", 0, 500), mark("step", 500, 200), mark("passes", 0, 310),
+                  kernel(GEMM, 300, 200), kernel(QUANT, 450, 100, [4, 128, 1], 65952),
+                  kernel(GEMM, 600, 100), mark("read", 550, 50)]
+        whole = self.summary(events=events, steps="2")
+        self.assertAlmostEqual(whole["window_ms"], 0.4)  # the GPU's first and last work
+        s = self.summary("--skip-steps", "1", "--by-launch", "quantize", events=events, steps="1")
+        self.assertAlmostEqual(s["window_ms"], 0.2)
+        self.assertAlmostEqual(s["gpu_busy_ms"], 0.15)  # 500-550 (the quantize's rest), 600-700
+        self.assertAlmostEqual(s["idle_by_host_phase"]["read"], 0.05)
+        self.assertNotIn("passes", s["idle_by_host_phase"])
+        self.assertEqual(s["by_launch"], [])  # the quantize launched before the window
+        # More steps skipped than marked, or a negative count: one line, an error.
+        path = self.write("s.json", {"traceEvents": events})
+        for bad in ("2", "-1"):
+            r = run(path, "--skip-steps", bad)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
     def test_gzip_trace(self):
         self.assertAlmostEqual(self.summary(compress=True)["gpu_busy_ms"], 0.35)
 

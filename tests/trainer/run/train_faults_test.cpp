@@ -340,9 +340,18 @@ TEST_CASE("Profiling flags: a bad window exits 2 naming it, a working profiler w
   const json t = json::parse(in);
   REQUIRE(t.contains("traceEvents"));
   bool saw_matmul = false;
-  for (const json& e : t["traceEvents"])
-    if (e.value("name", "").find("aten::mm") != std::string::npos) saw_matmul = true;
+  int step_marks = 0, pass_marks = 0;
+  for (const json& e : t["traceEvents"]) {
+    const std::string name = e.value("name", "");
+    if (name.find("aten::mm") != std::string::npos) saw_matmul = true;
+    // The host's phases that profile-summary.py splits the GPU's idle time by (the first
+    // profiled step marked too: its mark begins after the profiler starts).
+    if (name == "mxablate::step") ++step_marks;
+    if (name == "mxablate::passes") ++pass_marks;
+  }
   CHECK(saw_matmul);  // the profiled steps' GEMMs are in the trace, not only the probe's nothing
+  CHECK(step_marks >= 1);
+  CHECK(pass_marks == 2);
 }
 
 TEST_CASE("A hostile value in the data's manifest.json exits 2 with one line naming file and key",

@@ -1,5 +1,7 @@
 #include "step_graph.h"
 
+#include <ATen/record_function.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -41,13 +43,19 @@ at::Tensor StepGraph::run(const MicroBatchPasses& passes, const std::vector<Toke
     throw std::logic_error("step graph: " + std::to_string(batches.size()) + " micro-batches, the graph holds " +
                            std::to_string(inputs_.size()));
   if (!captured_) capture(passes, batches);
-  for (size_t m = 0; m < batches.size(); ++m) {
-    inputs_[m].inputs.copy_(batches[m].inputs, /*non_blocking=*/true);
-    inputs_[m].targets.copy_(batches[m].targets, /*non_blocking=*/true);
+  {
+    RECORD_USER_SCOPE("mxablate::graph_inputs");  // a phase of profile-summary.py's idle split
+    for (size_t m = 0; m < batches.size(); ++m) {
+      inputs_[m].inputs.copy_(batches[m].inputs, /*non_blocking=*/true);
+      inputs_[m].targets.copy_(batches[m].targets, /*non_blocking=*/true);
+    }
+    // The word is int32 on the device and read as uint32 by the kernels: the same 32 bits.
+    step_word_.fill_(static_cast<int64_t>(static_cast<int32_t>(step)));
   }
-  // The word is int32 on the device and read as uint32 by the kernels: the same 32 bits.
-  step_word_.fill_(static_cast<int64_t>(static_cast<int32_t>(step)));
-  graph_.replay();
+  {
+    RECORD_USER_SCOPE("mxablate::replay");
+    graph_.replay();
+  }
   // The step engine dropped the gradients before the step (zero_gradients); the replay wrote
   // this step's into the tensors the capture made.
   for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = gradients_[i];

@@ -162,6 +162,9 @@ class TrainingRun::Loop {
     enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), true);
     const int64_t step_number = state_.step + 1;  // the step being taken, 1-based
     profiler_.before_step(step_number, s_.device);
+    // The step's bounds in a profile (profile-summary.py --skip-steps): after the profiler has
+    // started, so that the first profiled step is marked too.
+    RECORD_USER_SCOPE("mxablate::step");
     if (step_number == faults_.inject_nonfinite_at_step) poison_a_weight();
     const double lr = s_.plan.lr_at(state_.step);
     QuantSession& session = begin_step_session();
