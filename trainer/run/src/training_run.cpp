@@ -174,6 +174,9 @@ class TrainingRun::Loop {
       return s_.engine->clip_gradients(
           s_.config.train.grad_clip > 0 ? s_.config.train.grad_clip : std::numeric_limits<double>::infinity());
     });
+    // The update is queued too, before the host has seen the loss: a step the divergence rule
+    // judges fatal below ends the run for good, so its weights are never used again.
+    host_phase("mxablate::optimizer", [&] { s_.engine->step(lr); });
     // Everything of this step is queued: the host reads the next step's tokens meanwhile, then
     // waits once, for the loss and the gradient norm together.
     prefetch_next_micro_batches(step_number);
@@ -191,7 +194,6 @@ class TrainingRun::Loop {
       state_.tokens = at_step.tokens;
       return finish(*end);
     }
-    host_phase("mxablate::optimizer", [&] { s_.engine->step(lr); });
     state_.step = step_number;
     state_.tokens = at_step.tokens;
     state_.samples += s_.plan.micro_batches_per_step * s_.plan.sequences_per_micro_batch;
