@@ -10,6 +10,7 @@
 #include "catch.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/orchestrator/gpu_memory.h"
+#include "manifest_dataset.h"
 #include "test_util.h"
 
 using namespace mxablate::testing;
@@ -19,17 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A manifest with Llama 3's 128256-token vocabulary (4-byte tokens) and plenty of tokens.
+// A manifest at Llama 3's vocabulary (4-byte tokens) with plenty of tokens.
 void write_dataset(const fs::path& dir) {
-  fs::create_directories(dir);
-  mxablate::data::Manifest m;
-  m.tokenizer.file = "tokenizer.model";
-  m.tokenizer.model_type = "bpe";
-  m.tokenizer.vocab_size = 128256;
-  m.bytes_per_token = 4;
-  m.train.tokens = 1'000'000'000;
-  m.validation.tokens = 1'000'000;
-  mxablate::data::write_manifest(dir.string(), m);
+  write_manifest_dataset(dir, {128256, 1'000'000'000, 1'000'000, 4});
 }
 
 // The 8B shape at seq 8192, 16 micro-batches a step over 4 ranks. parallel.shard's value is at

@@ -9,6 +9,7 @@
 #include "mxablate/data/manifest.h"
 #include "mxablate/data/sequence_sampler.h"
 #include "mxablate/orchestrator/launch_checks.h"
+#include "manifest_dataset.h"
 #include "test_util.h"
 #ifdef MXABLATE_HAVE_DATA_PREPARE
 #include <sstream>
@@ -24,14 +25,7 @@ namespace {
 
 // A prepared dataset's manifest: `train` and `validation` tokens, a 4096-token vocabulary.
 void write_dataset(const fs::path& dir, int64_t train, int64_t validation) {
-  fs::create_directories(dir);
-  mxablate::data::Manifest m;
-  m.tokenizer.file = "tokenizer.model";
-  m.tokenizer.model_type = "bpe";
-  m.tokenizer.vocab_size = 4096;
-  m.train.tokens = train;
-  m.validation.tokens = validation;
-  mxablate::data::write_manifest(dir.string(), m);
+  write_manifest_dataset(dir, {4096, train, validation});
 }
 
 struct Settings {

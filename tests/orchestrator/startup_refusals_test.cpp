@@ -17,6 +17,7 @@
 #include "mxablate/contract/run_config.h"
 #include "mxablate/data/manifest.h"
 #include "mxablate/trainer/plan/run_fit.h"
+#include "manifest_dataset.h"
 #include "test_util.h"
 
 using namespace mxablate;
@@ -269,14 +270,7 @@ TEST_CASE("a run that fits only without the data's vocabulary is refused at the 
   TempDir dir;
   const auto dataset = [&](int64_t vocab) {
     const fs::path d = dir.path() / ("data-" + std::to_string(vocab));
-    fs::create_directories(d);
-    data::Manifest m;
-    m.tokenizer.file = "tokenizer.model";
-    m.tokenizer.model_type = "bpe";
-    m.tokenizer.vocab_size = vocab;
-    m.train.tokens = 1'000'000;
-    m.validation.tokens = 100'000;
-    data::write_manifest(d.string(), m);
+    write_manifest_dataset(d, {vocab});
     return d.string();
   };
   const std::vector<Setting> lm_head = {{"overrides", R"([{"layers": "lm_head", "precision": {"dgrad": "mxfp4"}}])"}};
