@@ -156,8 +156,9 @@ class TrainingRun::Loop {
     return {std::nullopt, false};
   }
 
-  // One optimizer step: this rank's passes, the agreed loss, the judgement, the update, then
-  // what the step's end asks for (an evaluation, a checkpoint, a stop).
+  // One optimizer step: this rank's passes, the clipping and the update queued behind them, one
+  // read of loss and norm, the agreed loss, the judgement, then what the step's end asks for (an
+  // evaluation, a checkpoint, a stop).
   std::optional<int> train_step() {
     enter_precision_phase(precision_phase(s_.config, static_cast<double>(state_.tokens)), true);
     const int64_t step_number = state_.step + 1;  // the step being taken, 1-based
