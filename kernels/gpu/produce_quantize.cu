@@ -1,8 +1,14 @@
 // The fused producers (mxablate/kernels/gpu/produce_quantize_gpu.h): a thread block computes its
-// 128 x 128 tile of SwiGLU's h (or of dg, then du) from the inputs' tiles, writes it to global
+// 128 x 128 tile of SwiGLU's h (or of dg or du) from the inputs' tiles, writes it to global
 // memory and into shared memory, and runs the quantizer's own tile code (quantize_kernels.cuh,
 // quantize_staged_tile) on it. The quantizer would read the tile back from global memory; here it
 // is already in shared memory, which is the whole saving (docs/design.md §4).
+//
+// One block makes one produced tile. The backward pass's dg and du tiles of one place are two
+// neighbouring blocks, which read the same inputs (the second mostly from L2). A block that made
+// both, one after the other, spilled 800 bytes a thread to local memory (`-Xptxas -v`: ptxas
+// kept values of both halves alive), and ran 2.5x slower than the unfused kernels; one tile a
+// block spills nothing (tests/gpu/kernel_spills_test.cmake holds every producer to that).
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -20,9 +26,14 @@ namespace {
 
 enum class ProducerOp : uint8_t { kSwiGlu, kSwiGluBackward };
 
-// The producer's inputs and outputs. Each produced tensor's shape and quantizations travel as
-// their own kernel parameter, as the quantizer's do: a KernelParams inside another struct would be
-// copied to local memory when its address is taken.
+// The producer's inputs and outputs. The produced tensors' quantizations travel as one array in a
+// kernel parameter, indexed by the block's produced tensor: uniform over the block, read from the
+// parameter space as the quantizer reads its axes (a runtime index into `out` below would copy
+// the array to local memory, hence the select in produce_tile).
+struct ProducedParams {
+  KernelParams tensor[2];
+};
+
 struct ProduceIo {
   const Bf16Bits* g = nullptr;
   const Bf16Bits* u = nullptr;
@@ -49,15 +60,17 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(float_to_bf16_bits(lo)) | (static_cast<uint32_t>(float_to_bf16_bits(hi)) << 16);
 }
 
-// Tile `kWhich` of the producer at (r0, c0): computed from the inputs, rounded to bf16 as the
-// plain kernel rounds it, written to global memory and staged in `tile` (zeros outside the
-// tensor, as the quantizer's load_tile stages them).
-template <ProducerOp kOp, int kWhich>
-__device__ void produce_tile(const ProduceIo& pp, int64_t r0, int64_t c0, Bf16Bits* tile) {
+// Tile (r0, c0) of produced tensor `which` (0: h or dg, 1: du): computed from the inputs,
+// rounded to bf16 as the plain kernel rounds it, written to global memory and staged in `tile`
+// (zeros outside the tensor, as the quantizer's load_tile stages them). The batches are a loop
+// that is not unrolled: one batch's vectors are live at a time.
+template <ProducerOp kOp>
+__device__ void produce_tile(const ProduceIo& pp, int which, int64_t r0, int64_t c0, Bf16Bits* tile) {
   const int64_t rows = pp.rows, cols = pp.cols;
   const int64_t valid_rows = rows - r0 < kTile ? rows - r0 : kTile;
   const int64_t valid_cols = cols - c0 < kTile ? cols - c0 : kTile;
-MXABLATE_UNROLL
+  Bf16Bits* const out = which == 0 ? pp.out[0] : pp.out[1];
+MXABLATE_NO_UNROLL
   for (int b = 0; b < kVecsPerThread; b += kBatch) {
     uint4 gq[kBatch], uq[kBatch], dq[kBatch];
     bool inside[kBatch];
@@ -93,41 +106,37 @@ MXABLATE_UNROLL
           for (int k = 0; k < kVec; ++k) {
             float dg, du;
             swiglu_grads(dv[k], gv[k], uv[k], dg, du);
-            y[k] = kWhich == 0 ? dg : du;
+            y[k] = which == 0 ? dg : du;
           }
         }
         q = make_uint4(pack2(y[0], y[1]), pack2(y[2], y[3]), pack2(y[4], y[5]), pack2(y[6], y[7]));
-        *reinterpret_cast<uint4*>(pp.out[kWhich] + (r0 + r) * cols + c0 + c) = q;
+        *reinterpret_cast<uint4*>(out + (r0 + r) * cols + c0 + c) = q;
       }
       *reinterpret_cast<uint4*>(tile + tile_offset(r, c)) = q;
     }
   }
 }
 
-template <ProducerOp kOp, int kWhich, bool kStochastic>
-__device__ void produce_and_quantize(const ProduceIo& io, const KernelParams& p, int64_t r0, int64_t c0,
-                                     Bf16Bits* tile, ReductionScratch& scratch, unsigned int* tile_slots) {
-  produce_tile<kOp, kWhich>(io, r0, c0, tile);
-  __syncthreads();
-  if (p.axes[0].enabled || p.axes[1].enabled)
-    quantize_staged_tile<Bf16Bits, QuantFormat::kMXFP4, false, kStochastic, false>(p, tile, r0, c0, scratch,
-                                                                                   tile_slots);
-}
+// Tensors an op produces: h; dg and du.
+MX_HD constexpr int produced_count(ProducerOp op) { return op == ProducerOp::kSwiGluBackward ? 2 : 1; }
 
 template <ProducerOp kOp, bool kStochastic>
 __global__ void __launch_bounds__(kThreads, min_blocks(false, kStochastic))
-    produce_quantize_kernel(const ProduceIo io, const KernelParams first, const KernelParams second) {
+    produce_quantize_kernel(const ProduceIo io, const ProducedParams params) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ ReductionScratch scratch;
   __shared__ unsigned int tile_slots[kMaxTileSlots];
   Bf16Bits* tile = reinterpret_cast<Bf16Bits*>(smem);
+  constexpr int kProduced = produced_count(kOp);
+  const int which = static_cast<int>(blockIdx.x % kProduced);
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  produce_and_quantize<kOp, 0, kStochastic>(io, first, r0, c0, tile, scratch, tile_slots);
-  if constexpr (kOp == ProducerOp::kSwiGluBackward) {
-    __syncthreads();  // du's tile goes where dg's staged outputs were just copied from
-    produce_and_quantize<kOp, 1, kStochastic>(io, second, r0, c0, tile, scratch, tile_slots);
-  }
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x / kProduced) * kTile;
+  produce_tile<kOp>(io, which, r0, c0, tile);
+  __syncthreads();
+  const KernelParams& p = params.tensor[which];
+  if (p.axes[0].enabled || p.axes[1].enabled)
+    quantize_staged_tile<Bf16Bits, QuantFormat::kMXFP4, false, kStochastic, false>(p, tile, r0, c0, scratch,
+                                                                                   tile_slots);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -185,11 +194,16 @@ int smem_bytes(const KernelParams& first, const KernelParams& second) {
 template <ProducerOp kOp>
 void launch(const ProduceIo& io, const KernelParams& first, const KernelParams& second, bool stochastic,
             gpuStream_t stream, const char* what) {
-  const dim3 grid(static_cast<unsigned>((io.cols + kTile - 1) / kTile), static_cast<unsigned>((io.rows + kTile - 1) / kTile));
+  const int64_t col_tiles = (io.cols + kTile - 1) / kTile;
+  const dim3 grid(static_cast<unsigned>(col_tiles * produced_count(kOp)),
+                  static_cast<unsigned>((io.rows + kTile - 1) / kTile));
   const int smem = smem_bytes(first, second);
+  ProducedParams params;
+  params.tensor[0] = first;
+  params.tensor[1] = second;
   const auto go = [&](auto kernel) {
     check(gpuSetMaxDynamicSharedMemory(kernel, 2 * kTile * kTile * 2), what);
-    kernel<<<grid, kThreads, smem, stream>>>(io, first, second);
+    kernel<<<grid, kThreads, smem, stream>>>(io, params);
     check(gpuGetLastError(), what);
   };
   if (stochastic) {
