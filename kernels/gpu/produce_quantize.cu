@@ -5,10 +5,11 @@
 // is already in shared memory, which is the whole saving (docs/design.md §4).
 //
 // One block makes one produced tile. The backward pass's dg and du tiles of one place are two
-// neighbouring blocks, which read the same inputs (the second mostly from L2). A block that made
+// neighbouring blocks, each reading the three inputs, so that they run close together and the
+// second can find them in L2. A block that made
 // both, one after the other, spilled 800 bytes a thread to local memory (`-Xptxas -v`: ptxas
 // kept values of both halves alive), and ran 2.5x slower than the unfused kernels; one tile a
-// block spills nothing (tests/gpu/kernel_spills_test.cmake holds every producer to that).
+// block spills nothing (tests/gpu/kernel_spills_test.py holds every kernel to its allowance).
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
