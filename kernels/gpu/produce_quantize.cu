@@ -6,10 +6,10 @@
 //
 // One block makes one produced tile. The backward pass's dg and du tiles of one place are two
 // neighbouring blocks, each reading the three inputs, so that they run close together and the
-// second can find them in L2. A block that made
-// both, one after the other, spilled 800 bytes a thread to local memory (`-Xptxas -v`: ptxas
-// kept values of both halves alive), and ran 2.5x slower than the unfused kernels; one tile a
-// block spills nothing (tests/gpu/kernel_spills_test.py holds every kernel to its allowance).
+// second can find them in L2. A block that made both, one after the other, spilled 800 bytes a
+// thread to local memory (`-Xptxas -v`: ptxas kept values of both halves alive), and ran 2.5x
+// slower than the unfused kernels; one tile a block spills nothing
+// (tests/gpu/kernel_spills_test.py holds every kernel to its allowance).
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
