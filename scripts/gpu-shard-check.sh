@@ -24,10 +24,12 @@
 #      plan's choice on this GPU): tokens/s, MFU, the blocks auto recomputed, peak memory against
 #      the plan's prediction for each.
 #   7. (one GPU) llama-1.3b, seq 2048, 65,536 tokens a step as 4 micro-batches, BF16 and
-#      FDW+H16, with 0, 8, 16 and 24 of its 24 blocks recomputed, 4 steps each: the measured peak
-#      (run_end: what the caching allocator handed out) against the plan's prediction with and
-#      without its fragmentation allowance, and the weight cache the trainer kept beside it. The
-#      change per recomputed block says which of the plan's per-block terms are off.
+#      FDW+H16, with 0, 8, 16 and 24 of its 24 blocks recomputed, and with selective recompute
+#      alone and with 12 blocks whole besides (MXABLATE_P7_SETTINGS: other settings), 4 steps
+#      each: the measured peak (run_end: what the caching allocator handed out) against the plan's
+#      prediction with and without its fragmentation allowance, the weight cache the trainer kept
+#      beside it, and a rough rate (the median of steps 3-4). The change per recomputed block says
+#      which of the plan's per-block terms are off.
 # The data are uniform random tokens (scripts/synthetic-megatron.py): speed, memory and the
 # agreement of sharded and replicated runs only; nothing is learnt from them.
 #      Then the same run unsharded: it must end with the one-line out-of-memory reason on 80 GB.
@@ -236,26 +238,29 @@ PYEOF
 fi
 
 if [[ " $PARTS " == *" 7 "* ]]; then
-  echo "== 7. llama-1.3b on one GPU: peak memory by the blocks recomputed, against the plan"
+  echo "== 7. llama-1.3b on one GPU: peak memory by the recompute setting, against the plan"
+  # MXABLATE_P7_SETTINGS: the train.activation_checkpointing values, as JSON (default below).
+  P7_SETTINGS=${MXABLATE_P7_SETTINGS:-false 8 16 true \"selective\" \"selective+12\"}
   for arm in bf16 FDW+H16; do
-    for k in false 8 16 true; do
-      CUDA_VISIBLE_DEVICES=0 run "p7-$arm-$k" cuda llama-1.3b "$arm" 2048 65536 16384 4 1000 8192 0 \
+    for k in $P7_SETTINGS; do
+      CUDA_VISIBLE_DEVICES=0 run "p7-$arm-${k//\"/}" cuda llama-1.3b "$arm" 2048 65536 16384 4 1000 8192 0 \
         "{\"train\": {\"activation_checkpointing\": $k}}" || failures=$((failures + 1))
     done
   done
-  $PY - "$OUT" "$MXABLATE" "$DATA" <<'PYEOF' || failures=$((failures + 1))
+  $PY - "$OUT" "$MXABLATE" "$DATA" $P7_SETTINGS <<'PYEOF' || failures=$((failures + 1))
 import json, subprocess, sys, tempfile, os
 sys.path.insert(0, "scripts")
 import bench_arms
-from run_figures import load, run_end, run_start
+from run_figures import load, median_tokens_per_s, run_end, run_start
 out, mxablate, data = sys.argv[1:4]
+settings = sys.argv[4:]
 GiB = 2**30
 # run_end's peak is what the caching allocator handed out: it is compared with the plan's
 # allocator peak, with the weight cache in place of the weight operands where the run kept it.
-print("    arm      recomputed  measured  predicted  ratio  (plan total, what must fit)")
+print("    arm      recomputed    measured  predicted  ratio  tokens/s (2 of 4 steps)  (plan total, what must fit)")
 worst = 0.0
 for arm in ("bf16", "FDW+H16"):
-    for k in ("false", "8", "16", "true"):
+    for k in settings:
         keys = bench_arms.run_keys(data, "cuda", "llama-1.3b", 2048, 65536, 16384, 4, 1000, 8192, 0)
         recipe = bench_arms.recipe(arm, keys, {"train": {"activation_checkpointing": json.loads(k)}})
         with tempfile.TemporaryDirectory() as tmp:
@@ -265,13 +270,14 @@ for arm in ("bf16", "FDW+H16"):
             plan = json.loads(subprocess.run([mxablate, "plan", path, "--json"], check=True,
                                              capture_output=True, text=True).stdout)[0]
         m = plan["gpu_memory_per_rank"]
-        ev = load(f"{out}/p7-{arm}-{k}")
+        ev = load(f"{out}/p7-{arm}-{k.strip(chr(34))}")
         start, end = run_start(ev), run_end(ev)
         kept = bool(start and start.get("weight_cache", {}).get("on"))
         predicted = m["allocator_peak"] + ((plan["weight_cache"]["bytes"] - m["weight_operands"]) if kept else 0)
         peak = end["peak_gpu_bytes"]
         worst = max(worst, abs(predicted / peak - 1))
-        print(f"    {arm:8} {k:>10}  {peak / GiB:8.2f}  {predicted / GiB:9.2f}  {predicted / peak:5.3f}"
+        print(f"    {arm:8} {k.strip(chr(34)):>12}  {peak / GiB:8.2f}  {predicted / GiB:9.2f}  {predicted / peak:5.3f}"
+              f"  {median_tokens_per_s(ev, warm_steps=2):>10,.0f}"
               f"  ({m['total'] / GiB:.2f}{', weight cache kept' if kept else ''})")
 print(f"    largest difference {100 * worst:.1f} % (target <= 3 %)")
 sys.exit(0 if worst <= 0.03 else 1)

@@ -24,7 +24,7 @@
 #
 # Usage: scripts/gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none]
 #          [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE]
-#          [--recompute true|auto|N] [--profile]
+#          [--recompute true|auto|selective|selective+N|N] [--profile]
 #   --only        the models (default: every model of llama_shapes.py's BENCH: llama-20m,
 #                 llama-125m, llama-1.3b)
 #   --arms        our arms, comma-separated (default: all of bench_arms.py); none: no trainer run
@@ -37,8 +37,9 @@
 #   --results     the results file to append to (default OUT/results.jsonl); point it under the
 #                 device tool's $OUT to have it come back
 #   --recompute   train.activation_checkpointing of our runs where llama_shapes.py checkpoints
-#                 (default true: every block; auto: the memory plan's choice on this GPU, a count;
-#                 run_start says what each run recomputed)
+#                 (default true: every block; auto: the memory plan's choice on this GPU;
+#                 selective: every block's norm outputs and SwiGLU product made again, selective+N
+#                 with N blocks whole besides; run_start says what each run recomputed)
 #   --profile     also writes a Kineto trace of steps 5-8 of each of our runs and prints
 #                 profile-summary.py's tables of steps 6-8 (step 5 carries the profiler's start),
 #                 our kernels also by launch shape (the profiled run is separate from the timed one)
@@ -50,7 +51,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-USAGE="usage: gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none] [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--recompute true|auto|N] [--profile]"
+USAGE="usage: gpu-speed-bench.sh DATA_DIR [--only MODEL[,MODEL…]] [--arms LIST|none] [--peer-arms LIST] [--no-peer] [--no-baselines] [--gemm-shapes] [--results FILE] [--recompute true|auto|selective|selective+N|N] [--profile]"
 [ $# -ge 1 ] && [[ $1 != --* ]] || { echo "$USAGE" >&2; exit 2; }
 CALL_ARGS="$*"  # recorded in the results file's header line
 DATA=$1
@@ -69,7 +70,7 @@ while [ $# -gt 0 ]; do
     --results) need_value "$@"; RESULTS_ARG=$2; shift ;;
     --recompute)
       need_value "$@"
-      [[ $2 =~ ^(true|auto|[0-9]+)$ ]] || { echo "gpu-speed-bench: --recompute: expected true, auto or a number of blocks, got '$2'" >&2; exit 2; }
+      [[ $2 =~ ^(true|auto|selective(\+all|\+[0-9]+)?|[0-9]+)$ ]] || { echo "gpu-speed-bench: --recompute: expected true, auto, selective, selective+N or a number of blocks, got '$2'" >&2; exit 2; }
       RECOMPUTE=$2; shift ;;
     *) echo "gpu-speed-bench: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -148,7 +149,7 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
   # llama_shapes.py says which models checkpoint activations (the peer reads the same flag).
   extra='{}'
   value=$RECOMPUTE
-  [ "$value" = auto ] && value='"auto"'
+  [[ $value =~ ^(auto|selective) ]] && value="\"$value\""
   [ "$ckpt" = 1 ] && extra="{\"train\": {\"activation_checkpointing\": $value}}"
   if [ ${#ARMS[@]} -gt 0 ]; then
     echo "== mxablate-train $model ($steps steps of $step tokens, micro-batches of $micro, seq $seq$([ "$ckpt" = 1 ] && echo ", activation_checkpointing: $RECOMPUTE"))"

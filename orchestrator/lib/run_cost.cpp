@@ -101,7 +101,15 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
     recompute = trainer::resolve_recompute(run, shape, *facts.vocab, *facts.gpu_memory_bytes)
                     .train.activation_checkpointing;
   const bool unresolved = recompute.mode == contract::Recompute::Mode::kAuto;
-  const int64_t blocks = trainer::recomputed_blocks(recompute, shape.n_layers);  // unresolved: all
+  const int64_t n = shape.n_layers;
+  const int64_t whole = trainer::recomputed_blocks(recompute, n);  // unresolved: all
+  // The rates were measured without selective recompute. Its work (two norms, the SwiGLU product
+  // and their Wgrad quantizations made again) is far less than one more block recomputed whole,
+  // so a selective run with `whole` blocks is bounded by a rate with one block more.
+  const bool selective = !unresolved && trainer::selective_recompute(recompute);
+  const int64_t blocks = selective && whole < n ? whole + 1 : whole;
+  const std::string run_recompute =
+      selective ? fmt::format("selectively and {} whole", blocks_text(whole, n)) : blocks_text(whole, n);
 
   // The rows narrowed one property at a time, so that a run without a rate is told the first
   // property no row has, and what was measured instead.
@@ -145,13 +153,14 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
       narrow(unresolved ? std::string(" recomputing every block, the most auto may choose (--gpu-memory "
                                       "resolves auto)")
              : blocks == shape.n_layers ? std::string(" recomputing every block")
-                                        : fmt::format(" recomputing {} of {} blocks or more", blocks, shape.n_layers),
+                                        : fmt::format(" recomputing {} of {} blocks or more{}", blocks, shape.n_layers,
+                                                      selective ? " (a bound of selective recompute)" : ""),
              [&](const MeasuredRate& r) { return r.recompute.of(shape.n_layers) >= blocks; },
              [](const MeasuredRate& r) { return "recompute " + recompute_text(r); });
   if (!found) return m;
 
   const auto exact = [&](const MeasuredRate* r) {
-    return !unresolved && r->vocab == *facts.vocab && r->micro_batch_tokens == micro &&
+    return !unresolved && !selective && r->vocab == *facts.vocab && r->micro_batch_tokens == micro &&
            r->recompute.of(shape.n_layers) == blocks;
   };
   const auto chosen = std::find_if(rows.begin(), rows.end(), exact);
@@ -163,9 +172,9 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
   const MeasuredRate& r = *m.rate;
   if (unresolved)
     m.bounds.push_back("measured with every block recomputed, the most auto may choose (--gpu-memory resolves auto)");
-  else if (r.recompute.of(shape.n_layers) > blocks)
+  else if (selective || r.recompute.of(shape.n_layers) > blocks)
     m.bounds.push_back(fmt::format("measured with {} recomputed, where the run recomputes {}", recompute_text(r),
-                                   blocks_text(blocks, shape.n_layers)));
+                                   run_recompute));
   if (r.vocab > *facts.vocab)
     m.bounds.push_back(fmt::format("measured at a vocabulary of {}, the run's {}", r.vocab, *facts.vocab));
   if (r.micro_batch_tokens < micro)

@@ -83,7 +83,8 @@ std::string name(contract::GemmPrecision p) { return std::string(contract::to_st
 // vocabulary.
 struct RunMemory {
   trainer::MemoryPlan plan;
-  int64_t recomputed = 0, blocks = 0;  // blocks 0 … recomputed-1 of the model's `blocks`
+  int64_t recomputed = 0, blocks = 0;  // blocks 0 … recomputed-1 of the model's `blocks`, whole
+  bool selective = false;              // every block makes its norms' outputs and SwiGLU's h again
   double recompute_flops = 0;          // the FLOPs they add, a fraction of the step's
   bool is_auto = false, resolved = false;
 };
@@ -103,15 +104,18 @@ std::optional<RunMemory> memory_plan(const RunSpec& run, const DatasetVocabulari
   m.plan = trainer::plan_memory(executed, shape, it->second);
   m.blocks = shape.n_layers;
   m.recomputed = trainer::recomputed_blocks(executed.train.activation_checkpointing, shape.n_layers);
+  m.selective = trainer::selective_recompute(executed.train.activation_checkpointing);
   m.recompute_flops =
       trainer::recompute_flops_fraction(shape, run.config.data.seq_len, it->second, m.recomputed);
   return m;
 }
 
-// "-", "27/32", "auto 27/32" (resolved), "auto ≤32/32" (at its least until the GPU is known).
+// "-", "27/32", "sel+0/32" (selective, no whole block), "auto sel+27/32" (resolved), "auto
+// ≤32/32" (at its least until the GPU is known).
 std::string recompute_cell(const RunMemory& m) {
-  if (!m.is_auto && m.recomputed == 0) return "-";
-  return fmt::format("{}{}/{}", m.is_auto ? (m.resolved ? "auto " : "auto ≤") : "", m.recomputed, m.blocks);
+  if (!m.is_auto && m.recomputed == 0 && !m.selective) return "-";
+  return fmt::format("{}{}{}/{}", m.is_auto ? (m.resolved ? "auto " : "auto ≤") : "", m.selective ? "sel+" : "",
+                     m.recomputed, m.blocks);
 }
 
 // Whether the trainer will keep each layer's weight operands for a whole step (docs/design.md §4,
@@ -277,8 +281,9 @@ void print_layers(const Plan& plan) {
 }
 
 // What `auto` chooses between, for each run that has it: the predicted peak and the FLOPs added
-// at none, a quarter, half and three quarters of the blocks, every block but the last, and the
-// choice at the GPU's memory where known. Runs whose configs plan alike share one line.
+// with no recompute, with selective recompute alone, and with it and a quarter, half and three
+// quarters of the blocks whole, every block but the last, and the choice at the GPU's memory where
+// known. Runs whose configs plan alike share one line.
 void print_recompute_ladders(const Plan& plan, const DatasetVocabularies& vocabularies,
                              const std::optional<GpuMemory>& gpu, const std::vector<size_t>& runs) {
   std::map<std::string, std::vector<size_t>> lines;  // ladder text → its runs, in plan order
@@ -288,21 +293,27 @@ void print_recompute_ladders(const Plan& plan, const DatasetVocabularies& vocabu
     const int64_t vocab = vocabularies.at(r.config.data.dataset);
     const trainer::ModelShape shape = trainer::model_shape(r.config.model);
     const int64_t n = shape.n_layers;
-    std::set<int64_t> counts{0, n / 4, n / 2, 3 * n / 4, std::max<int64_t>(0, n - 1)};
-    // Every count's plan in one pass: the ladder's steps and the choice read the same figures.
-    const std::vector<trainer::MemoryPlan> by_k = trainer::plan_memory_by_recompute(
+    // The ladder's steps: none (index 0), then selective with k blocks whole (index k + 1).
+    std::set<size_t> steps{0, 1};
+    for (const int64_t k : {n / 4, n / 2, 3 * n / 4, std::max<int64_t>(0, n - 1)}) steps.insert(static_cast<size_t>(k) + 1);
+    // The whole ladder in one pass: the steps shown and the choice read the same figures.
+    const std::vector<trainer::RecomputeStep> ladder = trainer::recompute_ladder(
         r.config, shape, vocab, trainer::plan_run_layers(r.config, trainer::linear_layers(shape, vocab), n));
-    std::optional<int64_t> chosen;
+    std::optional<size_t> chosen;
     if (gpu) {
-      chosen = trainer::choose_recompute(by_k, gpu->bytes).blocks;
-      counts.insert(*chosen);
+      const trainer::RecomputeChoice choice = trainer::choose_recompute(ladder, n, gpu->bytes);
+      for (size_t i = 0; i < ladder.size(); ++i)
+        if (ladder[i].setting == choice.setting) chosen = i;
+      if (chosen) steps.insert(*chosen);
     }
     std::string text;
-    for (const int64_t k : counts)
-      text += fmt::format("{}{}/{} {} +{:.1f}%{}", text.empty() ? "" : ", ", k, n,
-                          trainer::format_bytes(by_k[static_cast<size_t>(k)].total()),
+    for (const size_t i : steps) {
+      const int64_t k = trainer::recomputed_blocks(ladder[i].setting, n);
+      text += fmt::format("{}{}{}/{} {} +{:.1f}%{}", text.empty() ? "" : ", ", i == 0 ? "" : "sel+", k, n,
+                          trainer::format_bytes(ladder[i].plan.total()),
                           100 * trainer::recompute_flops_fraction(shape, r.config.data.seq_len, vocab, k),
-                          chosen && *chosen == k ? " (chosen)" : "");
+                          chosen && *chosen == i ? " (chosen)" : "");
+    }
     if (!lines.count(text)) order.push_back(text);
     lines[text].push_back(i + 1);
   }
@@ -358,9 +369,10 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, con
       trainer::format_bytes(trainer::kNcclBufferBytes),
       trainer::format_bytes(trainer::kCudaWorkspaceBytes), trainer::kFragmentationPercent);
   std::cout << fmt::format(
-      "recompute: the blocks that recompute in the backward (the first ones; docs/design.md §4, "
-      "\"Recompute chosen by the memory plan\"), +flops what they add to the step; auto takes the "
-      "fewest whose total is within {}% of the GPU's memory: {}\n",
+      "recompute: the blocks that recompute whole in the backward (the first ones; docs/design.md §4, "
+      "\"Recompute chosen by the memory plan\"), sel+ where every block also makes its norms' outputs "
+      "and SwiGLU's product again (selective; no GEMM), +flops what they add to the step; auto takes "
+      "the first of none, sel+0, sel+1, … whose total is within {}% of the GPU's memory: {}\n",
       trainer::kAutoRecomputeMemoryPercent,
       gpu ? "here the " + trainer::format_bytes(gpu->bytes) + " of " + gpu->source
           : std::string("not known here (give --gpu-memory SIZE), so auto is shown at its least "
@@ -422,6 +434,7 @@ void print_json(const Plan& plan, const DatasetVocabularies& vocabularies, const
       // auto's blocks are its least where the GPU is not known (resolved false).
       memory_out["recompute"] = {{"setting", contract::recompute_json(r.config.train.activation_checkpointing)},
                                  {"blocks", memory->recomputed},
+                                 {"selective", memory->selective},
                                  {"of", memory->blocks},
                                  {"resolved", !memory->is_auto || memory->resolved},
                                  {"flops_fraction", memory->recompute_flops}};

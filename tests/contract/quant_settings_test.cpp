@@ -60,8 +60,12 @@ TEST_CASE("Activation checkpointing is read in every form, written when on, and 
   CHECK(read(12) == Recompute{Mode::kFirstBlocks, 12});
   CHECK(read(12.0) == Recompute{Mode::kFirstBlocks, 12});
   CHECK(read(0) == Recompute{});  // false's setting: one identity per setting
+  CHECK(read("selective") == Recompute{Mode::kNone, 0, true});
+  CHECK(read("selective+12") == Recompute{Mode::kFirstBlocks, 12, true});
+  CHECK(read("selective+0") == Recompute{Mode::kNone, 0, true});  // "selective"'s setting
+  CHECK(read("selective+4096") == Recompute{Mode::kFirstBlocks, 4096, true});
   // Each writes back as it was read, and reads back the same; false stays out of the identity.
-  for (const json& v : {json(true), json("auto"), json(12)}) {
+  for (const json& v : {json(true), json("auto"), json(12), json("selective"), json("selective+12")}) {
     INFO(v.dump());
     json k = valid();
     k["train"]["activation_checkpointing"] = v;
@@ -71,10 +75,14 @@ TEST_CASE("Activation checkpointing is read in every form, written when on, and 
     CHECK(to_string(c.train.activation_checkpointing) == (v.is_string() ? v.get<std::string>() : v.dump()));
   }
   CHECK_FALSE(to_json(run_config_from_json(valid()))["train"].contains("activation_checkpointing"));
-  const std::string expected = "train.activation_checkpointing: expected true, false, auto or a "
-                               "number of blocks from 0 to 4096, got ";
+  const std::string expected = "train.activation_checkpointing: expected true, false, auto, selective, "
+                               "selective+N (N blocks recomputed whole besides) or a number of blocks "
+                               "from 0 to 4096, got ";
   for (const json& bad : {json("yes"), json("AUTO"), json(-1), json(2.5), json(4097), json(1e300),
-                          json::array(), json(nullptr), json::object()}) {
+                          json::array(), json(nullptr), json::object(), json("Selective"), json("selective+"),
+                          json("selective+-1"), json("selective+4097"), json("selective+99999"),
+                          json("selective+ 3"), json("selective+3x"), json("selective+auto"),
+                          json("selectivex"), json("selective+all")}) {
     j = valid();
     j["train"]["activation_checkpointing"] = bad;
     CHECK(error_of(j) == expected + shown_json(bad));
@@ -82,7 +90,8 @@ TEST_CASE("Activation checkpointing is read in every form, written when on, and 
   // It changes how a run executes, not one bit of its results: not an intervention.
   const RunConfig fp8 = with(kFP8, kFP8, kFP8);
   for (const Recompute r :
-       {Recompute{Mode::kAll, 0}, Recompute{Mode::kAuto, 0}, Recompute{Mode::kFirstBlocks, 3}}) {
+       {Recompute{Mode::kAll, 0}, Recompute{Mode::kAuto, 0}, Recompute{Mode::kFirstBlocks, 3},
+        Recompute{Mode::kNone, 0, true}, Recompute{Mode::kFirstBlocks, 3, true}}) {
     RunConfig arm = fp8;
     arm.train.activation_checkpointing = r;
     CHECK(settings_difference(arm, fp8).empty());

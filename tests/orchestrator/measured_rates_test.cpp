@@ -312,6 +312,18 @@ TEST_CASE("a run gets the rate of a row that did as much work a token, and says 
   m = match_rate(rates, GpuKind::kH200, c, facts);
   CHECK(m.rate == &rates.rows[3]);  // both bound it; the faster
   CHECK(m.bounds == std::vector<std::string>{"measured with 30 of 32 recomputed, where the run recomputes 10 of 32"});
+  // Selective recompute was never measured: a row with one block more recomputed whole bounds it
+  // (its elementwise work is far less than a block's forward), never the row of its own count.
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kFirstBlocks, 30, true};
+  m = match_rate(rates, GpuKind::kH200, c, facts);
+  CHECK(m.rate == &rates.rows[2]);  // every block: 30 of 32 is not a bound of selective+30
+  CHECK(m.bounds == std::vector<std::string>{
+                        "measured with every block recomputed, where the run recomputes selectively and 30 of 32 whole"});
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kFirstBlocks, 29, true};
+  m = match_rate(rates, GpuKind::kH200, c, facts);
+  CHECK(m.rate == &rates.rows[3]);
+  CHECK(m.bounds == std::vector<std::string>{
+                        "measured with 30 of 32 recomputed, where the run recomputes selectively and 29 of 32 whole"});
   // llama-1.3b at vocabulary 4096 and micro-batches of 16384: both rows bound it, S5 exactly.
   RunConfig small;
   small.model = "llama-1.3b";

@@ -529,8 +529,9 @@ target: {from_arm: plain, at_fraction: 0.8}
   // refuses anything else at the value.
   CHECK_THROWS_WITH(expand_recipe(parse_recipe(
                         head + "arms:\n  plain: {train: {activation_checkpointing: some}}\n", "c.yaml")),
-                    "c.yaml:5:45: train.activation_checkpointing: expected true, false, auto or a "
-                    "number of blocks from 0 to 4096, got \"some\" (set in arm 'plain'; run: arm plain)");
+                    "c.yaml:5:45: train.activation_checkpointing: expected true, false, auto, selective, "
+                    "selective+N (N blocks recomputed whole besides) or a number of blocks from 0 to "
+                    "4096, got \"some\" (set in arm 'plain'; run: arm plain)");
   // More blocks than the model has: refused where the model is known.
   CHECK_THROWS_WITH(expand_recipe(parse_recipe(
                         head + "arms:\n  plain: {train: {activation_checkpointing: 3}}\n", "c.yaml")),

@@ -1,7 +1,9 @@
 // Activation checkpointing: a checkpointed block keeps only its input, recomputes itself in the
 // backward pass, and the model's loss, every parameter's gradient and the quantization telemetry
 // are bit-identical to the unchecked model's, for plain BF16 and for MXFP4 with every random
-// stream (stochastic rounding, random Hadamard signs) and the OCC/DGE side paths.
+// stream (stochastic rounding, random Hadamard signs) and the OCC/DGE side paths. So are they
+// under selective recompute (norm outputs and SwiGLU's product made again in the backward), alone
+// and with whole blocks besides.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -51,7 +53,8 @@ struct StepResult {
 
 // One optimizer step's forward and backward passes as the trainer takes them: two micro-batches
 // accumulating gradients, telemetry on for the first only.
-StepResult train_step(const contract::RunConfig& config, int64_t recomputed_blocks) {
+StepResult train_step(const contract::RunConfig& config, int64_t recomputed_blocks, bool selective = false,
+                      FusedOps fused = FusedOps::kOnCuda) {
   ModelOptions o;
   o.shape = *find_model_preset("smoke");
   o.vocab_size = kVocab;
@@ -61,6 +64,8 @@ StepResult train_step(const contract::RunConfig& config, int64_t recomputed_bloc
   o.session->seed = 17;
   o.session->step = 3;
   o.recomputed_blocks = recomputed_blocks;
+  o.selective_recompute = selective;
+  o.fused_ops = fused;
   LlamaModel model(o);
   at::Generator gen = at::detail::createCPUGenerator(9);
   const at::Tensor tokens = at::randint(0, kVocab, {2, 2, 32}, gen);  // 64 tokens a micro-batch
@@ -112,23 +117,32 @@ void check_identical(const StepResult& plain, const StepResult& checked, size_t 
   }
 }
 
-// The smoke model's two blocks: none recomputed against the first of them, and against both.
-void check_identical(const contract::RunConfig& config, size_t expected_records) {
-  const StepResult plain = train_step(config, 0);
-  for (const int64_t recomputed : {1, 2}) {
-    INFO(recomputed << " of 2 blocks recomputed");
-    check_identical(plain, train_step(config, recomputed), expected_records);
+// The smoke model's two blocks: none recomputed against the first of them, and against both;
+// and selective recompute (norm outputs and SwiGLU's product made again) with 0, 1 and 2 blocks
+// recomputed whole besides.
+void check_identical(const contract::RunConfig& config, size_t expected_records,
+                     FusedOps fused = FusedOps::kOnCuda) {
+  const StepResult plain = train_step(config, 0, false, fused);
+  for (const bool selective : {false, true}) {
+    for (const int64_t recomputed : {0, 1, 2}) {
+      if (recomputed == 0 && !selective) continue;
+      INFO(recomputed << " of 2 blocks recomputed whole" << (selective ? ", selective recompute" : ""));
+      check_identical(plain, train_step(config, recomputed, selective, fused), expected_records);
+    }
   }
 }
 
 }  // namespace
 
-TEST_CASE("Checkpointed blocks give the unchecked model's loss and gradients bit for bit",
+TEST_CASE("Checkpointed blocks and selective recompute give the unchecked model's loss and gradients bit for bit",
           "[trainer][checkpointing]") {
   // 2 blocks x 7 linears x 3 GEMMs x 2 operands of telemetry under MXFP4; none under BF16.
   SECTION("BF16") { check_identical(bf16_config(), 0); }
   SECTION("MXFP4 F+D+W, SR on dY, random Hadamard on Wgrad") {
     check_identical(mxfp4_config(), 84);
+  }
+  SECTION("MXFP4 through the fused ops' CPU references (the CUDA path's wiring)") {
+    check_identical(mxfp4_config(), 84, FusedOps::kAlways);
   }
   SECTION("and DGE and OCC") {
     check_identical(mxfp4_dge_occ_config(), 84);

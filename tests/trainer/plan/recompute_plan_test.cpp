@@ -44,6 +44,42 @@ TEST_CASE("recompute settings count blocks: false none, true all, N the first N,
   CHECK(recompute_of_blocks(0, 32) == Recompute{});
   CHECK(recompute_of_blocks(5, 32) == Recompute{Mode::kFirstBlocks, 5});
   CHECK(recompute_of_blocks(32, 32) == Recompute{Mode::kAll, 0});
+  // Selective recompute counts its whole blocks alike.
+  CHECK(recomputed_blocks({Mode::kNone, 0, true}, 32) == 0);
+  CHECK(recomputed_blocks({Mode::kFirstBlocks, 5, true}, 32) == 5);
+  CHECK(selective_recompute({Mode::kNone, 0, true}));
+  CHECK_FALSE(selective_recompute({Mode::kAuto, 0}));  // its least: every block whole
+  CHECK_FALSE(selective_recompute({Mode::kAll, 0}));
+  CHECK_FALSE(selective_recompute({}));
+  CHECK(recompute_of_blocks(0, 32, true) == Recompute{Mode::kNone, 0, true});
+  CHECK(recompute_of_blocks(5, 32, true) == Recompute{Mode::kFirstBlocks, 5, true});
+  CHECK(recompute_of_blocks(32, 32, true) == Recompute{Mode::kAll, 0});  // no block left to be selective
+}
+
+TEST_CASE("selective recompute keeps neither norm output nor SwiGLU's product, and the largest, made again, joins the working set") {
+  // Per token and block at the 8B shape (d 4096, ffn 14336): the attention norm's and the MLP
+  // norm's BF16 outputs (8192 bytes each) and SwiGLU's product (28672) are no longer saved.
+  const RunConfig c = eight_b();
+  const Recompute selective{Mode::kNone, 0, true};
+  const MemoryPlan none = plan_with(c, {});
+  const MemoryPlan sel = plan_with(c, selective);
+  CHECK(none.activations - sel.activations == int64_t{32} * 45056 * 8192);
+  CHECK(sel.working - none.working == int64_t{28672} * 8192);  // h made again (a plain BF16 Wgrad reads it)
+  CHECK(sel.weight_operands == none.weight_operands);
+  CHECK(sel.total() < none.total());
+  // MXFP4 with deterministic rounding: the same three are gone (q, k, v shared one Q(X), as did
+  // gate and up); the backward holds h and its Q(h).
+  RunConfig mx = c;
+  mx.precision = {mxablate::contract::GemmPrecision::kMXFP4, mxablate::contract::GemmPrecision::kMXFP4,
+                  mxablate::contract::GemmPrecision::kMXFP4};
+  CHECK(plan_with(mx, {}).activations - plan_with(mx, selective).activations == int64_t{32} * 45056 * 8192);
+  CHECK(plan_with(mx, selective).working - plan_with(mx, {}).working == int64_t{2} * 28672 * 8192);
+  // Under OCC every linear keeps its clamped X: nothing is made again, nothing spared.
+  mx.quant.occ = mxablate::contract::OccConfig{0.99};
+  CHECK(plan_with(mx, {}).activations == plan_with(mx, selective).activations);
+  // With whole blocks besides, each block recomputed whole spares its (smaller) saved tensors.
+  CHECK(plan_with(c, {Mode::kFirstBlocks, 8, true}).total() < plan_with(c, {Mode::kFirstBlocks, 8}).total());
+  CHECK(plan_with(c, {Mode::kFirstBlocks, 8, true}).total() < sel.total());
 }
 
 TEST_CASE("the memory plan of N recomputed blocks lies between none and all, one block's worth a step") {
@@ -69,35 +105,52 @@ TEST_CASE("the memory plan of N recomputed blocks lies between none and all, one
   CHECK(plan_with(c, {Mode::kFirstBlocks, 31}).total() == all.total());
 }
 
-TEST_CASE("auto recomputes the fewest blocks that fit 95 % of the GPU, and all where none does") {
+TEST_CASE("auto takes the first step of none, selective, selective with 1 … n whole blocks that fits 95 % of the GPU") {
   const RunConfig c = eight_b();
   const mxablate::trainer::ModelShape shape = model_shape(c.model);
   const RunLayerPlans plans = plan_run_layers(c, linear_layers(shape, kVocab8b), shape.n_layers);
-  // 80 GB: 95 % is 76e9 bytes (70.8 GiB). The choice is the first count within it: 27 blocks.
+  const std::vector<RecomputeStep> ladder = recompute_ladder(c, shape, kVocab8b, plans);
+  REQUIRE(ladder.size() == 34);
+  CHECK(ladder[0].setting == Recompute{});
+  CHECK(ladder[1].setting == Recompute{Mode::kNone, 0, true});
+  CHECK(ladder[9].setting == Recompute{Mode::kFirstBlocks, 8, true});
+  CHECK(ladder[32].setting == Recompute{Mode::kFirstBlocks, 31, true});
+  CHECK(ladder[33].setting == Recompute{Mode::kAll, 0});  // no block left to be selective
+  for (const RecomputeStep& step : ladder) CHECK(step.plan.total() == plan_with(c, step.setting).total());
+  // 80 GB: 95 % is 76e9 bytes (70.8 GiB). Whole blocks alone needed 27; selective recompute,
+  // sparing 45,056 bytes a token in every block, needs 25 besides (a kept block's BF16 weight
+  // copies, 436 MB, stay: the block's larger part at this shape).
   const int64_t gpu = 80'000'000'000;
   const RecomputeChoice choice = choose_recompute(c, shape, kVocab8b, plans, gpu);
   CHECK(choice.fits);
-  CHECK(choice.blocks == 27);
-  CHECK(choice.predicted == plan_with(c, {Mode::kFirstBlocks, 27}).total());
+  CHECK(choice.setting == Recompute{Mode::kFirstBlocks, 25, true});
+  CHECK(choice.blocks == 25);
+  CHECK(choice.predicted == plan_with(c, {Mode::kFirstBlocks, 25, true}).total());
   CHECK(static_cast<double>(choice.predicted) <= 0.95 * gpu);
+  CHECK(static_cast<double>(plan_with(c, {Mode::kFirstBlocks, 24, true}).total()) > 0.95 * gpu);
   CHECK(static_cast<double>(plan_with(c, {Mode::kFirstBlocks, 26}).total()) > 0.95 * gpu);
-  CHECK(format_bytes(choice.predicted) == "69.8 GiB");
   // resolve_recompute makes it the config's setting; settings other than auto stay as they are.
   RunConfig a = c;
   a.train.activation_checkpointing = {Mode::kAuto, 0};
   CHECK(resolve_recompute(a, shape, kVocab8b, plans, gpu).train.activation_checkpointing ==
-        Recompute{Mode::kFirstBlocks, 27});
+        Recompute{Mode::kFirstBlocks, 25, true});
   RunConfig t = c;
   t.train.activation_checkpointing = {Mode::kAll, 0};
   CHECK(resolve_recompute(t, shape, kVocab8b, plans, gpu).train.activation_checkpointing ==
         Recompute{Mode::kAll, 0});
   // A GPU of 141 GB takes it without recompute (113.4 GiB unrecomputed with sharded gradients).
-  CHECK(choose_recompute(c, shape, kVocab8b, plans, 141'000'000'000).blocks == 0);
+  CHECK(choose_recompute(c, shape, kVocab8b, plans, 141'000'000'000).setting == Recompute{});
+  // Where selective recompute alone fits, it is the choice: between its total and none's.
+  const int64_t between = (ladder[0].plan.total() + ladder[1].plan.total()) / 2 * 100 / 95;
+  CHECK(choose_recompute(c, shape, kVocab8b, plans, between).setting == Recompute{Mode::kNone, 0, true});
   // 40 GB: not even every block recomputed fits; auto says so and takes the least it can.
   const RecomputeChoice tight = choose_recompute(c, shape, kVocab8b, plans, 40'000'000'000);
   CHECK_FALSE(tight.fits);
-  CHECK(tight.blocks == 31);  // the last block kept costs nothing more (above)
+  // Every block whole: the last block kept, selectively, would cost its rebuilt input's working
+  // set more (its saved tensors at the forward's end are the recompute-time peak either way).
+  CHECK(tight.setting == Recompute{Mode::kAll, 0});
   CHECK(tight.predicted == plan_with(c, {Mode::kAll, 0}).total());
+  CHECK(plan_with(c, {Mode::kFirstBlocks, 31, true}).total() > tight.predicted);
 }
 
 TEST_CASE("recompute adds a block's forward per recomputed block: a third of the blocks' share at most") {
@@ -126,10 +179,11 @@ TEST_CASE("auto's choice is the first count within the budget where blocks diffe
     INFO(gpu << " bytes");
     const RecomputeChoice choice = choose_recompute(c, shape, kVocab8b, plans, gpu);
     REQUIRE(choice.fits);
-    CHECK(static_cast<double>(plan_with(c, {Mode::kFirstBlocks, static_cast<int>(choice.blocks)}).total()) <=
-          0.95 * static_cast<double>(gpu));
+    CHECK(static_cast<double>(plan_with(c, choice.setting).total()) <= 0.95 * static_cast<double>(gpu));
+    CHECK(static_cast<double>(plan_with(c, {}).total()) > 0.95 * static_cast<double>(gpu));
     for (int k = 0; k < choice.blocks; ++k)
-      CHECK(static_cast<double>(plan_with(c, recompute_of_blocks(k, 32)).total()) > 0.95 * static_cast<double>(gpu));
+      CHECK(static_cast<double>(plan_with(c, recompute_of_blocks(k, 32, true)).total()) >
+            0.95 * static_cast<double>(gpu));
   }
   // 4,096 thin blocks (the most a model may have): one pass over them, not one per count.
   RunConfig deep;

@@ -121,8 +121,9 @@ TEST_CASE("With train.deterministic two llama-125m runs on CUDA repeat each othe
 
 // Recompute changes no bit on CUDA either (docs/design.md §4, "Recompute chosen by the memory
 // plan"): with deterministic kernels (so that two runs can be compared at all), llama-125m's
-// trajectory with none, half and all of its 12 blocks recomputed, bit for bit, in an MXFP4 arm
-// with every random stream and a rotation.
+// trajectory with none, half and all of its 12 blocks recomputed, and with selective recompute
+// alone, with half the blocks besides, and with the fused producers (which then make nothing of
+// h ahead for down's Wgrad), bit for bit, in an MXFP4 arm with every random stream and a rotation.
 TEST_CASE("Every recompute setting gives the same CUDA trajectory bit for bit", "[train][gpu]") {
   contract::RunConfig c = smoke_config();
   c.model = "llama-125m";
@@ -142,18 +143,29 @@ TEST_CASE("Every recompute setting gives the same CUDA trajectory bit for bit", 
   c.telemetry.quant_every_steps = 0;
   using Mode = contract::Recompute::Mode;
   std::vector<Trajectory> runs;
-  for (const contract::Recompute r : {contract::Recompute{}, contract::Recompute{Mode::kFirstBlocks, 6},
-                                      contract::Recompute{Mode::kAll, 0}}) {
+  struct Setting {
+    contract::Recompute recompute;
+    bool fused_producers = false;
+  };
+  for (const Setting& setting :
+       {Setting{contract::Recompute{}}, Setting{contract::Recompute{Mode::kFirstBlocks, 6}},
+        Setting{contract::Recompute{Mode::kAll, 0}}, Setting{contract::Recompute{Mode::kNone, 0, true}},
+        Setting{contract::Recompute{Mode::kFirstBlocks, 6, true}},
+        Setting{contract::Recompute{Mode::kNone, 0, true}, true}}) {
+    const contract::Recompute& r = setting.recompute;
     contract::RunConfig cfg = c;
     cfg.train.activation_checkpointing = r;
-    const std::string dir = fresh_run_dir("recompute_cuda_" + contract::to_string(r));
+    cfg.train.fused_producers = setting.fused_producers;
+    const std::string dir = fresh_run_dir("recompute_cuda_" + contract::to_string(r) +
+                                          (setting.fused_producers ? "_producers" : ""));
     const TrainResult result = run_train(dir, &cfg);
     INFO(result.output);
     if (result.output.find("device: \"cuda\" requested") != std::string::npos)
       MXABLATE_SKIP("no CUDA device for mxablate-train here");
     REQUIRE(result.exit_code == 0);
     runs.push_back(trajectory_of(dir));
-    INFO("recompute " << contract::to_string(r) << " first differs at step "
+    INFO("recompute " << contract::to_string(r) << (setting.fused_producers ? " with fused producers" : "")
+                      << " first differs at step "
                       << first_difference(runs.front(), runs.back()));
     REQUIRE(runs.back().loss.size() == 6);
     CHECK(first_difference(runs.front(), runs.back()) == 0);

@@ -98,14 +98,38 @@ void read_value(const json& v, const std::string& path, CudaGraphs& out) {
   read_name(v, path, out, parse_cuda_graphs, cuda_graphs_names);
 }
 
+// "selective" or "selective+N" (N from 0, which is "selective", to the most layers), else nullopt.
+// Every block recomputed whole is `true`: no block is left to recompute selectively.
+std::optional<Recompute> parse_selective(const std::string& text) {
+  const std::string prefix = "selective";
+  if (text.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string rest = text.substr(prefix.size());
+  if (rest.empty()) return Recompute{Recompute::Mode::kNone, 0, true};
+  const std::string digits = rest.substr(1);
+  if (rest[0] != '+' || digits.empty() || digits.size() > 4 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const int n = std::stoi(digits);
+  if (n > kMaxModelLayers) return std::nullopt;
+  // One identity per setting: +0 is "selective" itself.
+  return n == 0 ? Recompute{Recompute::Mode::kNone, 0, true} : Recompute{Recompute::Mode::kFirstBlocks, n, true};
+}
+
 void read_value(const json& v, const std::string& path, Recompute& out) {
-  const std::string expected = "expected true, false, auto or a number of blocks from 0 to " +
+  const std::string expected = "expected true, false, auto, selective, selective+N (N blocks recomputed whole "
+                               "besides) or a number of blocks from 0 to " +
                                std::to_string(kMaxModelLayers) + ", got " + shown(v);
   if (v.is_boolean()) {
     out = {v.get<bool>() ? Recompute::Mode::kAll : Recompute::Mode::kNone, 0};
   } else if (v.is_string()) {
-    if (v.get<std::string>() != "auto") throw ConfigError(path + ": " + expected);
-    out = {Recompute::Mode::kAuto, 0};
+    const std::string text = v.get<std::string>();
+    if (text == "auto") {
+      out = {Recompute::Mode::kAuto, 0};
+    } else if (const std::optional<Recompute> selective = parse_selective(text)) {
+      out = *selective;
+    } else {
+      throw ConfigError(path + ": " + expected);
+    }
   } else if (v.is_number()) {
     int64_t n = 0;
     if (!json_to(v, n).empty() || n < 0 || n > kMaxModelLayers) throw ConfigError(path + ": " + expected);

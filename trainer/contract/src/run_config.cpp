@@ -100,6 +100,8 @@ void set_block_settings(RunConfig& c, const LayerSettings& s) {
 }
 
 std::string to_string(const Recompute& r) {
+  if (r.selective && r.mode == Recompute::Mode::kNone) return "selective";
+  if (r.selective && r.mode == Recompute::Mode::kFirstBlocks) return "selective+" + std::to_string(r.first_blocks);
   switch (r.mode) {
     case Recompute::Mode::kNone: return "false";
     case Recompute::Mode::kAll: return "true";
@@ -110,6 +112,8 @@ std::string to_string(const Recompute& r) {
 }
 
 json recompute_json(const Recompute& r) {
+  if (r.selective && (r.mode == Recompute::Mode::kNone || r.mode == Recompute::Mode::kFirstBlocks))
+    return to_string(r);
   switch (r.mode) {
     case Recompute::Mode::kNone: return false;
     case Recompute::Mode::kAll: return true;

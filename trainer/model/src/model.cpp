@@ -64,14 +64,14 @@ AttentionImpl::AttentionImpl(const ModelShape& s, int first_layer, const LinearP
   o = register_module("o", MXLinear(s.d_model, s.d_model, first_layer + 3, plan, session, device));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+at::Tensor AttentionImpl::forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt) {
   const int64_t b = x.size(0), t = x.size(1);
   const auto heads = [&](const at::Tensor& y, int64_t n) {
     return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, D)
   };
-  const at::Tensor qh = rope_->apply(heads(q->forward(x), n_heads_));
-  const at::Tensor kh = rope_->apply(heads(k->forward(x), n_kv_heads_));
-  const at::Tensor vh = heads(v->forward(x), n_kv_heads_);
+  const at::Tensor qh = rope_->apply(heads(q->forward(x, rebuilt), n_heads_));
+  const at::Tensor kh = rope_->apply(heads(k->forward(x, rebuilt), n_kv_heads_));
+  const at::Tensor vh = heads(v->forward(x, rebuilt), n_kv_heads_);
   // Grouped-query attention: each K/V head serves n_heads / n_kv_heads query heads; the compat
   // header repeats them only where the kernel cannot take them as they are.
   const at::Tensor out = compat::causal_attention_bf16(qh, kh, vh);
@@ -85,14 +85,28 @@ SwiGLUImpl::SwiGLUImpl(const ModelShape& s, int first_layer, const LinearPlan& p
   down = register_module("down", MXLinear(s.ffn_hidden, s.d_model, first_layer + 2, plan, session, device));
 }
 
-at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
-  if (!use_fused(fused_ops_, x.device())) return down->forward(at::silu(gate->forward(x)) * up->forward(x));
-  const at::Tensor g = gate->forward(x);
-  const at::Tensor u = up->forward(x);
-  return down->forward(fused_swiglu(g, u, gemm_input_dtype(x.device()), made_ahead(x)));
+at::Tensor SwiGLUImpl::forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt) {
+  const at::Tensor g = gate->forward(x, rebuilt);
+  const at::Tensor u = up->forward(x, rebuilt);
+  // Selective recompute: h from g and u, which SwiGLU's backward keeps anyway.
+  const bool rebuild_h = rebuilt && at::GradMode::is_enabled();
+  std::shared_ptr<RebuiltInput> rebuilt_h;
+  if (rebuild_h) {
+    auto self = std::static_pointer_cast<const SwiGLUImpl>(shared_from_this());
+    rebuilt_h = std::make_shared<RebuiltInput>(
+        std::vector<at::Tensor>{g, u}, [self](const std::vector<at::Tensor>& gu) { return self->product(gu[0], gu[1]); });
+  }
+  return down->forward(product(g, u, made_ahead(x, rebuild_h)), std::move(rebuilt_h));
 }
 
-std::shared_ptr<const SwiGluMadeAhead> SwiGLUImpl::made_ahead(const at::Tensor& x) const {
+at::Tensor SwiGLUImpl::product(const at::Tensor& g, const at::Tensor& u,
+                               std::shared_ptr<const SwiGluMadeAhead> ahead) const {
+  if (!use_fused(fused_ops_, g.device())) return at::silu(g) * u;
+  return fused_swiglu(g, u, gemm_input_dtype(g.device()), std::move(ahead));
+}
+
+std::shared_ptr<const SwiGluMadeAhead> SwiGLUImpl::made_ahead(const at::Tensor& x, bool h_rebuilt) const {
+  if (!use_fused(fused_ops_, x.device())) return nullptr;
   const std::shared_ptr<QuantSession>& session = gate->state()->session;
   if (!session || !session->fused_producers) return nullptr;
   // As MXLinear decides what its backward wants (want_dx, want_dw): from the grad mode and what
@@ -101,7 +115,7 @@ std::shared_ptr<const SwiGluMadeAhead> SwiGLUImpl::made_ahead(const at::Tensor& 
   const bool want_dx = grad && x.requires_grad();
   auto ahead = std::make_shared<SwiGluMadeAhead>();
   ahead->session = session;
-  ahead->h = input_made_ahead(*down->state(), grad && down->weight.requires_grad());
+  ahead->h = input_made_ahead(*down->state(), grad && down->weight.requires_grad() && !h_rebuilt);
   ahead->dg = output_grad_made_ahead(*gate->state(), want_dx, grad && gate->weight.requires_grad());
   ahead->du = output_grad_made_ahead(*up->state(), want_dx, grad && up->weight.requires_grad());
   if (!ahead->any()) return nullptr;
@@ -110,8 +124,9 @@ std::shared_ptr<const SwiGluMadeAhead> SwiGLUImpl::made_ahead(const at::Tensor& 
 
 BlockImpl::BlockImpl(const ModelShape& s, int index, const LinearPlan& plan,
                      const std::shared_ptr<QuantSession>& session,
-                     std::shared_ptr<RotaryEmbedding> rope, at::Device device, bool checkpointed)
-    : session_(session), checkpointed_(checkpointed) {
+                     std::shared_ptr<RotaryEmbedding> rope, at::Device device, bool checkpointed,
+                     bool selective)
+    : session_(session), checkpointed_(checkpointed), selective_(selective) {
   const int first = index * 7;  // q, k, v, o, gate, up, down (model_presets.h linear_layers)
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   attn_norm = register_module("attn_norm", RMSNorm(s.d_model, s.norm_eps, f32));
@@ -132,10 +147,20 @@ at::Tensor BlockImpl::compute(const at::Tensor& x) {
   // The residual stream goes through the norms, which on the fused path add the attention's
   // output into it and sum its gradients (docs/design.md §4, "The residual stream's glue"): the
   // same arithmetic as x + attn(norm(x)), then h + mlp(norm(h)).
+  // Selective recompute makes the norms' outputs again from the streams, which the norms keep.
   const ResidualNormed in = attn_norm->forward_residual(x, at::Tensor());
-  const ResidualNormed h = mlp_norm->forward_residual(in.stream, attn->forward(in.normed));
-  const at::Tensor out = mlp->forward(h.normed);
+  const ResidualNormed h =
+      mlp_norm->forward_residual(in.stream, attn->forward(in.normed, rebuilt_norm(attn_norm, in.stream)));
+  const at::Tensor out = mlp->forward(h.normed, rebuilt_norm(mlp_norm, h.stream));
   return use_fused(fused_ops_, x.device()) ? fused_residual_add(h.stream, out) : h.stream + out;
+}
+
+std::shared_ptr<RebuiltInput> BlockImpl::rebuilt_norm(const RMSNorm& norm, const at::Tensor& stream) const {
+  // Without grad nothing is kept for a backward, so there is nothing to spare.
+  if (!selective_ || !at::GradMode::is_enabled()) return nullptr;
+  // norm(stream) gives forward_residual's `normed` bit for bit, fused or not (fused_ops.h).
+  return std::make_shared<RebuiltInput>(std::vector<at::Tensor>{stream},
+                                        [impl = norm.ptr()](const std::vector<at::Tensor>& s) { return impl->forward(s[0]); });
 }
 
 void BlockImpl::set_fused_ops(FusedOps mode) {
@@ -159,7 +184,10 @@ LlamaModelImpl::LlamaModelImpl(const ModelOptions& options) : options_(options) 
   const LinearPlan bf16 = plain_bf16_plan();
   rope->set_fused_ops(options.fused_ops);
   for (int b = 0; b < s.n_layers; ++b) {
-    Block block(s, b, bf16, options.session, rope, build, b < options.recomputed_blocks);
+    // A block recomputed whole keeps nothing of its norm outputs and SwiGLU product: selective
+    // recompute is for the blocks kept.
+    const bool whole = b < options.recomputed_blocks;
+    Block block(s, b, bf16, options.session, rope, build, whole, options.selective_recompute && !whole);
     block->set_fused_ops(options.fused_ops);
     blocks->push_back(block);
   }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "mxablate/kernels/torch/fused_ops.h"
 #include "mxablate/trainer/numerics/dge.h"
 #include "mxablate/trainer/numerics/occ.h"
+#include "mxablate/trainer/numerics/telemetry_setting.h"
 #include "mxablate/trainer/plan/plan_rules.h"
 
 namespace mxablate::trainer {
@@ -301,6 +303,12 @@ struct Saved {
   at::Tensor w_for_dge;
   // OCC: the residual's non-zeros (a small share of X).
   OccResidual residual;
+  // Selective recompute: X made again for Wgrad (x_for_wgrad is then made in the backward), its
+  // shape, and whether the forward collected telemetry (the backward's quantization records it
+  // as the forward's would have).
+  std::shared_ptr<RebuiltInput> rebuilt_x;
+  std::vector<int64_t> x_sizes;
+  bool collect_telemetry = false;
 };
 
 // The LinearState and a Saved without its tensors, in autograd's saved data (IValues only).
@@ -348,7 +356,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w, std::shared_ptr<const LinearState> state,
-                            bool grad_enabled) {
+                            bool grad_enabled, std::shared_ptr<RebuiltInput> rebuilt) {
     // apply() runs forward with grad mode off, so the caller's mode arrives as an argument:
     // evaluation under NoGradGuard skips the column-wise quantizations backward would need.
     const LinearState& s = *state;
@@ -366,10 +374,18 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
         occ ? std::optional<double>(occ->residual.fraction()) : std::nullopt;
     // X along rows for Fprop and, when dW will be wanted, down columns for Wgrad; W along rows
     // for Fprop and, when dX will be wanted, down columns for Dgrad: each tensor in one pass where
-    // its two GEMMs share an engine. Backward keeps the column-wise ones.
+    // its two GEMMs share an engine. Backward keeps the column-wise ones. An X the backward makes
+    // again (selective recompute) is quantized for Wgrad there instead.
+    const bool rebuild_x = rebuilt && saved.want_dw && !occ;
     Quantized qx = quantize_uses(xq, s, OperandUse{GemmKind::kFprop, Operand::kA},
-                                 use_if(saved.want_dw, GemmKind::kWgrad, Operand::kB), occ_fraction,
-                                 {&s.session->memo, s.session->step, /*made_ahead=*/!occ});
+                                 use_if(saved.want_dw && !rebuild_x, GemmKind::kWgrad, Operand::kB),
+                                 occ_fraction, {&s.session->memo, s.session->step, /*made_ahead=*/!occ});
+    if (rebuild_x) {
+      rebuilt->add_reader();
+      saved.rebuilt_x = std::move(rebuilt);
+      saved.x_sizes = x.sizes().vec();
+      saved.collect_telemetry = s.session->collect_telemetry;
+    }
     // W's operands are the same bits for every micro-batch and recompute of a step. Where both of
     // W's GEMMs take it plain BF16, Dgrad's operand is the very tensor Fprop's rounding makes, so
     // with the weight cache on it is asked for even where this pass wants no dX (a checkpointed
@@ -405,12 +421,14 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     const Quantized qdy = quantize_uses(dy, s, use_if(saved.want_dx, GemmKind::kDgrad, Operand::kA),
                                         use_if(saved.want_dw, GemmKind::kWgrad, Operand::kA), std::nullopt,
                                         {nullptr, 0, /*made_ahead=*/true});
+    kernels::QuantizedOperand x_for_wgrad = saved.x_for_wgrad;
+    if (saved.rebuilt_x) x_for_wgrad = rebuilt_wgrad_operand(s, saved);
     at::Tensor dx, dw;
     if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
       dx = multiply(s, GemmKind::kDgrad, qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
     if (saved.want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
       // Converted once, to the master weight's dtype (float32: the vectorized widening).
-      dw = multiply(s, GemmKind::kWgrad, qdy.cols, saved.x_for_wgrad);
+      dw = multiply(s, GemmKind::kWgrad, qdy.cols, x_for_wgrad);
       dw = saved.w_dtype == at::kFloat ? kernels::to_float32(dw) : dw.to(saved.w_dtype);
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
@@ -421,7 +439,22 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
       }
       if (saved.residual.nnz() > 0) dw = dw + saved.residual.transposed_times(bf16_values(dy)).t();
     }
-    return {dx, dw, at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+ private:
+  // Wgrad's X operand from the input made again: the quantization the forward would have made
+  // (same spec, key and telemetry setting), shared through the session's memo by the readers
+  // of one input as in the forward.
+  static kernels::QuantizedOperand rebuilt_wgrad_operand(const LinearState& s, const Saved& saved) {
+    const at::Tensor made = saved.rebuilt_x->take();
+    TORCH_CHECK(made.numel() == saved.x_sizes[0] * saved.x_sizes[1], "layer ", s.layer,
+                ": the input made again has ", made.numel(), " elements, the forward's ", saved.x_sizes);
+    const at::Tensor x = made.reshape(saved.x_sizes).contiguous();
+    const TelemetrySetting telemetry(*s.session, saved.collect_telemetry);
+    return quantize_uses(x, s, std::nullopt, OperandUse{GemmKind::kWgrad, Operand::kB}, std::nullopt,
+                         {&s.session->memo, s.session->step})
+        .cols;
   }
 };
 
@@ -463,12 +496,41 @@ void offer_made_ahead(QuantSession& session, const at::Tensor& produced, const M
   offer(Axis::kCols, asked.cols, made.cols);
 }
 
+RebuiltInput::RebuiltInput(std::vector<at::Tensor> sources, Make make)
+    : sources_(std::move(sources)), make_(std::move(make)) {
+  for (const at::Tensor& t : sources_) versions_.push_back(t._version());
+}
+
+void RebuiltInput::add_reader() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++readers_;
+}
+
+at::Tensor RebuiltInput::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(taken_ < readers_, "an input made again was taken more often than its ", readers_, " readers");
+  if (!made_.defined()) {
+    for (size_t i = 0; i < sources_.size(); ++i)
+      TORCH_CHECK(sources_[i]._version() == versions_[i],
+                  "an input to be made again in the backward was changed in place after the forward");
+    const torch::NoGradGuard no_grad;
+    made_ = make_(sources_);
+  }
+  const at::Tensor out = made_;
+  if (++taken_ == readers_) {  // the last reader: nothing of it is kept any longer
+    made_ = at::Tensor();
+    sources_.clear();
+    make_ = nullptr;
+  }
+  return out;
+}
+
 at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
-                     const std::shared_ptr<const LinearState>& state) {
+                     const std::shared_ptr<const LinearState>& state, std::shared_ptr<RebuiltInput> rebuilt) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "mx_linear: expected x (M x K) and w (N x K), got ", x.sizes(), " and ", w.sizes());
   require_usable(state->plan);
-  return MXLinearFunction::apply(x.contiguous(), w, state, at::GradMode::is_enabled());
+  return MXLinearFunction::apply(x.contiguous(), w, state, at::GradMode::is_enabled(), std::move(rebuilt));
 }
 
 MXLinearImpl::MXLinearImpl(int64_t in_features, int64_t out_features, int layer,
@@ -484,11 +546,11 @@ void MXLinearImpl::set_plan(const LinearPlan& plan) {
   state_ = std::make_shared<LinearState>(LinearState{state_->layer, plan, state_->session});
 }
 
-at::Tensor MXLinearImpl::forward(const at::Tensor& x) {
+at::Tensor MXLinearImpl::forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt) {
   const int64_t k = x.size(-1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = weight.size(0);
-  return mx_linear(x.reshape({-1, k}), weight, state_).view(out_shape);
+  return mx_linear(x.reshape({-1, k}), weight, state_, std::move(rebuilt)).view(out_shape);
 }
 
 }  // namespace mxablate::trainer

@@ -33,12 +33,16 @@ const kernels::QuantSpec& spec(const LinearPlan& p, GemmKind g, Operand o) {
 // `width` columns (q, k, v read the attention norm's output; gate, up the MLP norm's). A plain-BF16
 // Wgrad saves the BF16 input itself; a quantized one saves its own BF16 Q(X) down columns, shared
 // by consumers whose quantization is deterministic and alike (the per-step memo, quant_memo.h).
-// `held`: another op saves the input anyway (attention's output, which SDPA keeps).
-int64_t wgrad_input_bytes(const std::vector<const LinearPlan*>& consumers, int64_t width, bool held) {
+// `held`: another op saves the input anyway (attention's output, which SDPA keeps). `rebuilt`:
+// selective recompute makes the input again in the backward (mx_linear.h, RebuiltInput), so only
+// a consumer under OCC (which keeps its clamped X) saves anything of it.
+int64_t wgrad_input_bytes(const std::vector<const LinearPlan*>& consumers, int64_t width, bool held,
+                          bool rebuilt = false) {
   std::vector<kernels::QuantSpec> shared;
   int64_t copies = 0;
   bool input_kept = held;
   for (const LinearPlan* p : consumers) {
+    if (rebuilt && !p->occ) continue;
     const kernels::QuantSpec& x = spec(*p, GemmKind::kWgrad, Operand::kB);
     if (is_plain_bf16(x)) {
       input_kept = true;
@@ -51,6 +55,16 @@ int64_t wgrad_input_bytes(const std::vector<const LinearPlan*>& consumers, int64
     }
   }
   return (copies + (input_kept ? 1 : 0)) * width * kBF16;
+}
+
+// What the backward holds while it quantizes a rebuilt input for its Wgrad readers, per token: the
+// input made again, and its quantized copies (as many as the forward would have saved; a plain
+// BF16 Wgrad reads the input itself).
+int64_t rebuilt_input_bytes(const std::vector<const LinearPlan*>& consumers, int64_t width) {
+  const bool any_plain = std::any_of(consumers.begin(), consumers.end(), [](const LinearPlan* p) {
+    return is_plain_bf16(spec(*p, GemmKind::kWgrad, Operand::kB));
+  });
+  return wgrad_input_bytes(consumers, width, false) + (any_plain ? 0 : width * kBF16);
 }
 
 // The BF16 copy of dY that a linear's quantized Dgrad and Wgrad each make, per token.
@@ -78,8 +92,11 @@ struct BlockMemory {
 //   which SDPA keeps too: counted once), SwiGLU's output.
 // q's and k's outputs before RoPE and o's and down's outputs are freed at once (nothing saves
 // them). The backward's working set: the residual's FP32 gradient in and out, SwiGLU's three
-// BF16 gradients (d gate, d up, d of its output), the widest linear's dY copies, and one FP32 dW.
-BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& plans, size_t first) {
+// BF16 gradients (d gate, d up, d of its output), the widest linear's dY copies, and one FP32 dW;
+// under selective recompute (`selective`) the norms' outputs and SwiGLU's product are not saved,
+// and the largest of them, made again with its quantized copies, joins the working set.
+BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& plans, size_t first,
+                         bool selective) {
   const int64_t d = s.d_model, kv = s.kv_dim(), f = s.ffn_hidden, heads = s.n_heads;
   const LinearPlan* q = &plans[first + 0];
   const LinearPlan* k = &plans[first + 1];
@@ -93,8 +110,9 @@ BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& pla
                       + (d + 2 * kv) * kBF16                 // q, k (after RoPE), v
                       + heads * kF32                         // SDPA's logsumexp
                       + 2 * f * kBF16                        // gate's and up's outputs
-                      + wgrad_input_bytes({q, k, v}, d, false) + wgrad_input_bytes({o}, d, true) +
-                      wgrad_input_bytes({gate, up}, d, false) + wgrad_input_bytes({down}, f, false);
+                      + wgrad_input_bytes({q, k, v}, d, false, selective) + wgrad_input_bytes({o}, d, true) +
+                      wgrad_input_bytes({gate, up}, d, false, selective) +
+                      wgrad_input_bytes({down}, f, false, selective);
   const std::array<std::pair<int64_t, int64_t>, 7> shapes{
       {{d, d}, {d, kv}, {d, kv}, {d, d}, {d, f}, {d, f}, {f, d}}};  // (in, out)
   int64_t widest_dy = 0;
@@ -106,6 +124,9 @@ BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& pla
     m.dge = m.dge || plans[first + i].dge.has_value();
   }
   m.working_per_token = 2 * d * kF32 + 3 * f * kBF16 + widest_dy;
+  if (selective)
+    m.working_per_token += std::max({rebuilt_input_bytes({q, k, v}, d), rebuilt_input_bytes({gate, up}, d),
+                                     rebuilt_input_bytes({down}, f)});
   return m;
 }
 
@@ -116,39 +137,48 @@ struct ActivationMemory {
 // The activation parts of one precision phase for every count k = 0 … n of recomputed blocks
 // (blocks 0 … k-1 recompute, recompute_plan.h: they are the ones whose activations would live
 // longest, from their forward to the end of the backward), in one pass over the blocks: the
-// planner asks for all of them at once when it chooses `auto`'s count.
+// planner asks for all of them at once when it chooses `auto`'s count. With `selective`, the
+// blocks kept (k … n-1) make their norm outputs and SwiGLU's product again (model.cpp: a block
+// recomputed whole keeps nothing of them anyway).
 std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c, const ModelShape& s,
                                                              const std::vector<LinearShape>& layers,
-                                                             const std::vector<LinearPlan>& plans) {
+                                                             const std::vector<LinearPlan>& plans,
+                                                             bool selective) {
   const int64_t t = contract::micro_batch_tokens(c);
   const int64_t d = s.d_model;
   const auto n = static_cast<size_t>(s.n_layers);
-  std::vector<BlockMemory> blocks;
-  blocks.reserve(n);
-  int64_t working = 0;
+  // Each block as it is when recomputed whole (plain) and when kept (selective or plain).
+  std::vector<BlockMemory> whole, kept;
+  whole.reserve(n);
+  kept.reserve(n);
+  const auto working_of = [t](const BlockMemory& m) {
+    return t * m.working_per_token + (m.dge ? 2 : 1) * m.largest_weight * kF32;  // DGE: dW × factor
+  };
   for (size_t b = 0; b < n; ++b) {
-    blocks.push_back(block_memory(s, plans, b * 7));
-    const BlockMemory& m = blocks.back();
-    working = std::max(working, t * m.working_per_token +
-                                    (m.dge ? 2 : 1) * m.largest_weight * kF32);  // DGE: dW × factor
+    whole.push_back(block_memory(s, plans, b * 7, false));
+    kept.push_back(selective ? block_memory(s, plans, b * 7, true) : whole.back());
   }
   // After the blocks: the final norm keeps its FP32 input and rstd; its BF16 output is the LM
   // head's Wgrad input; the LM head (plain BF16) keeps a BF16 copy of its weight for Dgrad.
   const int64_t vocab = layers.back().out_features;
   const int64_t tail = d * kF32 + kF32 + d * kBF16;
   const int64_t head_operand = d * vocab * kBF16;
-  // kept[k]: the saved tensors and operand copies of blocks k … n-1 (suffix sums).
-  std::vector<int64_t> kept_saved(n + 1, 0), kept_operands(n + 1, 0);
+  // kept_*[k]: the saved tensors, operand copies and largest working set of blocks k … n-1
+  // (suffix sums and maxima).
+  std::vector<int64_t> kept_saved(n + 1, 0), kept_operands(n + 1, 0), kept_working(n + 1, 0);
   for (size_t b = n; b-- > 0;) {
-    kept_saved[b] = kept_saved[b + 1] + blocks[b].saved_per_token;
-    kept_operands[b] = kept_operands[b + 1] + blocks[b].weight_operands;
+    kept_saved[b] = kept_saved[b + 1] + kept[b].saved_per_token;
+    kept_operands[b] = kept_operands[b + 1] + kept[b].weight_operands;
+    kept_working[b] = std::max(kept_working[b + 1], working_of(kept[b]));
   }
   std::vector<ActivationMemory> out(n + 1);
-  int64_t largest_recomputed_saved = 0, largest_recomputed_operands = 0;  // over blocks 0 … k-1
+  // Over blocks 0 … k-1, recomputed whole.
+  int64_t largest_recomputed_saved = 0, largest_recomputed_operands = 0, largest_recomputed_working = 0;
   for (size_t k = 0; k <= n; ++k) {
     if (k > 0) {
-      largest_recomputed_saved = std::max(largest_recomputed_saved, blocks[k - 1].saved_per_token);
-      largest_recomputed_operands = std::max(largest_recomputed_operands, blocks[k - 1].weight_operands);
+      largest_recomputed_saved = std::max(largest_recomputed_saved, whole[k - 1].saved_per_token);
+      largest_recomputed_operands = std::max(largest_recomputed_operands, whole[k - 1].weight_operands);
+      largest_recomputed_working = std::max(largest_recomputed_working, working_of(whole[k - 1]));
     }
     // At the forward's end: the kept blocks' saved tensors and operand copies, and the FP32
     // input of each recomputing block (block_checkpoint.cpp: nothing else, no graph, no operand
@@ -163,7 +193,7 @@ std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c,
       saved = std::max(saved, ki * d * kF32 + largest_recomputed_saved - d * kF32);
       operands = std::max(operands, largest_recomputed_operands);
     }
-    out[k] = {t * (saved + tail), operands + head_operand, working};
+    out[k] = {t * (saved + tail), operands + head_operand, std::max(kept_working[k], largest_recomputed_working)};
   }
   return out;
 }
@@ -219,8 +249,8 @@ std::vector<MemoryPlan> plan_memory_by_recompute(const RunConfig& c, const Model
   std::vector<MemoryPlan> out(static_cast<size_t>(shape.n_layers) + 1, m);
   // Activation sizes: the largest over the precision schedule's phases.
   for (const std::vector<LinearPlan>& phase : plans.phases) {
-    const std::vector<ActivationMemory> by_k =
-        activation_memory_by_recompute(c, shape, plans.layers, phase);
+    const std::vector<ActivationMemory> by_k = activation_memory_by_recompute(
+        c, shape, plans.layers, phase, selective_recompute(c.train.activation_checkpointing));
     for (size_t k = 0; k < out.size(); ++k) {
       out[k].activations = std::max(out[k].activations, by_k[k].activations);
       out[k].weight_operands = std::max(out[k].weight_operands, by_k[k].weight_operands);

@@ -77,6 +77,7 @@ void RunRecord::run_start(Progress p, int64_t attempt, bool resumed) {
       {"weight_cache", {{"on", s_.weight_cache.on}, {"reason", s_.weight_cache.reason}}},
       // Which blocks recomputed in the backward (recompute_plan.h: `auto` resolved here), and why.
       {"recompute", {{"blocks", s_.recompute.blocks}, {"of", s_.shape.n_layers},
+                     {"selective", s_.recompute.selective},
                      {"reason", s_.recompute.reason}}},
   };
   // Where FP8 decode scales came from (docs/design.md §3): the baseline a result belongs to.

@@ -87,6 +87,7 @@ RunConfig decide_recompute(RunSetup& s, const RunConfig& config, int64_t vocab, 
   const int64_t n = s.shape.n_layers;
   if (setting.mode != contract::Recompute::Mode::kAuto) {
     s.recompute.blocks = recomputed_blocks(setting, n);
+    s.recompute.selective = selective_recompute(setting);
     s.recompute.reason = "train.activation_checkpointing: " + contract::to_string(setting);
     return config;
   }
@@ -96,14 +97,16 @@ RunConfig decide_recompute(RunSetup& s, const RunConfig& config, int64_t vocab, 
   } else {
     const RecomputeChoice choice = choose_recompute(config, s.shape, vocab, s.layer_plans, memory.bytes);
     s.recompute.blocks = choice.blocks;
+    s.recompute.selective = choice.setting.selective;
     // (No fmt here: the engine builds against LibTorch's own fmt headers on the GPU machine.)
-    s.recompute.reason = "auto: " + std::to_string(choice.blocks) + " of " + std::to_string(n) +
-                         " blocks, predicted " + format_bytes(choice.predicted) + " per rank " +
+    s.recompute.reason = "auto: " + std::string(choice.setting.selective ? "selective, " : "") +
+                         std::to_string(choice.blocks) + " of " + std::to_string(n) +
+                         " blocks whole, predicted " + format_bytes(choice.predicted) + " per rank " +
                          (choice.fits ? "within " : "more than ") +
                          std::to_string(kAutoRecomputeMemoryPercent) + "% of " +
                          format_bytes(memory.bytes) + " (" + memory.source + ")";
   }
-  resolved.train.activation_checkpointing = recompute_of_blocks(s.recompute.blocks, n);
+  resolved.train.activation_checkpointing = recompute_of_blocks(s.recompute.blocks, n, s.recompute.selective);
   return resolved;
 }
 
@@ -158,6 +161,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   mo.device = s.device;
   mo.init_seed = config.train.seed;
   mo.recomputed_blocks = s.recompute.blocks;
+  mo.selective_recompute = s.recompute.selective;
   s.model = LlamaModel(mo);
   if (rank.world > 1) s.group = std::make_unique<DataParallel>(rank, s.device);
   // Before any checkpoint is restored: a sharded engine moves the parameters into its flat

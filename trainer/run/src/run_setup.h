@@ -32,8 +32,9 @@ namespace mxablate::trainer {
 // train.activation_checkpointing as this run executes it (recompute_plan.h): `auto` resolved
 // against the GPU memory the run may plan into.
 struct RecomputeDecision {
-  int64_t blocks = 0;  // blocks 0 … blocks-1 recompute
-  std::string reason;  // a clause a log line or run_start can quote
+  int64_t blocks = 0;      // blocks 0 … blocks-1 recompute whole
+  bool selective = false;  // every block makes its norms' outputs and SwiGLU's product again
+  std::string reason;      // a clause a log line or run_start can quote
 };
 
 // Everything a run needs, built from the config before the first step; any problem here is a

@@ -48,10 +48,17 @@ struct Recompute {
   };
   Mode mode = Mode::kNone;
   int first_blocks = 0;  // kFirstBlocks: ≥ 1
+  // Selective recompute in every block not recomputed whole: the norms' outputs and SwiGLU's
+  // product are made again in the backward for the GEMMs that read them, instead of being kept.
+  // "selective" is it with no whole block, "selective+N" with blocks 0 … N-1 recomputed whole;
+  // `auto` resolves to false, selective or selective+N.
+  bool selective = false;
   bool operator==(const Recompute&) const = default;
 };
 
-// The setting as a recipe writes it: false, true, "auto" or the count; and its JSON.
+// The setting as a recipe writes it: false, true, "auto", "selective" or the count; and its JSON.
+// auto's resolutions that add whole blocks to selective read "selective+N", which a recipe may
+// write too (every block whole is `true`: none is left to recompute selectively).
 std::string to_string(const Recompute& r);
 nlohmann::json recompute_json(const Recompute& r);
 

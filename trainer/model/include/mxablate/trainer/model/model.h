@@ -33,6 +33,10 @@ struct ModelOptions {
   // Blocks 0 … recomputed_blocks-1 keep only their input and are recomputed in the backward
   // (block_checkpoint.h; recompute_plan.h says how many): less memory, the same bits.
   int64_t recomputed_blocks = 0;
+  // Selective recompute in every block not recomputed whole (docs/design.md §4): the norms'
+  // outputs and SwiGLU's product are made again in the backward for their Wgrad readers instead
+  // of being kept (mx_linear.h, RebuiltInput): less memory, the same bits.
+  bool selective_recompute = false;
   // RMSNorm, RoPE, SwiGLU's silu*mul and the loss through the fused kernels (fused_ops.h): by
   // default on CUDA only, so CPU results keep the unfused expressions' bits.
   FusedOps fused_ops = FusedOps::kOnCuda;
@@ -75,7 +79,8 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const ModelShape& shape, int first_layer, const LinearPlan& plan,
                 const std::shared_ptr<QuantSession>& session, std::shared_ptr<RotaryEmbedding> rope,
                 at::Device device);
-  at::Tensor forward(const at::Tensor& x);  // (B, T, d) -> (B, T, d)
+  // (B, T, d) -> (B, T, d); `rebuilt`: x as the backward can make it again, for q, k and v.
+  at::Tensor forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt = nullptr);
   MXLinear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
 
  private:
@@ -88,14 +93,20 @@ class SwiGLUImpl : public torch::nn::Module {
  public:
   SwiGLUImpl(const ModelShape& shape, int first_layer, const LinearPlan& plan,
              const std::shared_ptr<QuantSession>& session, at::Device device);
-  at::Tensor forward(const at::Tensor& x);
+  // `rebuilt` (selective recompute): x as the backward can make it again, for gate and up; down's
+  // input h is then made again from gate's and up's outputs too.
+  at::Tensor forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt = nullptr);
   void set_fused_ops(FusedOps mode) { fused_ops_ = mode; }
   MXLinear gate{nullptr}, up{nullptr}, down{nullptr};
 
  private:
   // What the fused SwiGLU makes ahead of the three linears for input x (fused_ops.h), or null:
-  // nothing wanted, or the session's fused_producers off.
-  std::shared_ptr<const SwiGluMadeAhead> made_ahead(const at::Tensor& x) const;
+  // nothing wanted, or the session's fused_producers off. `h_rebuilt`: down's Wgrad reads h made
+  // again, so nothing of h is made ahead for it.
+  std::shared_ptr<const SwiGluMadeAhead> made_ahead(const at::Tensor& x, bool h_rebuilt) const;
+  // silu(g) * u: the product, as the forward and the rebuild make it.
+  at::Tensor product(const at::Tensor& g, const at::Tensor& u,
+                     std::shared_ptr<const SwiGluMadeAhead> ahead = nullptr) const;
 
   FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
@@ -105,7 +116,7 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelShape& shape, int index, const LinearPlan& plan,
             const std::shared_ptr<QuantSession>& session, std::shared_ptr<RotaryEmbedding> rope,
-            at::Device device, bool checkpointed = false);
+            at::Device device, bool checkpointed = false, bool selective = false);
   // Through block_checkpoint.h when the block is checkpointed, else compute(x) directly.
   at::Tensor forward(const at::Tensor& x);
   // x + attention, + MLP: the block's arithmetic.
@@ -117,8 +128,12 @@ class BlockImpl : public torch::nn::Module {
   SwiGLU mlp{nullptr};
 
  private:
+  // The norm's output of `stream` as the backward makes it again (selective recompute), or null.
+  std::shared_ptr<RebuiltInput> rebuilt_norm(const RMSNorm& norm, const at::Tensor& stream) const;
+
   std::shared_ptr<QuantSession> session_;
   bool checkpointed_;
+  bool selective_;
   FusedOps fused_ops_ = FusedOps::kOnCuda;
 };
 TORCH_MODULE(Block);

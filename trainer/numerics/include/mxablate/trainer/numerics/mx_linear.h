@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -142,12 +143,43 @@ struct LinearState {
   std::array<const kernels::GemmEngine*, 3> engines_{};  // indexed by kernels::GemmKind
 };
 
+// A layer input that the backward makes again instead of keeping (selective recompute:
+// docs/design.md §4, "Recompute chosen by the memory plan"): a norm's output or SwiGLU's product,
+// made from tensors whose own backward keeps them anyway (the residual stream, the gate's and up's
+// outputs), so that its Wgrad readers save nothing of X. Made once, without grad, by the first
+// reader's backward; shared by the readers (q, k, v; gate, up), which then find its quantization in
+// the session's memo as the forward's readers did; let go, with its sources, once the last reader
+// has taken it. The sources' version counters are checked at the making: a source changed in place
+// since the forward is an error, not a silently different X.
+class RebuiltInput {
+ public:
+  using Make = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+  RebuiltInput(std::vector<at::Tensor> sources, Make make);
+  // One more layer whose backward will take() it (counted by its forward).
+  void add_reader();
+  // The input as the forward made it: made on the first call, under NoGradGuard.
+  at::Tensor take();
+
+ private:
+  std::mutex mutex_;  // backward may run on an autograd worker thread
+  std::vector<at::Tensor> sources_;
+  std::vector<int64_t> versions_;
+  Make make_;
+  at::Tensor made_;
+  int readers_ = 0, taken_ = 0;
+};
+
 // Y = X Wᵀ for 2-D x (M x K) and w (N x K) under `state`'s plan, differentiable in x and w.
 // With plan.dge (dge.h) dW is multiplied by the estimator's derivative at W; with plan.occ
 // (occ.h) X is clamped before quantization and the residual compensated. A plan that breaks
 // check_dge/check_occ (plan_rules.h) is refused with std::invalid_argument, here and in MXLinear.
+// `rebuilt` (optional): x as the backward can make it again (its values, any shape of M·K
+// elements); where dW is wanted Wgrad's X operand is then quantized from it in the backward
+// instead of being kept, with the same bits (not under OCC, whose clamped X and residual the
+// layer keeps).
 at::Tensor mx_linear(const at::Tensor& x, const at::Tensor& w,
-                     const std::shared_ptr<const LinearState>& state);
+                     const std::shared_ptr<const LinearState>& state,
+                     std::shared_ptr<RebuiltInput> rebuilt = nullptr);
 
 // Quantizations a fused producer may make ahead of a layer (docs/design.md §4, "Quantization in
 // the producers"): of its input X (Fprop's X along rows; Wgrad's X down columns when dW is
@@ -174,8 +206,9 @@ class MXLinearImpl : public torch::nn::Module {
   // The weight is created uninitialized (the model initializes it) on `device`.
   MXLinearImpl(int64_t in_features, int64_t out_features, int layer, const LinearPlan& plan,
                std::shared_ptr<QuantSession> session, at::Device device = at::kCPU);
-  // x: (…, in_features) -> (…, out_features)
-  at::Tensor forward(const at::Tensor& x);
+  // x: (…, in_features) -> (…, out_features); `rebuilt`: x as the backward can make it again
+  // (mx_linear).
+  at::Tensor forward(const at::Tensor& x, std::shared_ptr<RebuiltInput> rebuilt = nullptr);
 
   const LinearPlan& plan() const { return state_->plan; }
   // A new plan for the next forward; autograd nodes of earlier forwards keep the plan they ran.

@@ -72,8 +72,8 @@ struct MemoryPlan {
 
 // The plan of `config` at a vocabulary of `vocab_size` tokens on `shape` (run_fit.h resolves a
 // config's model to it). Activation sizes are the largest over the precision schedule's phases.
-// Recompute as recompute_plan.h's recomputed_blocks counts it: `auto` not yet resolved against a
-// GPU (resolve_recompute) is planned at its least, every block recomputed.
+// Recompute as recompute_plan.h's recomputed_blocks and selective_recompute count it: `auto` not
+// yet resolved against a GPU (resolve_recompute) is planned at its least, every block recomputed.
 MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
                        int64_t vocab_size);
 // The same with the layers' plans already derived (plan_run_layers of linear_layers(shape,
@@ -81,8 +81,9 @@ MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shap
 MemoryPlan plan_memory(const contract::RunConfig& config, const ModelShape& shape,
                        int64_t vocab_size, const RunLayerPlans& plans);
 
-// The plan of `config` for every count k = 0 … n_layers of recomputed blocks (index k; the
-// config's own setting ignored), from one pass over the blocks: what `auto` chooses from
+// The plan of `config` for every count k = 0 … n_layers of blocks recomputed whole (index k; the
+// config's own count ignored, its selective recompute not: recompute_plan.h's
+// selective_recompute), from one pass over the blocks: auto's ladder is made of these
 // (recompute_plan.h). plan_memory is its entry for the config's setting.
 std::vector<MemoryPlan> plan_memory_by_recompute(const contract::RunConfig& config,
                                                  const ModelShape& shape, int64_t vocab_size,
