@@ -82,6 +82,16 @@ bool same(const kernels::QuantTelemetry& a, const kernels::QuantTelemetry& b) {
          std::tie(b.elements, b.nonzero_inputs, b.saturated, b.flushed, b.sum_sq_error, b.sum_sq_input);
 }
 
+// The records of both passes in (layer, GEMM, operand) order, as take_records gives each pass's.
+std::vector<QuantSession::Record> all_records(const Pass& p) {
+  std::vector<QuantSession::Record> all = p.forward_records;
+  all.insert(all.end(), p.records.begin(), p.records.end());
+  std::stable_sort(all.begin(), all.end(), [](const auto& l, const auto& r) {
+    return std::tie(l.layer, l.gemm, l.operand) < std::tie(r.layer, r.gemm, r.operand);
+  });
+  return all;
+}
+
 int count_wgrad_x(const std::vector<QuantSession::Record>& records) {
   int n = 0;
   for (const auto& r : records) n += r.gemm == GemmKind::kWgrad && r.operand == Operand::kB;
@@ -106,16 +116,8 @@ TEST_CASE("A layer whose input is made again gives the kept input's outputs, gra
     CHECK(count_wgrad_x(kept.forward_records) == kReaders);
     CHECK(count_wgrad_x(made.forward_records) == 0);
     CHECK(count_wgrad_x(made.records) == kReaders);
-    // Taken over both passes, the same records (take_records orders them).
-    std::vector<QuantSession::Record> a = kept.forward_records, b = made.forward_records;
-    a.insert(a.end(), kept.records.begin(), kept.records.end());
-    b.insert(b.end(), made.records.begin(), made.records.end());
-    std::stable_sort(a.begin(), a.end(), [](const auto& l, const auto& r) {
-      return std::tie(l.layer, l.gemm, l.operand) < std::tie(r.layer, r.gemm, r.operand);
-    });
-    std::stable_sort(b.begin(), b.end(), [](const auto& l, const auto& r) {
-      return std::tie(l.layer, l.gemm, l.operand) < std::tie(r.layer, r.gemm, r.operand);
-    });
+    // Taken over both passes, the same records.
+    const std::vector<QuantSession::Record> a = all_records(kept), b = all_records(made);
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       INFO("record " << i);

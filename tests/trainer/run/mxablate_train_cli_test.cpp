@@ -292,15 +292,20 @@ TEST_CASE("Activation checkpointing changes no event, with data-parallel ranks t
   REQUIRE(events_of_kind(reference, "train").size() == 3);
   REQUIRE(events_of_kind(reference, "quant_stats").size() == 3 * 14 * 6);
 
-  // Every block recomputed, the first of the two, and auto (none on the CPU): train losses,
-  // gradient norms, evaluations and telemetry, bit for bit and in the same order; run_start says
-  // which blocks recomputed.
+  // Every block recomputed, the first of the two, selective recompute alone and beside the first
+  // block, and auto (none on the CPU): train losses, gradient norms, evaluations and telemetry,
+  // bit for bit and in the same order; run_start says which blocks recomputed whole and whether
+  // the others selectively.
   using Mode = contract::Recompute::Mode;
   contract::RunConfig on = c;
   on.train.activation_checkpointing = {Mode::kAll, 0};
-  for (const auto& [setting, blocks] : {std::pair{contract::Recompute{Mode::kAll, 0}, 2},
-                                        std::pair{contract::Recompute{Mode::kFirstBlocks, 1}, 1},
-                                        std::pair{contract::Recompute{Mode::kAuto, 0}, 0}}) {
+  struct Expected {
+    contract::Recompute setting;
+    int blocks;
+  };
+  for (const auto& [setting, blocks] :
+       {Expected{{Mode::kAll, 0}, 2}, Expected{{Mode::kFirstBlocks, 1}, 1}, Expected{{Mode::kNone, 0, true}, 0},
+        Expected{{Mode::kFirstBlocks, 1, true}, 1}, Expected{{Mode::kAuto, 0}, 0}}) {
     contract::RunConfig cfg = c;
     cfg.train.activation_checkpointing = setting;
     INFO(contract::to_string(setting));
@@ -313,6 +318,7 @@ TEST_CASE("Activation checkpointing changes no event, with data-parallel ranks t
     REQUIRE(events[0]["kind"] == "run_start");
     CHECK(events[0]["recompute"]["blocks"] == blocks);
     CHECK(events[0]["recompute"]["of"] == 2);
+    CHECK(events[0]["recompute"]["selective"] == setting.selective);
     if (setting.mode == Mode::kAuto)
       CHECK(events[0]["recompute"]["reason"] == "auto: none on the CPU (its memory is not planned)");
     events[0]["recompute"] = reference[0]["recompute"];
