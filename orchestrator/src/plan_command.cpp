@@ -29,6 +29,7 @@
 #include "mxablate/trainer/plan/model_presets.h"
 #include "mxablate/trainer/plan/run_fit.h"
 #include "mxablate/trainer/plan/weight_cache.h"
+#include "mxablate/trainer/plan/working_copies.h"
 #include "mxablate/contract/settings_difference.h"
 #include "plan_cost.h"
 #include "plan_seeds.h"
@@ -138,7 +139,7 @@ std::optional<PlannedWeightCache> planned_weight_cache(const RunSpec& run, const
   const trainer::ModelShape shape = trainer::model_shape(run.config.model);
   const trainer::RunLayerPlans plans =
       trainer::plan_run_layers(run.config, trainer::linear_layers(shape, it->second), shape.n_layers);
-  c.bytes = trainer::weight_cache_bytes(plans);
+  c.bytes = trainer::weight_cache_bytes(plans, trainer::bf16_working_copies(run.config, plans));
   if (run.config.device != contract::Device::kCUDA) {
     c.decision = trainer::decide_weight_cache(false, 0, c.bytes, 0);
     return c;
@@ -360,9 +361,10 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, con
   std::cout << table.render(2);
   std::cout << fmt::format(
       "predicted peak GPU memory per rank (docs/trainer.md, \"GPU memory\"): weights FP32 on "
-      "every rank; grads FP32 (a 1/ranks shard and {} of buckets in flight with parallel.shard: "
+      "every rank (with parallel.shard, the block linears that no quantizer reads BF16 on every rank "
+      "and their FP32 masters 1/ranks); grads FP32 (a 1/ranks shard and {} of buckets in flight with parallel.shard: "
       "gradients); optimizer AdamW's two FP32 moments (1/ranks with parallel.shard); activations "
-      "saved by one micro-batch; w operands the BF16 weights Dgrad reads; working the largest "
+      "saved by one micro-batch; w operands the BF16 weights Dgrad reads (none where it reads the BF16 weights themselves); working the largest "
       "block backward; logits one chunk of the loss; comm NCCL {}; workspace CUDA context and "
       "cuBLAS {}; fragment {}% of the per-micro-batch parts\n",
       trainer::format_bytes(trainer::kShardedInFlightBytes),

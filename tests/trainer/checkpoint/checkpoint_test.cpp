@@ -52,7 +52,7 @@ void step_on(Trained& t, int64_t vocab, at::Generator& gen) {
 Trained train(int64_t vocab, uint64_t seed, int steps) {
   Trained t;
   t.model = LlamaModel(options(vocab, seed));
-  t.optimizer = make_step_engine(contract::RunConfig{}, *t.model, nullptr);
+  t.optimizer = make_step_engine(contract::RunConfig{}, *t.model, nullptr, {});
   at::Generator gen = at::detail::createCPUGenerator(7);
   for (int i = 0; i < steps; ++i) step_on(t, vocab, gen);
   return t;

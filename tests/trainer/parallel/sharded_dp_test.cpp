@@ -84,6 +84,20 @@ std::string crashed_run(const std::string& name, const contract::RunConfig& c, i
   return dir;
 }
 
+// sharded_config with the GEMMs of the block linears' weights plain BF16 (Fprop and Dgrad; Wgrad
+// keeps MXFP4 with its random streams), except block 0's attention, whose Fprop stays MXFP4: a
+// sharded run keeps BF16 working copies of the others beside sharded float32 masters
+// (working_copies.h), and float32 weights for the rest (block 0's q, k, v, o, the norms, the
+// embedding, the LM head), so both kinds of bucket take part.
+contract::RunConfig working_copies_config(int ranks, int64_t micro_batch_tokens, contract::ShardLevel shard) {
+  contract::RunConfig c = sharded_config(ranks, micro_batch_tokens, shard);
+  c.precision.fprop = c.precision.dgrad = contract::GemmPrecision::kBF16;
+  contract::LayerOverride quantized{"blocks.0.attn.*", {}};
+  quantized.patch.fprop = contract::GemmPrecision::kMXFP4;
+  c.overrides.push_back(quantized);
+  return c;
+}
+
 // The final weights of a run's newest checkpoint are not kept past the end; the last
 // checkpoint's step-N files are what a test can compare: their optimizer shard names.
 std::vector<std::string> files_of_checkpoint(const std::string& run_dir, const std::string& step) {
@@ -313,4 +327,64 @@ TEST_CASE("A sharded run killed while rank 0 writes a checkpoint resumes from th
   CHECK(resume[0]["step"] == 5);
   CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
   CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
+}
+
+TEST_CASE("Sharded runs keep BF16 working copies of the weights no quantizer reads and train as the replicated run, bit for bit",
+          "[train][parallel][shard]") {
+  using contract::ShardLevel;
+  // One micro-batch on each of 2 ranks, clipping off: every sum is the replicated run's (two terms
+  // commute), so the working copies and their masters must give the same steps bit for bit.
+  const std::string replicated =
+      sharded_run("copies_replicated", unclipped(working_copies_config(2, 256, ShardLevel::kNone)));
+  if (replicated.empty()) MXABLATE_SKIP(kNoGloo);
+  const Trajectory reference = trajectory_of(replicated);
+  const json replicated_start = events_of_kind(effective_events(replicated), "run_start").front();
+  for (const ShardLevel shard : {ShardLevel::kOptimizer, ShardLevel::kGradients}) {
+    INFO("shard " << contract::to_string(shard));
+    const std::string dir =
+        sharded_run("copies_" + std::string(contract::to_string(shard)), unclipped(working_copies_config(2, 256, shard)));
+    check_same_steps(trajectory_of(dir), reference);
+  }
+  // Two micro-batches per rank: ZeRO-1 adds each micro-batch's float32 gradient where the
+  // replicated step's AccumulateGrad adds it.
+  const auto micro = [](ShardLevel shard) { return unclipped(three_steps(working_copies_config(2, 128, shard))); };
+  check_same_steps(trajectory_of(sharded_run("copies_micro_optimizer", micro(ShardLevel::kOptimizer))),
+                   trajectory_of(sharded_run("copies_micro_replicated", micro(ShardLevel::kNone))));
+  // On 4 ranks a BF16 copy (2 B) and a quarter of its master (1 B) replace a float32 weight (4 B).
+  const std::string four = sharded_run("copies_four", working_copies_config(4, 128, ShardLevel::kOptimizer));
+  const json start = events_of_kind(effective_events(four), "run_start").front();
+  const double whole = replicated_start["weight_bytes_per_rank"].get<double>();
+  CHECK(replicated_start["weight_bytes_per_rank"].get<int64_t>() == 4 * replicated_start["params"].get<int64_t>());
+  CHECK(start["weight_bytes_per_rank"].get<double>() < whole * 0.95);
+  CHECK(start["weight_bytes_per_rank"].get<double>() >= whole * 0.75);
+}
+
+TEST_CASE("A sharded run with BF16 working copies resumes from model.pt's float32 masters to the uninterrupted curve",
+          "[train][parallel][shard]") {
+  const contract::RunConfig c = working_copies_config(2, 128, contract::ShardLevel::kGradients);
+  const std::string reference = sharded_run("copies_uninterrupted", c);
+  if (reference.empty()) MXABLATE_SKIP(kNoGloo);
+  const std::string dir = crashed_run("copies_rank_dies", c, 7, 1);
+  // A copy of the crashed run resumes on 4 ranks: each takes its chunk of the masters from model.pt.
+  const std::string reshard = fresh_run_dir("copies_reshard");
+  fs::remove_all(reshard);
+  fs::copy(dir, reshard, fs::copy_options::recursive);
+
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  REQUIRE(events_of_kind(effective_events(dir), "resume").size() == 1);
+  CHECK(events_of_kind(effective_events(dir), "resume")[0]["step"] == 5);
+  // Masters rounded to BF16 on the way would give the same step 6 and part from step 7 on.
+  CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
+  CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
+
+  contract::RunConfig four = c;
+  four.parallel.data = 4;
+  contract::write_run_config(reshard + "/config.json", four);
+  const TrainResult on_four = run_train(reshard, nullptr, "--resume");
+  INFO(on_four.output);
+  REQUIRE(on_four.exit_code == 0);
+  CHECK(events_of_kind(effective_events(reshard), "resume")[0]["step"] == 5);
+  check_one_update_apart(trajectory_of(reshard), trajectory_of(reference), 6);
 }

@@ -11,6 +11,7 @@
 #include "mxablate/trainer/plan/memory_plan.h"
 #include "mxablate/trainer/plan/run_fit.h"
 #include "mxablate/trainer/plan/weight_cache.h"
+#include "mxablate/trainer/plan/working_copies.h"
 
 using namespace mxablate::trainer;
 using mxablate::contract::GemmKind;
@@ -77,7 +78,7 @@ TEST_CASE("At llama-1.3b the plan's allocator peak is within 3 % of the H200's m
     const RunLayerPlans plans = plan_run_layers(c, linear_layers(shape, kVocab), shape.n_layers);
     const MemoryPlan m = plan_memory(c, shape, kVocab, plans);
     const double predicted =
-        static_cast<double>(allocator_peak_with_weight_cache(m, weight_cache_bytes(plans))) / static_cast<double>(kGiB);
+        static_cast<double>(allocator_peak_with_weight_cache(m, weight_cache_bytes(plans, bf16_working_copies(c, plans)))) / static_cast<double>(kGiB);
     INFO("predicted " << predicted << " GiB, measured " << r.peak_gib << " GiB");
     CHECK(std::abs(predicted / r.peak_gib - 1) <= 0.03);
   }

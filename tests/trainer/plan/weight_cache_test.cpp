@@ -5,6 +5,7 @@
 #include "catch.h"
 #include "mxablate/trainer/plan/memory_plan.h"
 #include "mxablate/trainer/plan/weight_cache.h"
+#include "mxablate/trainer/plan/working_copies.h"
 
 using namespace mxablate::trainer;
 using mxablate::contract::GemmPrecision;
@@ -24,6 +25,11 @@ RunLayerPlans plans(const RunConfig& c, const ModelShape& shape, int64_t vocab) 
   return plan_run_layers(c, linear_layers(shape, vocab), shape.n_layers);
 }
 
+int64_t cache_bytes(const RunConfig& c, const ModelShape& shape, int64_t vocab) {
+  const RunLayerPlans p = plans(c, shape, vocab);
+  return weight_cache_bytes(p, bf16_working_copies(c, p));
+}
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
@@ -37,9 +43,19 @@ TEST_CASE("The weight cache holds two BF16 operands per quantized weight element
   const int64_t d = shape.d_model, kv = d / shape.n_heads * shape.n_kv_heads, f = shape.ffn_hidden;
   const int64_t block = 2 * d * d + 2 * d * kv + 3 * d * f;
   const int64_t head = vocab * d;
-  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kBF16), shape, vocab)) == (shape.n_layers * block + head) * 2);
-  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kMXFP4), shape, vocab)) == shape.n_layers * block * 4 + head * 2);
-  CHECK(weight_cache_bytes(plans(uniform(GemmPrecision::kFP8), shape, vocab)) == shape.n_layers * block * 4 + head * 2);
+  CHECK(cache_bytes(uniform(GemmPrecision::kBF16), shape, vocab) == (shape.n_layers * block + head) * 2);
+  CHECK(cache_bytes(uniform(GemmPrecision::kMXFP4), shape, vocab) == shape.n_layers * block * 4 + head * 2);
+  CHECK(cache_bytes(uniform(GemmPrecision::kFP8), shape, vocab) == shape.n_layers * block * 4 + head * 2);
+  // A sharded run keeps the plain BF16 block weights as BF16 working copies (working_copies.h):
+  // each is its own rounding, and the cache holds only the LM head's. Quantized weights keep
+  // float32 working copies, and their operands are cached as before.
+  for (const GemmPrecision p : {GemmPrecision::kBF16, GemmPrecision::kMXFP4}) {
+    RunConfig sharded = uniform(p);
+    sharded.parallel.data = 4;
+    sharded.parallel.shard = mxablate::contract::ShardLevel::kOptimizer;
+    CHECK(cache_bytes(sharded, shape, vocab) ==
+          (p == GemmPrecision::kBF16 ? head * 2 : shape.n_layers * block * 4 + head * 2));
+  }
 }
 
 TEST_CASE("The weight cache is kept on the CPU, and on CUDA where the plan and the cache fit", "[weight_cache]") {

@@ -72,44 +72,57 @@ CheckpointFile describe_file(const fs::path& dir, const std::string& name) {
 // Every parameter and buffer of `module` (recursively, as Module::save writes them) must be in
 // the archive with the same shape and dtype: Module::load would otherwise replace a tensor with
 // one of another shape, and the run would fail steps later inside a matmul.
+// A working copy whose master the engine keeps apart is float32 in model.pt (the master).
+// `engine` says which parameters those are.
 void verify_module(const torch::nn::Module& module, torch::serialize::InputArchive& archive,
-                   const std::string& prefix) {
-  const auto check = [&](const std::string& key, const at::Tensor& expected) {
+                   const std::string& prefix, const CheckpointedOptimizer& engine) {
+  const auto check = [&](const std::string& key, const at::Tensor& expected, bool master) {
     at::Tensor saved;
     if (!archive.try_read(key, saved))
       throw CheckpointRejected("model.pt: " + prefix + key + " is missing");
-    if (saved.sizes() != expected.sizes() || saved.dtype() != expected.dtype())
+    const caffe2::TypeMeta dtype = master ? caffe2::TypeMeta::Make<float>() : expected.dtype();
+    if (saved.sizes() != expected.sizes() || saved.dtype() != dtype) {
+      std::ostringstream want;
+      want << expected.sizes() << " " << dtype;
       throw CheckpointRejected("model.pt: " + prefix + key + " is " + tensor_shape_text(saved) +
-                               ", the model's is " + tensor_shape_text(expected));
+                               ", the model's is " + want.str());
+    }
   };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value());
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value());
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value(), engine.keeps_master(p.value()));
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value(), false);
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
     torch::serialize::InputArchive child_archive;
     if (!archive.try_read(child.key(), child_archive))
       throw CheckpointRejected("model.pt: " + prefix + child.key() + " is missing");
-    verify_module(*child.value(), child_archive, prefix + child.key() + ".");
+    verify_module(*child.value(), child_archive, prefix + child.key() + ".", engine);
   }
 }
 
 // Copies every parameter and buffer from the archive into the module's own tensors (verified by
 // verify_module first). Module::load would re-point them at the loaded tensors instead, which
-// would cut the parameters out of a sharded step's flat buffer.
-void load_module_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+// would cut the parameters out of a sharded step's flat buffer. A working copy takes its master
+// rounded, and the master's float32 values are collected in `masters` for the engine.
+void load_module_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive,
+                          const CheckpointedOptimizer& engine,
+                          std::unordered_map<const c10::TensorImpl*, at::Tensor>& masters) {
   torch::NoGradGuard no_grad;
   const auto copy = [&](const std::string& key, at::Tensor target) {
     at::Tensor saved;
     archive.read(key, saved);
     target.copy_(saved);
+    return saved;
   };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) copy(p.key(), p.value());
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    const at::Tensor saved = copy(p.key(), p.value());
+    if (engine.keeps_master(p.value())) masters[p.value().unsafeGetTensorImpl()] = saved;
+  }
   for (const auto& b : module.named_buffers(/*recurse=*/false)) copy(b.key(), b.value());
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
     torch::serialize::InputArchive child_archive;
     archive.read(child.key(), child_archive);
-    load_module_in_place(*child.value(), child_archive);
+    load_module_in_place(*child.value(), child_archive, engine, masters);
   }
 }
 
@@ -146,14 +159,18 @@ void verify_file(const fs::path& dir, const CheckpointFile& f) {
 // Module::save's archive (parameters, then buffers, then each serializable child as a nested
 // archive, in registration order) of host copies of the module's tensors: the same keys, order
 // and flags, so load_checkpoint and verify_module read it as they read Module::save's.
-void save_module_copy(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, HostBuffers& host) {
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) archive.write(p.key(), host.copy_of(p.value()));
+void save_module_copy(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, HostBuffers& host,
+                      const std::unordered_map<const c10::TensorImpl*, at::Tensor>& masters) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    const auto master = masters.find(p.value().unsafeGetTensorImpl());
+    archive.write(p.key(), master != masters.end() ? master->second : host.copy_of(p.value()));
+  }
   for (const auto& b : module.named_buffers(/*recurse=*/false))
     archive.write(b.key(), host.copy_of(b.value()), /*is_buffer=*/true);
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
     torch::serialize::OutputArchive child_archive(archive.compilation_unit());
-    save_module_copy(*child.value(), child_archive, host);
+    save_module_copy(*child.value(), child_archive, host, masters);
     archive.write(child.key(), child_archive);
   }
 }
@@ -185,9 +202,12 @@ CheckpointSnapshot snapshot_checkpoint(const std::string& run_dir, torch::nn::Mo
   s.run_config = run_config;
   s.root = root;
   host.begin();
+  // Every rank: the masters kept apart from the model are gathered (on root), model.pt's values
+  // for their working copies.
+  const std::unordered_map<const c10::TensorImpl*, at::Tensor> masters = engine.snapshot_masters(host, root);
   if (root) {
     s.model = std::make_unique<torch::serialize::OutputArchive>();
-    save_module_copy(model, *s.model, host);
+    save_module_copy(model, *s.model, host, masters);
     // Nothing in training draws from LibTorch's generator after initialization (SR and the data
     // order use their own counter-based streams), but restoring it keeps that true by design.
     s.rng = std::make_unique<torch::serialize::OutputArchive>();
@@ -270,7 +290,7 @@ TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model, 
   const char* reading = "model.pt";
   try {
     model_archive.load_from((dir / "model.pt").string(), device);
-    verify_module(model, model_archive, "");
+    verify_module(model, model_archive, "", engine);
     reading = "rng.pt";
     torch::serialize::InputArchive rng_archive;
     rng_archive.load_from((dir / "rng.pt").string());
@@ -288,7 +308,9 @@ TrainerState load_checkpoint(const std::string& path, torch::nn::Module& model, 
   // The optimizer reads and checks its files, then takes their state (or throws, unchanged).
   engine.load_optimizer(dir, cs.files, cs.state.step);
 
-  load_module_in_place(model, model_archive);
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> masters;
+  load_module_in_place(model, model_archive, engine, masters);
+  engine.load_masters(masters);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the default
   generator.set_state(generator_state);
   return cs.state;

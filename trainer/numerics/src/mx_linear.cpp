@@ -15,6 +15,7 @@
 #include "mxablate/trainer/numerics/dge.h"
 #include "mxablate/trainer/numerics/occ.h"
 #include "mxablate/trainer/numerics/telemetry_setting.h"
+#include "mxablate/trainer/numerics/weight_gradient.h"
 #include "mxablate/trainer/plan/plan_rules.h"
 
 namespace mxablate::trainer {
@@ -309,6 +310,8 @@ struct Saved {
   std::shared_ptr<RebuiltInput> rebuilt_x;
   std::vector<int64_t> x_sizes;
   bool collect_telemetry = false;
+  // A BF16 working copy's sink (weight_gradient.h): dW goes there in float32, not to autograd.
+  std::shared_ptr<const WeightGradientSink> weight_sink;
 };
 
 // The LinearState and a Saved without its tensors, in autograd's saved data (IValues only).
@@ -365,6 +368,8 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     saved.want_dw = grad_enabled && w.requires_grad();
     saved.x_dtype = x.scalar_type();
     saved.w_dtype = w.scalar_type();
+    // Only a weight that is not float32 can be a working copy: the others need no lookup.
+    if (saved.want_dw && saved.w_dtype != at::kFloat) saved.weight_sink = weight_gradient_sink(w);
 
     // OCC: Fprop and Wgrad quantize X clamped at the quantile (docs/design.md §4).
     std::optional<OccSplit> occ;
@@ -427,9 +432,10 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
     if (saved.want_dx)  // Dgrad: dX = dY W, reducing over N
       dx = multiply(s, GemmKind::kDgrad, qdy.rows, saved.w_for_dgrad).to(saved.x_dtype);
     if (saved.want_dw) {  // Wgrad: dW = dYᵀ X, reducing over M (the tokens)
-      // Converted once, to the master weight's dtype (float32: the vectorized widening).
+      // Converted once, to the master weight's dtype (float32: the vectorized widening; a
+      // working copy's gradient is its float32 master's).
       dw = multiply(s, GemmKind::kWgrad, qdy.cols, x_for_wgrad);
-      dw = saved.w_dtype == at::kFloat ? kernels::to_float32(dw) : dw.to(saved.w_dtype);
+      dw = saved.w_dtype == at::kFloat || saved.weight_sink ? kernels::to_float32(dw) : dw.to(saved.w_dtype);
       // DGE (docs/design.md §4): W reaches Y through Q(W), whose estimated derivative multiplies
       // this product; through the OCC residual's bf16(W) it passes straight (added after).
       if (s.plan.dge) {
@@ -438,6 +444,10 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
                                     s.key(fprop_w.gemm, fprop_w.operand), *s.plan.dge);
       }
       if (saved.residual.nnz() > 0) dw = dw + saved.residual.transposed_times(bf16_values(dy)).t();
+      if (saved.weight_sink) {
+        (*saved.weight_sink)(dw);
+        dw = at::Tensor();
+      }
     }
     return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -21,7 +21,7 @@ struct GradientSync::Hook : torch::autograd::FunctionPostHook {
 };
 
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<at::Tensor>& parameters,
-                                                  int64_t bucket_bytes) {
+                                                  int64_t bucket_bytes, const std::vector<bool>& bf16_copy) {
   std::vector<std::vector<size_t>> members;
   int64_t bytes = bucket_bytes;
   for (size_t i = parameters.size(); i-- > 0;) {
@@ -29,7 +29,8 @@ std::vector<std::vector<size_t>> gradient_buckets(const std::vector<at::Tensor>&
     if (p.scalar_type() != at::kFloat)
       throw std::invalid_argument("gradient buckets: parameters must be float32 (master weights)");
     const int64_t b = p.numel() * static_cast<int64_t>(sizeof(float));
-    if (members.empty() || bytes + b > bucket_bytes) {
+    const bool other_kind = !bf16_copy.empty() && !members.empty() && bf16_copy[members.back().front()] != bf16_copy[i];
+    if (members.empty() || bytes + b > bucket_bytes || other_kind) {
       members.emplace_back();
       bytes = 0;
     }

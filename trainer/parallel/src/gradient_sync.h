@@ -26,9 +26,11 @@ namespace mxablate::trainer {
 // Which parameters share a gradient bucket (the one rule for the replicated and the sharded step):
 // the parameters in reverse model order, the order backward produces their gradients, cut into
 // buckets of at most `bucket_bytes` of float32 (a larger parameter is a bucket of its own).
-// Indices into `parameters`; throws std::invalid_argument unless every parameter is float32.
+// `bf16_copy` (empty, or one flag per parameter): a bucket holds only parameters kept as BF16
+// working copies or only others (working_copies.h), since its weights are one buffer of one
+// dtype. Indices into `parameters`; throws std::invalid_argument unless every parameter is float32.
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<at::Tensor>& parameters,
-                                                  int64_t bucket_bytes);
+                                                  int64_t bucket_bytes, const std::vector<bool>& bf16_copy = {});
 
 class GradientSync {
  public:

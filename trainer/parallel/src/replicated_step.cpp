@@ -154,4 +154,6 @@ int64_t ReplicatedStep::optimizer_state_bytes() const {
 
 int64_t ReplicatedStep::gradient_bytes() const { return optimizer_state_bytes() / 2; }
 
+int64_t ReplicatedStep::weight_bytes() const { return optimizer_state_bytes() / 2; }  // float32, whole
+
 }  // namespace mxablate::trainer

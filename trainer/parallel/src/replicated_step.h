@@ -26,6 +26,7 @@ class ReplicatedStep final : public StepEngine {
                       int64_t step) override;
   int64_t optimizer_state_bytes() const override;
   int64_t gradient_bytes() const override;
+  int64_t weight_bytes() const override;
 
  private:
   torch::nn::Module& model_;

@@ -15,6 +15,7 @@
 #include "mxablate/trainer/checkpoint/host_buffers.h"
 #include "mxablate/trainer/checkpoint/checkpoint.h"
 #include "mxablate/trainer/model/optimizer.h"
+#include "mxablate/trainer/numerics/weight_gradient.h"
 #include "mxablate/trainer/torch/libtorch_compat.h"
 
 namespace mxablate::trainer {
@@ -127,7 +128,7 @@ struct ShardedStep::Hook : torch::autograd::FunctionPostHook {
 };
 
 ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel& group,
-                         int64_t bucket_bytes)
+                         const std::vector<at::Tensor>& bf16_weights, int64_t bucket_bytes)
     : group_(group),
       shard_gradients_(config.parallel.shard == contract::ShardLevel::kGradients),
       parameters_(model.parameters()) {
@@ -137,10 +138,15 @@ ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& m
     logical_start_[i] = logical_size_;
     logical_size_ += parameters_[i].numel();
   }
+  std::vector<bool> bf16(parameters_.size(), false);
+  for (const at::Tensor& w : bf16_weights)
+    for (size_t i = 0; i < parameters_.size(); ++i)
+      if (parameters_[i].is_same(w)) bf16[i] = true;
   // Which parameters share a bucket depends on neither the rank count (only the padding does)
   // nor anything a checkpoint stores.
-  for (const std::vector<size_t>& indices : gradient_buckets(parameters_, bucket_bytes)) {
+  for (const std::vector<size_t>& indices : gradient_buckets(parameters_, bucket_bytes, bf16)) {
     Bucket& bucket = buckets_.emplace_back();
+    bucket.bf16 = bf16[indices.front()];
     int64_t offset = 0;
     for (const size_t i : indices) {
       bucket.members.push_back({i, offset, parameters_[i].numel()});
@@ -159,8 +165,9 @@ ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& m
     Bucket& b = buckets_[k];
     // Bucket by bucket, each parameter's old storage freed as it moves: the weights are never
     // held twice (the 8B shape's are 32 GB).
-    b.params = at::zeros({b.padded}, options);
+    b.params = at::zeros({b.padded}, b.bf16 ? options.dtype(at::kBFloat16) : options);
     const int64_t chunk = b.padded / world, mine = chunk * group_.rank();
+    if (b.bf16) b.masters = at::zeros({chunk}, options);
     if (!shard_gradients_) {
       b.grads = at::zeros({b.padded}, options);
       b.shard = group_.chunk_of(b.grads);
@@ -169,22 +176,33 @@ ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& m
     }
     for (const Member& m : b.members) {
       at::Tensor p = parameters_[m.param];
-      at::Tensor place = b.params.narrow(0, m.offset, m.numel);
-      place.copy_(p.detach().reshape({-1}));
-      p.set_data(place.view(p.sizes()));
-      if (!shard_gradients_) p.mutable_grad() = b.grads.narrow(0, m.offset, m.numel).view(p.sizes());
-      auto accumulator = torch::autograd::impl::grad_accumulator(p);
-      if (!accumulator) throw std::invalid_argument("ShardedStep: a parameter is not a leaf requiring grad");
-      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<Hook>(this, k, m.param)));
-      accumulators_.push_back(std::move(accumulator));
+      if (!p.requires_grad() || !p.is_leaf())
+        throw std::invalid_argument("ShardedStep: a parameter is not a leaf requiring grad");
+      const at::Tensor values = p.detach().reshape({-1});
       // The piece of this parameter inside this rank's chunk, if any.
       const int64_t begin = std::max(m.offset, mine), end = std::min(m.offset + m.numel, mine + chunk);
+      if (b.bf16 && begin < end)
+        b.masters.narrow(0, begin - mine, end - begin).copy_(values.narrow(0, begin - m.offset, end - begin));
+      at::Tensor place = b.params.narrow(0, m.offset, m.numel);
+      place.copy_(values);  // a working copy: rounded to BF16 (nearest even), as step() rounds
+      p.set_data(place.view(p.sizes()));
+      if (b.bf16) {
+        // Its float32 gradient comes through the sink; autograd's own would be BF16.
+        const Member member = m;
+        attach_weight_gradient_sink(p, [this, k, member](const at::Tensor& g) { gradient_received(k, member, g); });
+        sunk_.push_back(p);
+      } else {
+        if (!shard_gradients_) p.mutable_grad() = b.grads.narrow(0, m.offset, m.numel).view(p.sizes());
+        auto accumulator = torch::autograd::impl::grad_accumulator(p);
+        hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<Hook>(this, k, m.param)));
+        accumulators_.push_back(std::move(accumulator));
+      }
       if (begin >= end) continue;
       Segment s;
       s.param = m.param;
       s.logical = logical_start_[m.param] + (begin - m.offset);
       s.length = end - begin;
-      s.value = b.params.narrow(0, begin, end - begin);
+      s.value = b.bf16 ? b.masters.narrow(0, begin - mine, end - begin) : b.params.narrow(0, begin, end - begin);
       s.value.mutable_grad() = b.shard.narrow(0, begin - mine, end - begin);
       (is_decayed(p) ? decayed : plain).push_back(s.value);
       segments_.push_back(std::move(s));
@@ -198,6 +216,7 @@ ShardedStep::ShardedStep(const contract::RunConfig& config, torch::nn::Module& m
 
 ShardedStep::~ShardedStep() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (const at::Tensor& p : sunk_) detach_weight_gradient_sink(p);
 }
 
 void ShardedStep::zero_gradients() {
@@ -236,6 +255,21 @@ void ShardedStep::gradient_arrived(size_t bucket, size_t param) {
         if (m.param == param) b.grads.narrow(0, m.offset, m.numel).copy_(grad.reshape({-1}));
       grad.reset();
     }
+  }
+  if (--b.pending == 0) launch_ready_in_order();
+}
+
+void ShardedStep::gradient_received(size_t bucket, const Member& member, const at::Tensor& gradient) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Bucket& b = buckets_[bucket];
+  const at::Tensor flat = gradient.reshape({-1});
+  if (!shard_gradients_) {
+    // Added where AccumulateGrad adds a float32 parameter's gradient: its view of the bucket.
+    b.grads.narrow(0, member.offset, member.numel).add_(flat);
+    if (!armed_) return;  // an earlier micro-batch of the step: accumulate only
+  } else {
+    if (!b.grads.defined()) b.grads = at::zeros({b.padded}, b.shard.options());
+    b.grads.narrow(0, member.offset, member.numel).copy_(flat);
   }
   if (--b.pending == 0) launch_ready_in_order();
 }
@@ -310,11 +344,70 @@ at::Tensor ShardedStep::clip_gradients(double max_norm) {
 void ShardedStep::step(double lr) {
   set_learning_rate(*optimizer_, lr);
   adamw_step(*optimizer_);
-  // Every rank's updated chunks into every rank's weights.
+  // Every rank's updated chunks into every rank's weights: a BF16 bucket's masters rounded into
+  // this rank's chunk of the working copies first. The BF16 buckets travel as bytes (Gloo in
+  // LibTorch 1.13 gathers no BF16).
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.reserve(buckets_.size());
-  for (Bucket& b : buckets_) works.push_back(group_.all_gather_async(b.params));
+  for (Bucket& b : buckets_) {
+    if (!b.bf16) {
+      works.push_back(group_.all_gather_async(b.params));
+      continue;
+    }
+    group_.chunk_of(b.params).copy_(b.masters);
+    at::Tensor bytes = b.params.view(at::kByte);
+    works.push_back(group_.all_gather_async(bytes));
+  }
   for (const auto& w : works) DataParallel::wait(w);
+}
+
+bool ShardedStep::keeps_master(const at::Tensor& param) const {
+  return std::any_of(sunk_.begin(), sunk_.end(), [&](const at::Tensor& p) { return p.is_same(param); });
+}
+
+std::unordered_map<const c10::TensorImpl*, at::Tensor> ShardedStep::snapshot_masters(HostBuffers& host, bool root) {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> out;
+  torch::NoGradGuard no_grad;
+  // One bucket at a time through one float32 buffer: the masters are never whole on the device.
+  // On CUDA the next gather waits for the copy out of the buffer (NCCL orders its stream after
+  // the current one).
+  int64_t largest = 0;
+  for (const Bucket& b : buckets_)
+    if (b.bf16) largest = std::max(largest, b.padded);
+  if (largest == 0) return out;
+  const at::Tensor gathered = at::empty({largest}, options_);
+  const bool pinned = options_.device().is_cuda();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Bucket& b = buckets_[k];
+    if (!b.bf16) continue;
+    at::Tensor whole = gathered.narrow(0, 0, b.padded);
+    group_.chunk_of(whole).copy_(b.masters);
+    DataParallel::wait(group_.all_gather_async(whole));
+    if (!root) continue;
+    at::Tensor copy = host.buffer("masters/" + std::to_string(k), b.padded, at::kFloat, pinned);
+    copy.copy_(whole, /*non_blocking=*/pinned);
+    for (const Member& m : b.members)
+      out[parameters_[m.param].unsafeGetTensorImpl()] =
+          copy.narrow(0, m.offset, m.numel).view(parameters_[m.param].sizes());
+  }
+  return out;
+}
+
+void ShardedStep::load_masters(const std::unordered_map<const c10::TensorImpl*, at::Tensor>& saved) {
+  torch::NoGradGuard no_grad;
+  const int64_t world = group_.world();
+  for (Bucket& b : buckets_) {
+    if (!b.bf16) continue;
+    const int64_t chunk = b.padded / world, mine = chunk * group_.rank();
+    for (const Member& m : b.members) {
+      const auto it = saved.find(parameters_[m.param].unsafeGetTensorImpl());
+      if (it == saved.end()) throw std::logic_error("ShardedStep: model.pt's master of a working copy was not passed");
+      const int64_t begin = std::max(m.offset, mine), end = std::min(m.offset + m.numel, mine + chunk);
+      if (begin >= end) continue;
+      b.masters.narrow(0, begin - mine, end - begin)
+          .copy_(it->second.reshape({-1}).narrow(0, begin - m.offset, end - begin));
+    }
+  }
 }
 
 std::unique_ptr<OptimizerSnapshot> ShardedStep::snapshot_optimizer(int64_t step, HostBuffers& host) {
@@ -425,6 +518,14 @@ int64_t ShardedStep::optimizer_state_bytes() const {
   int64_t n = 0;
   for (const Segment& s : segments_) n += s.length;
   return 2 * n * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t ShardedStep::weight_bytes() const {
+  int64_t n = 0;
+  for (const Bucket& b : buckets_)
+    n += b.params.numel() * static_cast<int64_t>(b.params.element_size()) +
+         (b.bf16 ? b.masters.numel() * static_cast<int64_t>(sizeof(float)) : 0);
+  return n;
 }
 
 int64_t ShardedStep::gradient_bytes() const {

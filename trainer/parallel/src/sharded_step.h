@@ -17,6 +17,13 @@
 // reduce-scattered as soon as it is complete, and the rank adds its chunk to its own gradient
 // shard; up to kInFlightBytes of staged buckets are in flight at a time.
 //
+// Working copies (docs/design.md §4, "What the ranks replicate"): the weights working_copies.h
+// names are kept as BF16 on every rank, each BF16 bucket beside this rank's chunk of its float32
+// masters. The model reads the BF16 copy; its gradient reaches the bucket through the weight's
+// sink (weight_gradient.h) in float32, where AccumulateGrad would have put it; AdamW updates the
+// masters; the updated chunk is rounded to BF16 and all-gathered. The other buckets are float32
+// and are their own masters, as above. A checkpoint's model.pt holds the masters (gathered).
+//
 // The global gradient norm is the square root of the sum over the ranks of each rank's sum of
 // squares (one all-reduce in float64), so every rank clips and judges divergence alike. The sums
 // differ from the replicated step's only in their order (docs/design.md §4, "Comparing runs that
@@ -30,6 +37,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "mxablate/trainer/plan/memory_plan.h"
@@ -46,8 +54,9 @@ class ShardedStep final : public StepEngine {
   // llama-1.3b on 4 ranks; that figure was not kept).
   static constexpr int64_t kInFlightBytes = kShardedInFlightBytes;
 
+  // `bf16_weights`: the parameters of `model` to keep as BF16 working copies.
   ShardedStep(const contract::RunConfig& config, torch::nn::Module& model, DataParallel& group,
-              int64_t bucket_bytes = kBucketBytes);
+              const std::vector<at::Tensor>& bf16_weights, int64_t bucket_bytes = kBucketBytes);
   ~ShardedStep() override;
   ShardedStep(const ShardedStep&) = delete;
   ShardedStep& operator=(const ShardedStep&) = delete;
@@ -60,8 +69,12 @@ class ShardedStep final : public StepEngine {
   std::unique_ptr<OptimizerSnapshot> snapshot_optimizer(int64_t step, HostBuffers& host) override;
   void load_optimizer(const std::filesystem::path& dir, const std::vector<CheckpointFile>& files,
                       int64_t step) override;
+  bool keeps_master(const at::Tensor& param) const override;
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> snapshot_masters(HostBuffers& host, bool root) override;
+  void load_masters(const std::unordered_map<const c10::TensorImpl*, at::Tensor>& saved) override;
   int64_t optimizer_state_bytes() const override;
   int64_t gradient_bytes() const override;
+  int64_t weight_bytes() const override;
 
  private:
   struct Member {
@@ -72,7 +85,9 @@ class ShardedStep final : public StepEngine {
   struct Bucket {
     std::vector<Member> members;
     int64_t padded = 0;  // numel rounded up to a multiple of the ranks
+    bool bf16 = false;   // its parameters are BF16 working copies
     at::Tensor params;   // the bucket's parameters, back to back, padded
+    at::Tensor masters;  // BF16 buckets: this rank's chunk of their float32 masters
     at::Tensor grads;    // ZeRO-1: the full gradient buffer; ZeRO-2: staging while in flight
     at::Tensor shard;    // this rank's summed gradients of its chunk
     int64_t pending = 0;
@@ -84,11 +99,13 @@ class ShardedStep final : public StepEngine {
     size_t param;
     int64_t logical;  // first element's index in the flat parameter space (model order)
     int64_t length;
-    at::Tensor value;  // view of the bucket's parameter buffer; its .grad a view of the bucket's shard
+    at::Tensor value;  // view of the bucket's float32 parameters or masters; its .grad a view of its shard
   };
   struct Hook;
 
   void gradient_arrived(size_t bucket, size_t param);  // from autograd's thread
+  // A working copy's float32 gradient, from its sink (autograd's thread).
+  void gradient_received(size_t bucket, const Member& member, const at::Tensor& gradient);
   void launch_ready_in_order();
   void settle_oldest_in_flight();
   void finish_buckets();
@@ -104,6 +121,7 @@ class ShardedStep final : public StepEngine {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  std::vector<at::Tensor> sunk_;  // the working copies, whose sinks the destructor detaches
   std::mutex mutex_;
   bool armed_ = false;
   size_t next_launch_ = 0;

@@ -11,6 +11,7 @@
 #include "mxablate/trainer/plan/loss_chunks.h"
 #include "mxablate/trainer/plan/recompute_plan.h"
 #include "mxablate/trainer/plan/run_fit.h"
+#include "mxablate/trainer/plan/working_copies.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -94,9 +95,10 @@ struct BlockMemory {
 // them). The backward's working set: the residual's FP32 gradient in and out, SwiGLU's three
 // BF16 gradients (d gate, d up, d of its output), the widest linear's dY copies, and one FP32 dW;
 // under selective recompute (`selective`) the norms' outputs and SwiGLU's product are not saved,
-// and the largest of them, made again with its quantized copies, joins the working set.
+// and the largest of them, made again with its quantized copies, joins the working set. A weight
+// kept as a BF16 working copy (working_copies.h) is Dgrad's operand itself: no copy.
 BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& plans, size_t first,
-                         bool selective) {
+                         bool selective, const std::vector<bool>& bf16_copies) {
   const int64_t d = s.d_model, kv = s.kv_dim(), f = s.ffn_hidden, heads = s.n_heads;
   const LinearPlan* q = &plans[first + 0];
   const LinearPlan* k = &plans[first + 1];
@@ -118,7 +120,7 @@ BlockMemory block_memory(const ModelShape& s, const std::vector<LinearPlan>& pla
   int64_t widest_dy = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto [in, out] = shapes[i];
-    m.weight_operands += in * out * kBF16;
+    if (!bf16_copies[first + i]) m.weight_operands += in * out * kBF16;
     m.largest_weight = std::max(m.largest_weight, in * out);
     widest_dy = std::max(widest_dy, dy_copy_bytes(plans[first + i], out));
     m.dge = m.dge || plans[first + i].dge.has_value();
@@ -143,7 +145,7 @@ struct ActivationMemory {
 std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c, const ModelShape& s,
                                                              const std::vector<LinearShape>& layers,
                                                              const std::vector<LinearPlan>& plans,
-                                                             bool selective) {
+                                                             bool selective, const std::vector<bool>& bf16_copies) {
   const int64_t t = contract::micro_batch_tokens(c);
   const int64_t d = s.d_model;
   const auto n = static_cast<size_t>(s.n_layers);
@@ -155,8 +157,8 @@ std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c,
     return t * m.working_per_token + (m.dge ? 2 : 1) * m.largest_weight * kF32;  // DGE: dW × factor
   };
   for (size_t b = 0; b < n; ++b) {
-    whole.push_back(block_memory(s, plans, b * 7, false));
-    kept.push_back(selective ? block_memory(s, plans, b * 7, true) : whole.back());
+    whole.push_back(block_memory(s, plans, b * 7, false, bf16_copies));
+    kept.push_back(selective ? block_memory(s, plans, b * 7, true, bf16_copies) : whole.back());
   }
   // After the blocks: the final norm keeps its FP32 input and rstd; its BF16 output is the LM
   // head's Wgrad input; the LM head (plain BF16) keeps a BF16 copy of its weight for Dgrad.
@@ -235,7 +237,14 @@ std::vector<MemoryPlan> plan_memory_by_recompute(const RunConfig& c, const Model
   const int64_t p = parameter_count(shape, vocab_size);
   m.parameters = p;
   m.tokens = contract::micro_batch_tokens(c);
-  m.weights = p * kF32;
+  // The working copies the model reads, whole on every rank, and the float32 masters of those
+  // kept in BF16, sharded (working_copies.h); a float32 working copy is its own master.
+  const std::vector<bool> bf16_copies = bf16_working_copies(c, plans);
+  int64_t bf16_elements = 0;
+  for (size_t i = 0; i < plans.layers.size(); ++i)
+    if (bf16_copies[i]) bf16_elements += plans.layers[i].in_features * plans.layers[i].out_features;
+  m.weights = (p - bf16_elements) * kF32 + bf16_elements * kBF16 +
+              shard_of(bf16_elements * kF32, c, ShardLevel::kOptimizer);
   m.gradients = shard_of(p * kF32, c, ShardLevel::kGradients);
   if (c.parallel.shard == ShardLevel::kGradients && c.parallel.data > 1)
     m.gradients += kShardedInFlightBytes;
@@ -250,7 +259,7 @@ std::vector<MemoryPlan> plan_memory_by_recompute(const RunConfig& c, const Model
   // Activation sizes: the largest over the precision schedule's phases.
   for (const std::vector<LinearPlan>& phase : plans.phases) {
     const std::vector<ActivationMemory> by_k = activation_memory_by_recompute(
-        c, shape, plans.layers, phase, selective_recompute(c.train.activation_checkpointing));
+        c, shape, plans.layers, phase, selective_recompute(c.train.activation_checkpointing), bf16_copies);
     for (size_t k = 0; k < out.size(); ++k) {
       out[k].activations = std::max(out[k].activations, by_k[k].activations);
       out[k].weight_operands = std::max(out[k].weight_operands, by_k[k].weight_operands);

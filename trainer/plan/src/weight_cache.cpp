@@ -11,14 +11,14 @@ namespace mxablate::trainer {
 
 namespace {
 constexpr int64_t kBF16Bytes = 2;
-constexpr double kGiBf = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
-int64_t weight_cache_bytes(const RunLayerPlans& plans) {
+int64_t weight_cache_bytes(const RunLayerPlans& plans, const std::vector<bool>& bf16_copies) {
   int64_t most = 0;
   for (const std::vector<LinearPlan>& phase : plans.phases) {
     int64_t bytes = 0;
     for (size_t i = 0; i < plans.layers.size(); ++i) {
+      if (bf16_copies[i]) continue;
       const int64_t elements = plans.layers[i].in_features * plans.layers[i].out_features;
       bytes += elements * kBF16Bytes * (weight_shares_rounding(phase[i]) ? 1 : 2);
     }
@@ -39,13 +39,13 @@ int64_t weight_cache_least_device_memory(int64_t plan_total, int64_t cache_bytes
 
 WeightCache decide_weight_cache(bool cuda, int64_t plan_total, int64_t cache_bytes, int64_t device_memory_bytes) {
   if (!cuda) return {true, "the CPU's memory is not planned"};
-  const std::string sizes = fmt::format("the memory plan ({:.1f} GiB) plus the cache ({:.1f} GiB)", plan_total / kGiBf,
-                                        cache_bytes / kGiBf);
+  const std::string sizes =
+      fmt::format("the memory plan ({}) plus the cache ({})", format_bytes(plan_total), format_bytes(cache_bytes));
   if (device_memory_bytes < weight_cache_least_device_memory(plan_total, cache_bytes))
-    return {false, fmt::format("{} is above {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,
-                               device_memory_bytes / kGiBf)};
-  return {true, fmt::format("{} is within {}% of the GPU's {:.1f} GiB", sizes, kWeightCacheMemoryPercent,
-                            device_memory_bytes / kGiBf)};
+    return {false, fmt::format("{} is above {}% of the GPU's {}", sizes, kWeightCacheMemoryPercent,
+                               format_bytes(device_memory_bytes))};
+  return {true, fmt::format("{} is within {}% of the GPU's {}", sizes, kWeightCacheMemoryPercent,
+                            format_bytes(device_memory_bytes))};
 }
 
 }  // namespace mxablate::trainer

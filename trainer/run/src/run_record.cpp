@@ -66,6 +66,7 @@ void RunRecord::run_start(Progress p, int64_t attempt, bool resumed) {
       {"shard", contract::to_string(s_.config.parallel.shard)},
       {"optimizer_state_bytes_per_rank", s_.engine->optimizer_state_bytes()},
       {"gradient_bytes_per_rank", s_.engine->gradient_bytes()},
+      {"weight_bytes_per_rank", s_.engine->weight_bytes()},
       {"run_id", s_.config.run_id},
       {"arm", s_.config.arm},
       // Which engine computed each GEMM precision (and why auto fell back, if it did): a

@@ -11,6 +11,7 @@
 #include "mxablate/trainer/plan/plan_rules.h"
 #include "mxablate/trainer/plan/memory_plan.h"
 #include "mxablate/trainer/plan/run_fit.h"
+#include "mxablate/trainer/plan/working_copies.h"
 #include "mxablate/trainer/torch/libtorch_compat.h"
 
 namespace mxablate::trainer {
@@ -166,7 +167,12 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   if (rank.world > 1) s.group = std::make_unique<DataParallel>(rank, s.device);
   // Before any checkpoint is restored: a sharded engine moves the parameters into its flat
   // buffer, and a checkpoint is loaded into the parameters in place.
-  s.engine = make_step_engine(config, *s.model, s.group.get());
+  std::vector<at::Tensor> bf16_weights;  // what the ranks keep as BF16 working copies
+  const std::vector<bool> bf16_copies = bf16_working_copies(config, s.layer_plans);
+  const std::vector<MXLinear> linears = s.model->linears();
+  for (size_t i = 0; i < linears.size(); ++i)
+    if (bf16_copies[i]) bf16_weights.push_back(linears[i]->weight);
+  s.engine = make_step_engine(config, *s.model, s.group.get(), bf16_weights);
 
   // The config's facts are the planner's (step_capture.h); check_run_fits above has refused `on`
   // where they rule a graph out, so `on` can fail here only for want of CUDA graphs in this build.
@@ -175,7 +181,7 @@ RunSetup build_setup(const RunConfig& config, const TrainOptions& options, const
   facts.parameters = s.model->parameter_count();
   s.capture = decide_step_capture(config.train.cuda_graphs, facts);
   s.weight_cache = decide_weight_cache(s.device.is_cuda(), plan_memory(s.executed, s.shape, vocab, s.layer_plans).total(),
-                                       weight_cache_bytes(s.layer_plans), memory.bytes);
+                                       weight_cache_bytes(s.layer_plans, bf16_copies), memory.bytes);
   session->cache_weight_operands = s.weight_cache.on;
   if (s.capture.graphed) s.graph = std::make_unique<StepGraph>(s.device, *session, s.model->parameters());
 

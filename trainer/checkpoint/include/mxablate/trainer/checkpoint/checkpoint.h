@@ -23,6 +23,7 @@
 #include <memory>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +60,21 @@ class CheckpointedOptimizer {
   virtual std::unique_ptr<OptimizerSnapshot> snapshot_optimizer(int64_t step, HostBuffers& host) = 0;
   virtual void load_optimizer(const std::filesystem::path& dir, const std::vector<CheckpointFile>& files,
                               int64_t step) = 0;
+
+  // Master weights kept apart from the model (docs/design.md §4, "What the ranks replicate"): a
+  // sharded run may keep a parameter as a BF16 working copy whose float32 master is sharded over
+  // the ranks. model.pt holds the float32 masters either way, so a checkpoint is the same file
+  // whatever the engine kept. keeps_master: whether `param` is such a working copy.
+  virtual bool keeps_master(const at::Tensor& /*param*/) const { return false; }
+  // Every rank at the same step, on the training thread (the masters are gathered): host copies
+  // of the kept masters, by parameter, on `root` (complete once host.end() has synchronized);
+  // empty elsewhere.
+  virtual std::unordered_map<const c10::TensorImpl*, at::Tensor> snapshot_masters(HostBuffers& /*host*/,
+                                                                                 bool /*root*/) {
+    return {};
+  }
+  // The float32 values of a verified model.pt, by parameter: the kept masters take theirs.
+  virtual void load_masters(const std::unordered_map<const c10::TensorImpl*, at::Tensor>& /*saved*/) {}
 };
 
 // A checkpoint as of one step, in host memory: what write_checkpoint writes. Holds nothing the

@@ -46,15 +46,19 @@ class StepEngine : public CheckpointedOptimizer {
   // Checkpoints save and restore the optimizer state through CheckpointedOptimizer
   // (checkpoint.h): snapshot_optimizer and load_optimizer.
 
-  // For run_start and the memory plan: bytes of optimizer state and of gradients this rank holds.
+  // For run_start and the memory plan: bytes of optimizer state, of gradients and of weights
+  // (the working copies the model reads and the masters kept apart from them) this rank holds.
   virtual int64_t optimizer_state_bytes() const = 0;
   virtual int64_t gradient_bytes() const = 0;
+  virtual int64_t weight_bytes() const = 0;
 };
 
 // The engine the config asks for: replicated unless parallel.shard is set. `group` is the run's
 // process group (null for one rank). The model's parameters must be float32 leaves; a sharded
-// engine moves them into one flat buffer (the values are kept).
+// engine moves them into one flat buffer (the values are kept), and keeps `bf16_weights` (those
+// working_copies.h names) as BF16 working copies beside their float32 masters; a replicated
+// engine keeps every weight float32.
 std::unique_ptr<StepEngine> make_step_engine(const contract::RunConfig& config, torch::nn::Module& model,
-                                             DataParallel* group);
+                                             DataParallel* group, const std::vector<at::Tensor>& bf16_weights);
 
 }  // namespace mxablate::trainer

@@ -51,7 +51,7 @@ struct MemoryPlan {
   int64_t parameters = 0;       // with the embeddings of the vocabulary planned at
   int64_t tokens = 0;           // per micro-batch (the rows of every activation)
   int64_t logits_tokens = 0;    // per chunk of the LM head and loss (loss_chunks.h)
-  int64_t weights = 0;          // FP32 master weights, on every rank
+  int64_t weights = 0;          // working copies on every rank (working_copies.h) + sharded masters
   int64_t gradients = 0;        // FP32; a shard and bucket buffers under parallel.shard: gradients
   int64_t optimizer = 0;        // AdamW's two FP32 moments; / ranks when sharded
   int64_t activations = 0;      // what one micro-batch saves for its backward pass

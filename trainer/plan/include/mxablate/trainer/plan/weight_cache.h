@@ -23,8 +23,10 @@ inline constexpr int64_t kWeightCacheMemoryPercent = 90;
 
 // Bytes the cache holds at most: every linear's weight operands along rows (Fprop) and down
 // columns (Dgrad) as the emulated route keeps them (BF16 values; one shared rounding for a plain
-// BF16 layer), in the precision phase that needs the most.
-int64_t weight_cache_bytes(const RunLayerPlans& plans);
+// BF16 layer, none for a weight kept as a BF16 working copy, which is its own rounding:
+// `bf16_copies` is bf16_working_copies' answer, working_copies.h), in the precision phase that
+// needs the most.
+int64_t weight_cache_bytes(const RunLayerPlans& plans, const std::vector<bool>& bf16_copies);
 
 struct WeightCache {
   bool on = false;
