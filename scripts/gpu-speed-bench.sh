@@ -39,7 +39,8 @@
 #   --recompute   train.activation_checkpointing of our runs where llama_shapes.py checkpoints
 #                 (default true: every block; auto: the memory plan's choice on this GPU;
 #                 selective: every block's norm outputs and SwiGLU product made again, selective+N
-#                 with N blocks whole besides; run_start says what each run recomputed)
+#                 with N blocks whole besides; run_start says what each run recomputed; 0 or
+#                 false: the peer recomputes nothing either, else it checkpoints every block)
 #   --profile     also writes a Kineto trace of steps 5-8 of each of our runs and prints
 #                 profile-summary.py's tables of steps 6-8 (step 5 carries the profiler's start),
 #                 our kernels also by launch shape (the profiled run is separate from the timed one)
@@ -184,11 +185,18 @@ while read -r -u 3 model seq step micro steps ckpt peer_warmup peer_steps; do
     fi
   done
   if [ ${#PEER_RUNS[@]} -gt 0 ]; then
-    echo "== compiled PyTorch peer $model ($peer_warmup untimed + $peer_steps timed steps$([ "$ckpt" = 1 ] && echo ", activation checkpointing per block"))"
+    # The peer recomputes what ours does where that is all or nothing: blocks checkpointed, or
+    # (--recompute 0 or false) none.
+    peer_ckpt=() peer_note=""
+    if [ "$ckpt" = 1 ]; then
+      peer_note=", activation checkpointing per block"
+      [[ $RECOMPUTE =~ ^(0|false)$ ]] && { peer_ckpt=(--no-checkpoint); peer_note=", no recompute"; }
+    fi
+    echo "== compiled PyTorch peer $model ($peer_warmup untimed + $peer_steps timed steps$peer_note)"
     for arm in "${PEER_RUNS[@]}"; do
       t0=$SECONDS
       if timeout --kill-after=30 300 $PY scripts/peer_llama.py --model "$model" --arm "$arm" --vocab "$VOCAB" \
-           2>"$OUT/peer-$model-$arm.err" | tee -a "$RESULTS"; then
+           "${peer_ckpt[@]}" 2>"$OUT/peer-$model-$arm.err" | tee -a "$RESULTS"; then
         echo "  peer $model $arm: $((SECONDS - t0)) s"
       else
         echo "  peer $model $arm failed after $((SECONDS - t0)) s: $(tail -3 "$OUT/peer-$model-$arm.err")"

@@ -191,6 +191,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--steps", type=int, help="timed optimizer steps (default: llama_shapes.py's)")
     ap.add_argument("--warmup", type=int, help="untimed steps, compilation included (default: llama_shapes.py's)")
+    ap.add_argument("--no-checkpoint", action="store_true",
+                    help="recompute nothing where the shape checkpoints its blocks (beside ours at "
+                         "activation_checkpointing: false)")
     args = ap.parse_args()
     s = SHAPES[args.model]
     steps = args.steps or s["peer_steps"]
@@ -200,13 +203,14 @@ def main():
     model = Llama(s, args.vocab, mode).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-5,
                             weight_decay=0.1, fused=True)
+    checkpoint = s["checkpoint"] and not args.no_checkpoint
     if s["checkpoint"]:
         # Regional compilation: the blocks are one module type, so one compiled graph serves all
         # of them (a whole 24-block graph would take minutes to compile, with checkpointing).
         for i, blk in enumerate(model.blocks):
-            model.blocks[i] = torch.compile(Checkpointed(blk))
+            model.blocks[i] = torch.compile(Checkpointed(blk) if checkpoint else blk)
         model.head_loss = torch.compile(model.head_loss)
-        loss_fn, compiled = model, "per block, checkpointed"
+        loss_fn, compiled = model, "per block, checkpointed" if checkpoint else "per block"
     else:
         loss_fn, compiled = torch.compile(model), "whole model"
     micro_seqs = s["micro"] // s["seq"]
@@ -238,7 +242,7 @@ def main():
     dt = time.perf_counter() - t0
     print(json.dumps({
         "who": "peer", "model": args.model, "arm": args.arm, "mode": mode, "seq": s["seq"],
-        "tokens_per_step": s["step"], "micro_tokens": s["micro"], "checkpoint": s["checkpoint"],
+        "tokens_per_step": s["step"], "micro_tokens": s["micro"], "checkpoint": checkpoint,
         "compile": compiled, "vocab": args.vocab, "steps": steps,
         "tokens_per_s": s["step"] * steps / dt, "ms_per_step": 1e3 * dt / steps,
         "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30, "warmup_s": warm,

@@ -183,6 +183,15 @@ def peak_gpu_gib(run):
     return peak / 2 ** 30 if peak else None
 
 
+def recompute_of(run):
+    """run_start's recompute as {"blocks", "of", "selective"} (what the run recomputed), or None."""
+    start = run_start(run)
+    recompute = start.get("recompute") if start else None
+    if not isinstance(recompute, dict) or not all(k in recompute for k in ("blocks", "of", "selective")):
+        return None
+    return {k: recompute[k] for k in ("blocks", "of", "selective")}
+
+
 def recompute_reason(run):
     """What run_start says the run recomputed (train.activation_checkpointing resolved), or '?'."""
     start = run_start(run)

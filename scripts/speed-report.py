@@ -38,6 +38,19 @@ class BadInput(Exception):
     pass
 
 
+def same_recompute(ours, peer):
+    """Whether our run and the peer recompute the same work: the peer checkpoints every block or
+    none; ours says what it recomputed in run_start (lines from before it did: the config's
+    setting, true being every block)."""
+    ck = peer.get("checkpoint")
+    rc = ours.get("recompute")
+    if rc:
+        every, none = rc["blocks"] == rc["of"], rc["blocks"] == 0 and not rc["selective"]
+    else:
+        every, none = bool(ours.get("checkpoint")), not ours.get("checkpoint")
+    return (ck is True and every) or (ck is False and none)
+
+
 # ---- one of our runs → its results line ---------------------------------------------------------
 
 def ours_line(run_dir, model, arm, rc):
@@ -52,6 +65,9 @@ def ours_line(run_dir, model, arm, rc):
         run = run_figures.load(run_dir)
     except run_figures.RunFiguresError as e:
         run, not_read = run_figures.Run(), str(e)
+    recompute = run_figures.recompute_of(run)
+    if recompute:
+        line["recompute"] = recompute
     line["samples"] = len(run_figures.step_rates(run))
     tps = run_figures.median_tokens_per_s(run)
     if tps:
@@ -291,12 +307,14 @@ class Report:
             if peers:
                 p = peers[-1]
                 ck = p.get("checkpoint")
-                if s["checkpoint"] and ck is False:
-                    note = "WITHOUT activation checkpointing (ours checkpoints): not the same work"
-                elif s["checkpoint"] and ck is None:
+                ours_bf16 = self.ours(model, "bf16")
+                what = "with activation checkpointing per block" if ck else "no recompute"
+                if ck is None:
                     note = "activation checkpointing not recorded"
+                elif ours_bf16 and not same_recompute(ours_bf16, p):
+                    note = f"{what}, ours recomputes otherwise: not the same work"
                 else:
-                    note = "with activation checkpointing per block, as ours" if ck else "no activation checkpointing, as ours"
+                    note = f"{what}, as ours"
                 print(f"peer: torch.compile ({p.get('compile', 'whole model')}), {note}; "
                       f"torch {p.get('torch')}; the peer's MXFP4 arms are fake quantization in tensor ops, and "
                       f"the @quant.gemm_path arms are compared with the peer's emulation of the same numerics", file=out)
@@ -343,14 +361,15 @@ class Report:
         name = f"{model} bf16 tokens/s ÷ the compiled peer's"
         p = self.f["peer"].get((model, "bf16"))
         den = "the compiled PyTorch peer in bf16, same shapes" + (
-            (", per-block activation checkpointing" if p and p.get("checkpoint") else "") if s["checkpoint"] else "")
+            (", per-block activation checkpointing" if p and p.get("checkpoint") else ", no recompute")
+            if s["checkpoint"] else "")
         r = self.ours(model, "bf16")
         if not r:
             return name, den, None, ">=", want, "no bf16 run of ours", None
         if not p:
             return name, den, None, ">=", want, "no bf16 peer run", None
-        if s["checkpoint"] and p.get("checkpoint") is not True:
-            return name, den, None, ">=", want, "the peer ran without activation checkpointing", None
+        if s["checkpoint"] and not same_recompute(r, p):
+            return name, den, None, ">=", want, "the peer and ours recompute different work", None
         return name, den, r["tokens_per_s"] / p["tokens_per_s"], ">=", want, None, calls_text(r, p)
 
     def mfu_target(self, model, want):

@@ -107,6 +107,37 @@ class SpeedReport(unittest.TestCase):
         self.assertIn("N = 1,222,639,616", out.stdout)
         self.assertIn("with activation checkpointing per block, as ours", out.stdout)
 
+    def test_the_peer_is_compared_only_where_it_recomputes_what_ours_did(self):
+        with open(CALL1, encoding="utf-8") as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+        name = "llama-1.3b bf16 tokens/s ÷ the compiled peer's"
+
+        def with_1_3b(ours_recompute, peer_checkpoint):
+            out = []
+            for l in lines:
+                l = dict(l)
+                if l.get("model") == "llama-1.3b" and l.get("arm") == "bf16":
+                    if l["who"] == "ours":
+                        l["recompute"] = ours_recompute
+                    elif l["who"] == "peer":
+                        l["checkpoint"] = peer_checkpoint
+                out.append(l)
+            return target_rows(run(self.write("call.jsonl", out)).stdout)[name]
+
+        # Neither recomputes: the same work (run_start's recompute, not the bench's config flag).
+        cells = with_1_3b({"blocks": 0, "of": 24, "selective": False}, False)
+        self.assertEqual(cells[2], "1.250×")
+        self.assertIn("no recompute", cells[1])
+        # Every block both ways: the same work.
+        self.assertEqual(with_1_3b({"blocks": 24, "of": 24, "selective": False}, True)[2], "1.250×")
+        # Ours recomputed selectively, or some blocks, the peer every block or none: not compared.
+        for ours, peer in (({"blocks": 0, "of": 24, "selective": True}, True),
+                           ({"blocks": 8, "of": 24, "selective": True}, False),
+                           ({"blocks": 24, "of": 24, "selective": False}, False)):
+            cells = with_1_3b(ours, peer)
+            self.assertEqual(cells[2], "not measured", (ours, peer))
+            self.assertIn("recompute different work", cells[4])
+
     def test_one_call_leaves_the_rest_not_measured(self):
         out = run(CALL1)
         self.assertEqual(out.returncode, 0, out.stderr)
