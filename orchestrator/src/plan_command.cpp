@@ -361,8 +361,8 @@ void print_memory(const Plan& plan, const DatasetVocabularies& vocabularies, con
   std::cout << table.render(2);
   std::cout << fmt::format(
       "predicted peak GPU memory per rank (docs/trainer.md, \"GPU memory\"): weights FP32 on "
-      "every rank (with parallel.shard, the block linears that no quantizer reads BF16 on every rank "
-      "and their FP32 masters 1/ranks); grads FP32 (a 1/ranks shard and {} of buckets in flight with parallel.shard: "
+      "every rank (with parallel.shard, the linears no quantizer reads BF16 on every rank and their "
+      "FP32 masters 1/ranks); grads FP32 (a 1/ranks shard and {} of buckets in flight with parallel.shard: "
       "gradients); optimizer AdamW's two FP32 moments (1/ranks with parallel.shard); activations "
       "saved by one micro-batch; w operands the BF16 weights Dgrad reads (none where it reads the BF16 weights themselves); working the largest "
       "block backward; logits one chunk of the loss; comm NCCL {}; workspace CUDA context and "

@@ -100,16 +100,16 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
   // recompute and the FLOPs it adds, weights, grads, optimizer, activations, w operands, working,
   // logits, comm, workspace, fragment, total (memory_plan_test: sharded gradients with
   // checkpointing), then the weight cache (the next test case).
-  // The weights are the block linears' BF16 working copies and their masters' shards beside the
-  // rest in FP32 (working_copies.h), and the only operand copy Dgrad needs is the LM head's.
-  CHECK(contains(m.out, "  A    32/32      31.3%   23.4 GiB  8.0 GiB  15.0 GiB   5.3 GiB      1002 MiB    "
-                        "1.1 GiB  376 MiB  512 MiB  1.0 GiB    791 MiB   56.3 GiB  1002 MiB  if ≥ 63.7 GiB\n"));
-  // --json: the parts in bytes (memory_plan_test's 60500009779 in all).
+  // The weights are the linears' BF16 working copies and their masters' shards beside the
+  // embedding and the norms in FP32 (working_copies.h), and Dgrad needs no operand copy.
+  CHECK(contains(m.out, "  A    32/32      31.3%   22.9 GiB  8.0 GiB  15.0 GiB   5.3 GiB      0 MiB       "
+                        "1.1 GiB  376 MiB  512 MiB  1.0 GiB    690 MiB   54.8 GiB  0 MiB    if ≥ 60.9 GiB\n"));
+  // --json: the parts in bytes (memory_plan_test's 58818932736 in all).
   const ProcessResult j = f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", "true", "gradients"));
   REQUIRE(j.code() == 0);
   const nlohmann::json runs = nlohmann::json::parse(j.out);
-  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 60500009779);
-  CHECK(runs[0]["gpu_memory_per_rank"]["weights"] == 25141723136);
+  CHECK(runs[0]["gpu_memory_per_rank"]["total"] == 58818932736);
+  CHECK(runs[0]["gpu_memory_per_rank"]["weights"] == 24616386560);
   CHECK(runs[0]["gpu_memory_per_rank"]["gradients"] == 8567132160);
   CHECK(runs[0]["gpu_memory_per_rank"]["logits_chunk_tokens"] == 512);
   // A CPU run is not modelled: no column, and --gpu-memory does not refuse it.
@@ -120,52 +120,55 @@ TEST_CASE("plan shows each CUDA run's predicted GPU memory per rank, and --memor
 }
 
 TEST_CASE("plan --memory and --json show the weight cache by the trainer's rule, for --gpu-memory if given") {
-  // The cache (weight_cache.h): every linear's BF16 weight once, this arm being plain BF16, but
-  // the block linears' BF16 working copies are their own rounding (working_copies.h): only the
-  // LM head's 128256·4096 · 2 B = 1050673152 B (1002 MiB) is cached. Kept where the plan's
-  // 60500009779 B plus it are within 90% of the GPU: from ⌈61550682931 · 100 / 90⌉ = 68389647702 B
-  // (63.7 GiB) up, so on at 80 GB and at 141e9.
+  // The cache (weight_cache.h): every linear's BF16 weight once, this arm being plain BF16:
+  // (32 blocks · (2·4096² + 2·4096·1024 + 3·4096·14336) + 128256·4096) · 2 B = 15009316864 B
+  // (14.0 GiB), unsharded. Kept where the plan's 139694640332 B (every block recomputed) plus it
+  // are within 90% of the GPU: from ⌈154703957196 · 100 / 90⌉ = 171893285774 B (160.1 GiB) up, so
+  // off at 141e9, on at 200e9.
   Fixture f;
-  const std::string text = recipe(f.data.string(), "cuda", "true", "gradients");
+  const std::string text = recipe(f.data.string(), "cuda", "true", "none");
   const ProcessResult unknown = f.mx({"plan", "--memory"}, text);
   INFO(unknown.err);
   REQUIRE(unknown.code() == 0);
-  CHECK(contains(unknown.out, "  total     w cache   kept\n"));
-  CHECK(contains(unknown.out, "  56.3 GiB  1002 MiB  if ≥ 63.7 GiB\n"));
+  CHECK(contains(unknown.out, "  total      w cache   kept\n"));
+  CHECK(contains(unknown.out, "  130.1 GiB  14.0 GiB  if ≥ 160.1 GiB\n"));
   CHECK(contains(unknown.out, "w cache: the weight operands the trainer keeps for a whole step (docs/trainer.md, "
                               "\"GPU memory\"), not in total; kept where total + w cache is within 90% of the "
                               "GPU's memory: not known here (give --gpu-memory SIZE), so kept says how much "
                               "keeps it\n"));
-  const ProcessResult h100 = f.mx({"plan", "--memory", "--gpu-memory", "80GB"}, text);
-  INFO(h100.err);
-  REQUIRE(h100.code() == 0);
-  CHECK(contains(h100.out, "  56.3 GiB  1002 MiB  on\n"));
-  CHECK(contains(h100.out, "within 90% of the GPU's memory: here the 74.5 GiB of --gpu-memory 80GB\n"));
   const ProcessResult h200 = f.mx({"plan", "--memory", "--gpu-memory", "141e9"}, text);
+  INFO(h200.err);
   REQUIRE(h200.code() == 0);
-  CHECK(contains(h200.out, "  56.3 GiB  1002 MiB  on\n"));
+  CHECK(contains(h200.out, "  130.1 GiB  14.0 GiB  off\n"));
   CHECK(contains(h200.out, "within 90% of the GPU's memory: here the 131.3 GiB of --gpu-memory 141e9\n"));
+  const ProcessResult large = f.mx({"plan", "--memory", "--gpu-memory", "200e9"}, text);
+  REQUIRE(large.code() == 0);
+  CHECK(contains(large.out, "  130.1 GiB  14.0 GiB  on\n"));
 
   // --json: the bytes, the boundary, and the trainer's decision with its reason where the GPU is known.
   nlohmann::json cache = nlohmann::json::parse(f.mx({"plan", "--json"}, text).out)[0]["weight_cache"];
-  CHECK(cache == nlohmann::json{{"bytes", 1050673152}, {"least_gpu_memory", 68389647702}, {"on", nullptr},
+  CHECK(cache == nlohmann::json{{"bytes", 15009316864}, {"least_gpu_memory", 171893285774}, {"on", nullptr},
                                 {"reason", nullptr}});
-  cache = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "80GB"}, text).out)[0]["weight_cache"];
-  CHECK(cache["on"] == true);
-  CHECK(cache["reason"] == "the memory plan (56.3 GiB) plus the cache (1002 MiB) is within 90% of the GPU's 74.5 GiB");
   cache = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "141e9"}, text).out)[0]["weight_cache"];
+  CHECK(cache["on"] == false);
+  CHECK(cache["reason"] == "the memory plan (130.1 GiB) plus the cache (14.0 GiB) is above 90% of the GPU's 131.3 GiB");
+  cache = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "200e9"}, text).out)[0]["weight_cache"];
   CHECK(cache["on"] == true);
   CHECK(cache["reason"] ==
-        "the memory plan (56.3 GiB) plus the cache (1002 MiB) is within 90% of the GPU's 131.3 GiB");
-  // A CPU run: always kept, with no boundary.
-  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cpu", "true", "gradients")).out)[0]
+        "the memory plan (130.1 GiB) plus the cache (14.0 GiB) is within 90% of the GPU's 186.3 GiB");
+  // Sharded, every weight of this arm is a BF16 working copy, its own rounding: nothing to cache.
+  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cuda", "true", "gradients")).out)[0]
                                     ["weight_cache"];
-  CHECK(cache == nlohmann::json{{"bytes", 1050673152}, {"least_gpu_memory", nullptr}, {"on", true},
+  CHECK(cache["bytes"] == 0);
+  // A CPU run: always kept, with no boundary.
+  cache = nlohmann::json::parse(f.mx({"plan", "--json"}, recipe(f.data.string(), "cpu", "true", "none")).out)[0]
+                                    ["weight_cache"];
+  CHECK(cache == nlohmann::json{{"bytes", 15009316864}, {"least_gpu_memory", nullptr}, {"on", true},
                                 {"reason", "the CPU's memory is not planned"}});
 }
 
 // train.activation_checkpointing: auto (docs/design.md §4, "Recompute chosen by the memory plan"):
-// plan shows what it chooses at --gpu-memory (recompute_plan_test.cpp: selective recompute and 13
+// plan shows what it chooses at --gpu-memory (recompute_plan_test.cpp: selective recompute and 11
 // of 32 blocks whole at 80 GB with sharded gradients) and the ladder it chooses from; without a
 // GPU size, its least.
 TEST_CASE("plan --memory shows auto's recompute: its choice at the GPU's memory and what each step costs") {
@@ -175,43 +178,43 @@ TEST_CASE("plan --memory shows auto's recompute: its choice at the GPU's memory 
   INFO(known.err);
   INFO(known.out);
   REQUIRE(known.code() == 0);
-  CHECK(contains(known.out, "  A    auto sel+13/32  12.7%   23.4 GiB  8.0 GiB  15.0 GiB   17.9 GiB     "
-                            "1002 MiB    1.3 GiB  376 MiB  512 MiB  1.0 GiB    2.1 GiB   70.5 GiB  "
-                            "1002 MiB  off\n"));
-  CHECK(contains(known.out, "auto recompute of #1: 0/32 92.6 GiB +0.0%, sel+0/32 80.8 GiB +0.0%, sel+8/32 "));
-  CHECK(contains(known.out, ", sel+13/32 70.5 GiB +12.7% (chosen), sel+16/32 68.1 GiB +15.6%, "
-                            "sel+24/32 61.7 GiB +23.5%, sel+31/32 56.4 GiB +30.3%\n"));
+  CHECK(contains(known.out, "  A    auto sel+11/32  10.8%   22.9 GiB  8.0 GiB  15.0 GiB   19.3 GiB     "
+                            "0 MiB       1.3 GiB  376 MiB  512 MiB  1.0 GiB    2.1 GiB   70.5 GiB  "
+                            "0 MiB    off\n"));
+  CHECK(contains(known.out, "auto recompute of #1: 0/32 91.0 GiB +0.0%, sel+0/32 79.2 GiB +0.0%, sel+8/32 "));
+  CHECK(contains(known.out, ", sel+11/32 70.5 GiB +10.8% (chosen), sel+16/32 66.5 GiB +15.6%, "
+                            "sel+24/32 60.2 GiB +23.5%, sel+31/32 54.9 GiB +30.3%\n"));
   CHECK(contains(known.out, "auto takes the first of none, sel+0, sel+1, … whose total is within 95% of "
                             "the GPU's memory: here the 74.5 GiB of --gpu-memory 80GB"));
   const ProcessResult unknown = f.mx({"plan", "--memory"}, text);
   INFO(unknown.out);
   REQUIRE(unknown.code() == 0);
-  CHECK(contains(unknown.out, "  A    auto ≤32/32  31.3%   23.4 GiB"));
-  CHECK(contains(unknown.out, " 56.3 GiB  1002 MiB  if ≥ 63.7 GiB\n"));
+  CHECK(contains(unknown.out, "  A    auto ≤32/32  31.3%   22.9 GiB"));
+  CHECK(contains(unknown.out, " 54.8 GiB  0 MiB    if ≥ 60.9 GiB\n"));
   CHECK(contains(unknown.out, "so auto is shown at its least memory, every block recomputed"));
   CHECK_FALSE(contains(unknown.out, "(chosen)"));
   // --json: the setting, the blocks and whether they are the resolved choice.
   const nlohmann::json runs = nlohmann::json::parse(f.mx({"plan", "--json", "--gpu-memory", "80GB"}, text).out);
   const nlohmann::json& r = runs[0]["gpu_memory_per_rank"]["recompute"];
   CHECK(r["setting"] == "auto");
-  CHECK(r["blocks"] == 13);
+  CHECK(r["blocks"] == 11);
   CHECK(r["selective"] == true);
   CHECK(r["of"] == 32);
   CHECK(r["resolved"] == true);
-  CHECK(r["flops_fraction"].get<double>() == Approx(0.127).margin(0.001));
+  CHECK(r["flops_fraction"].get<double>() == Approx(0.108).margin(0.001));
   CHECK(runs[0]["gpu_memory_per_rank"]["total"].get<int64_t>() < int64_t{76'000'000'000});
   // A fixed count: shown as it is, at any GPU size.
   const ProcessResult fixed = f.mx({"plan", "--memory"}, recipe(f.data.string(), "cuda", "16", "gradients"));
   REQUIRE(fixed.code() == 0);
-  CHECK(contains(fixed.out, "  A    16/32      15.6%   23.4 GiB  8.0 GiB  15.0 GiB   21.2 GiB     "
-                            "1002 MiB    1.1 GiB  376 MiB  512 MiB  1.0 GiB    2.4 GiB   73.9 GiB"));
+  CHECK(contains(fixed.out, "  A    16/32      15.6%   22.9 GiB  8.0 GiB  15.0 GiB   21.2 GiB     "
+                            "0 MiB       1.1 GiB  376 MiB  512 MiB  1.0 GiB    2.3 GiB   72.3 GiB"));
   // auto where even every block recomputed does not fit: refused at the setting to change, naming
   // the settings that fit (one rank cannot shard: none; 4 ranks unsharded: sharding).
   ProcessResult r2 = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "auto", "none"));
   INFO(r2.err);
   CHECK(r2.code() == 2);
   CHECK(r2.err.rfind(f.at("14:12") + "parallel.shard: predicted 130.1 GiB", 0) == 0);
-  // With sharded gradients, auto recomputes selectively and 13 blocks whole: its prediction is the fix's.
+  // With sharded gradients, auto recomputes selectively and 11 blocks whole: its prediction is the fix's.
   CHECK(contains(r2.err, "; set parallel.shard: gradients (predicted 70.5 GiB per rank) (run: A)\n"));
   // More blocks than the model has, or a setting that is none: one line at the value, exit 2.
   r2 = f.mx({"plan"}, recipe(f.data.string(), "cuda", "33", "none"));
@@ -238,13 +241,13 @@ TEST_CASE("plan --gpu-memory refuses a run that cannot fit, at the setting to ch
             "fragmentation 5.4 GiB), more than the 74.5 GiB of --gpu-memory 80GB; set "
             "parallel.shard: gradients and train.activation_checkpointing: auto (predicted 70.5 "
             "GiB per rank) (run: A)\n");
-  // Sharded gradients alone leave 92.6 GiB: checkpointing is the setting to change.
+  // Sharded gradients alone leave 91.0 GiB: checkpointing is the setting to change.
   r = f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "false", "gradients"));
   CHECK(r.code() == 2);
-  CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 92.6 GiB", 0) == 0);
+  CHECK(r.err.rfind(f.at("11:31") + "train.activation_checkpointing: predicted 91.0 GiB", 0) == 0);
   CHECK(contains(r.err, "; set train.activation_checkpointing: auto (predicted 70.5 GiB per "
                         "rank) (run: A)\n"));
-  // Both: 56.3 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
+  // Both: 54.8 GiB fits 80 GB. Unsharded with checkpointing, 130.1 GiB = 139703951718 bytes fit
   // an H200's 141e9.
   CHECK(f.mx({"plan", "--gpu-memory", "80GB"}, recipe(f.data.string(), "cuda", "true", "gradients")).code() == 0);
   CHECK(f.mx({"plan", "--gpu-memory", "141e9"}, recipe(f.data.string(), "cuda", "true", "none")).code() == 0);

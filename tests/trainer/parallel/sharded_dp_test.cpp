@@ -88,7 +88,7 @@ std::string crashed_run(const std::string& name, const contract::RunConfig& c, i
 // keeps MXFP4 with its random streams), except block 0's attention, whose Fprop stays MXFP4: a
 // sharded run keeps BF16 working copies of the others beside sharded float32 masters
 // (working_copies.h), and float32 weights for the rest (block 0's q, k, v, o, the norms, the
-// embedding, the LM head), so both kinds of bucket take part.
+// embedding), so both kinds of bucket take part.
 contract::RunConfig working_copies_config(int ranks, int64_t micro_batch_tokens, contract::ShardLevel shard) {
   contract::RunConfig c = sharded_config(ranks, micro_batch_tokens, shard);
   c.precision.fprop = c.precision.dgrad = contract::GemmPrecision::kBF16;

@@ -63,8 +63,8 @@ struct Trained {
   std::unique_ptr<StepEngine> engine;
 };
 
-// The smoke model on `device`, every linear plain BF16 (the default plans): its block linears are
-// the weights a sharded run keeps as BF16 working copies.
+// The smoke model on `device`, every linear plain BF16 (the default plans): its linears are the
+// weights a sharded run keeps as BF16 working copies.
 Trained make(const at::Device& device, uint64_t seed, DataParallel* group) {
   ModelOptions o;
   o.shape = *find_model_preset("smoke");
@@ -77,25 +77,32 @@ Trained make(const at::Device& device, uint64_t seed, DataParallel* group) {
   std::vector<at::Tensor> bf16;
   if (group) {
     c.parallel.shard = contract::ShardLevel::kOptimizer;
-    const std::vector<MXLinear> linears = t.model->linears();
-    for (size_t i = 0; i + 1 < linears.size(); ++i) bf16.push_back(linears[i]->weight);  // not the LM head
+    for (const MXLinear& linear : t.model->linears()) bf16.push_back(linear->weight);
   }
   t.engine = make_step_engine(c, *t.model, group, bf16);
   return t;
 }
 
-// One step on a batch drawn from `gen`; its loss. The norm is measured, not applied: the two
-// engines sum it in another order (docs/design.md §4, "Comparing runs that sum in another order").
+// One step of two micro-batches drawn from `gen`; the sum of their losses. The LM head and the
+// loss take 16 of a micro-batch's 64 tokens at a time (chunked_loss.h), so that the LM head's
+// gradient of a micro-batch is the sum of 4 chunks', added to the first micro-batch's. The norm
+// is measured, not applied: the two engines sum it in another order (docs/design.md §4,
+// "Comparing runs that sum in another order").
 double step_on(Trained& t, at::Generator& gen, const at::Device& device) {
-  const at::Tensor tokens = at::randint(0, kVocab, {kBatch, kSeq + 1}, gen).to(device);
+  double total = 0;
   t.engine->zero_gradients();
-  t.engine->begin_backward(true);
-  const at::Tensor loss = t.model->loss(tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq));
-  loss.backward();
-  t.engine->end_backward(true);
+  for (int micro = 0; micro < 2; ++micro) {
+    const at::Tensor tokens = at::randint(0, kVocab, {kBatch, kSeq + 1}, gen).to(device);
+    t.engine->begin_backward(micro == 1);
+    const at::Tensor loss =
+        t.model->loss(tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq), kBatch * kSeq / 4);
+    loss.backward();
+    t.engine->end_backward(micro == 1);
+    total += loss.item<double>();
+  }
   t.engine->clip_gradients(std::numeric_limits<double>::infinity());
   t.engine->step(1e-3);
-  return loss.item<double>();
+  return total;
 }
 
 TrainerState state_at(int64_t step) {
@@ -122,8 +129,8 @@ void check_on(const at::Device& device) {
     in_bf16 += copies[i].numel();
     CHECK(sharded.engine->keeps_master(copies[i]));
   }
-  // The block linears: all but the embedding, the norms and the LM head. On one rank a BF16 copy
-  // and its whole master take 6 bytes where the replicated step's weight takes 4.
+  // The linears: all but the embedding and the norms. On one rank a BF16 copy and its whole
+  // master take 6 bytes where the replicated step's weight takes 4.
   REQUIRE(in_bf16 > 0);
   CHECK(sharded.engine->weight_bytes() == replicated.engine->weight_bytes() + 2 * in_bf16);
 

@@ -46,15 +46,15 @@ TEST_CASE("The weight cache holds two BF16 operands per quantized weight element
   CHECK(cache_bytes(uniform(GemmPrecision::kBF16), shape, vocab) == (shape.n_layers * block + head) * 2);
   CHECK(cache_bytes(uniform(GemmPrecision::kMXFP4), shape, vocab) == shape.n_layers * block * 4 + head * 2);
   CHECK(cache_bytes(uniform(GemmPrecision::kFP8), shape, vocab) == shape.n_layers * block * 4 + head * 2);
-  // A sharded run keeps the plain BF16 block weights as BF16 working copies (working_copies.h):
-  // each is its own rounding, and the cache holds only the LM head's. Quantized weights keep
-  // float32 working copies, and their operands are cached as before.
+  // A sharded run keeps plain BF16 weights (the LM head's in every arm) as BF16 working copies
+  // (working_copies.h): each is its own rounding, not cached. Quantized weights keep float32
+  // working copies, and their operands are cached as before.
   for (const GemmPrecision p : {GemmPrecision::kBF16, GemmPrecision::kMXFP4}) {
     RunConfig sharded = uniform(p);
     sharded.parallel.data = 4;
     sharded.parallel.shard = mxablate::contract::ShardLevel::kOptimizer;
     CHECK(cache_bytes(sharded, shape, vocab) ==
-          (p == GemmPrecision::kBF16 ? head * 2 : shape.n_layers * block * 4 + head * 2));
+          (p == GemmPrecision::kBF16 ? 0 : shape.n_layers * block * 4));
   }
 }
 

@@ -18,10 +18,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "mxablate/trainer/numerics/fused_model_ops.h"
 #include "mxablate/trainer/numerics/telemetry_setting.h"
+#include "mxablate/trainer/numerics/weight_gradient.h"
 
 namespace mxablate::trainer {
 namespace {
@@ -85,6 +87,12 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
     const bool want_dx = hidden.requires_grad(), want_dw = weight.requires_grad();
     const bool collect = ctx->saved_data["collect_telemetry"].toBool();
     const int64_t rows = hidden.size(0);
+    // A BF16 working copy (weight_gradient.h): each chunk's MXLinear gives its float32 dW to the
+    // weight's sink; summed here first, in the same order, the sink gets the sum once.
+    const std::shared_ptr<const WeightGradientSink> sink =
+        want_dw && weight.scalar_type() != at::kFloat ? weight_gradient_sink(weight) : nullptr;
+    std::optional<WeightGradientSum> sunk;
+    if (sink) sunk.emplace(sink);
 
     const torch::AutoGradMode grad_on(true);
     at::Tensor dx = want_dx ? at::empty_like(hidden) : at::Tensor();
@@ -101,15 +109,24 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
       const at::Tensor g = grads[0] * (static_cast<double>(n) / static_cast<double>(rows));
       variable_list inputs;
       if (want_dx) inputs.push_back(x);
-      if (want_dw) inputs.push_back(weight);
+      if (want_dw && !sink) inputs.push_back(weight);
+      if (inputs.empty()) {  // only a sunk dW is wanted: its MXLinear gives it to the sum
+        torch::autograd::backward({loss}, {g});
+        continue;
+      }
       const variable_list d = torch::autograd::grad({loss}, inputs, {g}, /*retain_graph=*/false,
                                                     /*create_graph=*/false, /*allow_unused=*/true);
       if (want_dx) dx.narrow(0, first, n).copy_(d[0]);
-      if (want_dw) {
+      if (want_dw && !sink) {
         // The first chunk's dW is a fresh tensor of ours: the sum accumulates into it.
         const at::Tensor& chunk_dw = d[want_dx ? 1 : 0];
         dw = dw.defined() ? dw.add_(chunk_dw) : chunk_dw;
       }
+    }
+    if (sink && sunk->sum().defined()) {
+      const at::Tensor sum = sunk->sum();
+      sunk.reset();
+      give_weight_gradient(sink, sum);
     }
     out[0] = dx;
     out[1] = dw;

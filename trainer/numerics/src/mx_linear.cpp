@@ -445,7 +445,7 @@ class MXLinearFunction : public torch::autograd::Function<MXLinearFunction> {
       }
       if (saved.residual.nnz() > 0) dw = dw + saved.residual.transposed_times(bf16_values(dy)).t();
       if (saved.weight_sink) {
-        (*saved.weight_sink)(dw);
+        give_weight_gradient(saved.weight_sink, dw);
         dw = at::Tensor();
       }
     }

@@ -17,7 +17,27 @@ Sinks& sinks() {
   return s;
 }
 
+// The innermost open WeightGradientSum of this thread (autograd runs a reader's nested backward,
+// the chunked loss's per chunk, on the thread that runs the reader's own).
+thread_local WeightGradientSum* open_sum = nullptr;
+
 }  // namespace
+
+WeightGradientSum::WeightGradientSum(std::shared_ptr<const WeightGradientSink> sink)
+    : sink_(std::move(sink)), outer_(open_sum) {
+  open_sum = this;
+}
+
+WeightGradientSum::~WeightGradientSum() { open_sum = outer_; }
+
+void give_weight_gradient(const std::shared_ptr<const WeightGradientSink>& sink, const at::Tensor& gradient) {
+  for (WeightGradientSum* s = open_sum; s; s = s->outer_) {
+    if (s->sink_ != sink) continue;
+    s->sum_ = s->sum_.defined() ? s->sum_.add_(gradient) : gradient;
+    return;
+  }
+  (*sink)(gradient);
+}
 
 void attach_weight_gradient_sink(const at::Tensor& weight, WeightGradientSink sink) {
   Sinks& s = sinks();

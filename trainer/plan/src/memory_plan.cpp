@@ -161,10 +161,10 @@ std::vector<ActivationMemory> activation_memory_by_recompute(const RunConfig& c,
     kept.push_back(selective ? block_memory(s, plans, b * 7, true, bf16_copies) : whole.back());
   }
   // After the blocks: the final norm keeps its FP32 input and rstd; its BF16 output is the LM
-  // head's Wgrad input; the LM head (plain BF16) keeps a BF16 copy of its weight for Dgrad.
+  // head's Wgrad input; the LM head (plain BF16) keeps a BF16 copy of its weight for Dgrad, unless that is its working copy.
   const int64_t vocab = layers.back().out_features;
   const int64_t tail = d * kF32 + kF32 + d * kBF16;
-  const int64_t head_operand = d * vocab * kBF16;
+  const int64_t head_operand = bf16_copies.back() ? 0 : d * vocab * kBF16;
   // kept_*[k]: the saved tensors, operand copies and largest working set of blocks k … n-1
   // (suffix sums and maxima).
   std::vector<int64_t> kept_saved(n + 1, 0), kept_operands(n + 1, 0), kept_working(n + 1, 0);

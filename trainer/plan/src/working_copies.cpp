@@ -6,7 +6,6 @@ std::vector<bool> bf16_working_copies(const contract::RunConfig& config, const R
   std::vector<bool> out(plans.layers.size(), false);
   if (config.parallel.shard == contract::ShardLevel::kNone || config.parallel.data < 2) return out;
   for (size_t i = 0; i < plans.layers.size(); ++i) {
-    if (plans.layers[i].block < 0) continue;  // the LM head
     bool plain = true;
     for (const std::vector<LinearPlan>& phase : plans.phases) plain = plain && weight_shares_rounding(phase[i]);
     out[i] = plain;

@@ -24,4 +24,28 @@ void detach_weight_gradient_sink(const at::Tensor& weight);
 // The sink of `weight`, or null.
 std::shared_ptr<const WeightGradientSink> weight_gradient_sink(const at::Tensor& weight);
 
+// What a reader calls with its float32 gradient of a weight that has a sink: the sink takes it,
+// unless a WeightGradientSum for that sink is open on this thread.
+void give_weight_gradient(const std::shared_ptr<const WeightGradientSink>& sink, const at::Tensor& gradient);
+
+// While open on this thread, the gradients readers give `sink` are summed here instead, in the
+// order they arrive (the first one taken, the others added to it), for a reader made of parts
+// whose gradients it sums before the weight's gradient is complete: the chunked loss, one
+// MXLinear backward per chunk, sums them as it would have summed them returned.
+class WeightGradientSum {
+ public:
+  explicit WeightGradientSum(std::shared_ptr<const WeightGradientSink> sink);
+  ~WeightGradientSum();
+  WeightGradientSum(const WeightGradientSum&) = delete;
+  WeightGradientSum& operator=(const WeightGradientSum&) = delete;
+  // The sum so far (undefined if nothing arrived).
+  const at::Tensor& sum() const { return sum_; }
+
+ private:
+  friend void give_weight_gradient(const std::shared_ptr<const WeightGradientSink>&, const at::Tensor&);
+  std::shared_ptr<const WeightGradientSink> sink_;
+  at::Tensor sum_;
+  WeightGradientSum* outer_;  // the one open before it on this thread
+};
+
 }  // namespace mxablate::trainer
