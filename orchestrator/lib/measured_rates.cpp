@@ -258,26 +258,34 @@ class RateTableReader {
     return r;
   }
 
-  // "every block", "none", or "K of N" with N the model's blocks and 0 < K < N.
+  // "every block", "none", "K of N" with N the model's blocks and 0 < K < N, "selective", or
+  // "selective and K of N whole" (recompute_text's words).
   MeasuredRecompute read_recompute(size_t index, const std::string& cell, const MeasuredRate& r) const {
-    if (cell == "every block") return {true, 0};
-    if (cell == "none") return {false, 0};
-    const size_t of = cell.find(" of ");
-    const std::optional<int64_t> k = of == std::string::npos ? std::nullopt : parse_whole(cell.substr(0, of));
-    const std::optional<int64_t> n = of == std::string::npos ? std::nullopt : parse_whole(cell.substr(of + 4));
+    static constexpr std::string_view kSelective = "selective", kAnd = "selective and ", kWhole = " whole";
+    if (cell == "every block") return {true, 0, false};
+    if (cell == "none") return {false, 0, false};
+    if (cell == kSelective) return {false, 0, true};
+    std::string blocks = cell;
+    const bool selective = cell.rfind(kAnd, 0) == 0 && cell.size() > kAnd.size() + kWhole.size() &&
+                           cell.compare(cell.size() - kWhole.size(), kWhole.size(), kWhole) == 0;
+    if (selective) blocks = cell.substr(kAnd.size(), cell.size() - kAnd.size() - kWhole.size());
+    const size_t of = blocks.find(" of ");
+    const std::optional<int64_t> k = of == std::string::npos ? std::nullopt : parse_whole(blocks.substr(0, of));
+    const std::optional<int64_t> n = of == std::string::npos ? std::nullopt : parse_whole(blocks.substr(of + 4));
     if (!k || !n)
-      fail(index, fmt::format("recompute: '{}' is not 'every block', 'none' or 'K of N' blocks", cell));
+      fail(index, fmt::format("recompute: '{}' is not 'every block', 'none', 'K of N' blocks, 'selective' or "
+                              "'selective and K of N whole'", cell));
     if (*n != r.n_layers || *k >= *n)
       fail(index, fmt::format("recompute: '{}': {} has {} blocks; write 'every block', 'none' or K of {} "
                               "with 0 < K < {}", cell, r.model, r.n_layers, r.n_layers, r.n_layers));
-    return {false, *k};
+    return {false, *k, selective};
   }
 
   // One row per configuration: two figures of one are a choice the table must make, not the plan.
   void check_unique(const std::vector<MeasuredRate>& rows) const {
     const auto key = [](const MeasuredRate& r) {
       return std::make_tuple(r.model, r.seq_len, r.vocab, r.micro_batch_tokens, r.gpu, r.ranks,
-                             r.shard, r.arm, r.recompute.every_block, r.recompute.blocks);
+                             r.shard, r.arm, r.recompute.every_block, r.recompute.blocks, r.recompute.selective);
     };
     std::map<decltype(key(rows[0])), int> seen;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -306,6 +314,8 @@ std::string arm_class_names() { return names_in(kArmNames); }
 
 std::string recompute_text(const MeasuredRate& r) {
   if (r.recompute.every_block) return "every block";
+  if (r.recompute.selective)
+    return r.recompute.blocks == 0 ? "selective" : fmt::format("selective and {} of {} whole", r.recompute.blocks, r.n_layers);
   if (r.recompute.blocks == 0) return "none";
   return fmt::format("{} of {}", r.recompute.blocks, r.n_layers);
 }

@@ -103,13 +103,15 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
   const bool unresolved = recompute.mode == contract::Recompute::Mode::kAuto;
   const int64_t n = shape.n_layers;
   const int64_t whole = trainer::recomputed_blocks(recompute, n);  // unresolved: all
-  // The rates were measured without selective recompute. Its work (two norms, the SwiGLU product
-  // and their Wgrad quantizations made again) is far less than one more block recomputed whole,
-  // so a selective run with `whole` blocks is bounded by a rate with one block more.
+  // A selective run is bounded by a row measured selectively with as many blocks whole or more,
+  // or by one with more blocks whole (MeasuredRecompute::covers: the elementwise work selective
+  // recompute adds is far less than one more block's forward).
   const bool selective = !unresolved && trainer::selective_recompute(recompute);
-  const int64_t blocks = selective && whole < n ? whole + 1 : whole;
   const std::string run_recompute =
       selective ? fmt::format("selectively and {} whole", blocks_text(whole, n)) : blocks_text(whole, n);
+  const auto same_recompute = [&](const MeasuredRate& r) {
+    return r.recompute.of(n) == whole && (r.recompute.selective == selective || whole == n);
+  };
 
   // The rows narrowed one property at a time, so that a run without a rate is told the first
   // property no row has, and what was measured instead.
@@ -152,16 +154,16 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
              [](const MeasuredRate& r) { return fmt::format("micro-batches of {}", r.micro_batch_tokens); }) &&
       narrow(unresolved ? std::string(" recomputing every block, the most auto may choose (--gpu-memory "
                                       "resolves auto)")
-             : blocks == shape.n_layers ? std::string(" recomputing every block")
-                                        : fmt::format(" recomputing {} of {} blocks or more{}", blocks, shape.n_layers,
-                                                      selective ? " (a bound of selective recompute)" : ""),
-             [&](const MeasuredRate& r) { return r.recompute.of(shape.n_layers) >= blocks; },
+             : whole == n ? std::string(" recomputing every block")
+             : selective  ? fmt::format(" recomputing {} of {} blocks whole and the rest selectively, or more",
+                                        whole, n)
+                          : fmt::format(" recomputing {} of {} blocks or more", whole, n),
+             [&](const MeasuredRate& r) { return r.recompute.covers(whole, selective, n); },
              [](const MeasuredRate& r) { return "recompute " + recompute_text(r); });
   if (!found) return m;
 
   const auto exact = [&](const MeasuredRate* r) {
-    return !unresolved && !selective && r->vocab == *facts.vocab && r->micro_batch_tokens == micro &&
-           r->recompute.of(shape.n_layers) == blocks;
+    return !unresolved && r->vocab == *facts.vocab && r->micro_batch_tokens == micro && same_recompute(*r);
   };
   const auto chosen = std::find_if(rows.begin(), rows.end(), exact);
   m.rate = chosen != rows.end()
@@ -172,7 +174,7 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
   const MeasuredRate& r = *m.rate;
   if (unresolved)
     m.bounds.push_back("measured with every block recomputed, the most auto may choose (--gpu-memory resolves auto)");
-  else if (selective || r.recompute.of(shape.n_layers) > blocks)
+  else if (!same_recompute(r))
     m.bounds.push_back(fmt::format("measured with {} recomputed, where the run recomputes {}", recompute_text(r),
                                    run_recompute));
   if (r.vocab > *facts.vocab)

@@ -166,7 +166,17 @@ TEST_CASE("a hostile table of rates is refused in one line naming its line") {
   CHECK_THROWS_WITH(parse(section(row("model", "llama-9b"))),
                     Catch::Matchers::StartsWith("perf.md:14: model: 'llama-9b' is not a preset ("));
   refused(section(row("recompute", "all")),
-          "perf.md:14: recompute: 'all' is not 'every block', 'none' or 'K of N' blocks");
+          "perf.md:14: recompute: 'all' is not 'every block', 'none', 'K of N' blocks, 'selective' or "
+          "'selective and K of N whole'");
+  refused(section(row("recompute", "selective and 4 of 32")),
+          "perf.md:14: recompute: 'selective and 4 of 32' is not 'every block', 'none', 'K of N' blocks, "
+          "'selective' or 'selective and K of N whole'");
+  refused(section(row("recompute", "selective and 32 of 32 whole")),
+          "perf.md:14: recompute: 'selective and 32 of 32 whole': llama-8b has 32 blocks; write 'every block', "
+          "'none' or K of 32 with 0 < K < 32");
+  refused(section(row("recompute", "0 of 32")),
+          "perf.md:14: recompute: '0 of 32' is not 'every block', 'none', 'K of N' blocks, 'selective' or "
+          "'selective and K of N whole'");
   refused(section(row("recompute", "30 of 24")),
           "perf.md:14: recompute: '30 of 24': llama-8b has 32 blocks; write 'every block', 'none' or "
           "K of 32 with 0 < K < 32");
@@ -324,6 +334,28 @@ TEST_CASE("a run gets the rate of a row that did as much work a token, and says 
   CHECK(m.rate == &rates.rows[3]);
   CHECK(m.bounds == std::vector<std::string>{
                         "measured with 30 of 32 recomputed, where the run recomputes selectively and 29 of 32 whole"});
+  // A row measured selectively: the run of its own settings takes it exactly; it bounds a run
+  // recomputing as many blocks whole, never one selective with more whole.
+  const MeasuredRates with_selective = parse(section(
+      kRow8b +
+      "| llama-8b | 8,192 | 128,256 | 8,192 | h200 | 1 | none | bf16 | every block | 7,550 | 2026-11-27 | G6 |\n"
+      "| llama-8b | 8,192 | 128,256 | 8,192 | h200 | 1 | none | bf16 | selective and 29 of 32 whole | 7,657 | 2026-12-03 | G11 |\n"
+      "| llama-8b | 8,192 | 128,256 | 8,192 | h200 | 1 | none | bf16 | 30 of 32 | 7,661 | 2026-12-02 | G8 |\n"));
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kFirstBlocks, 29, true};
+  m = match_rate(with_selective, GpuKind::kH200, c, facts);
+  CHECK(m.rate == &with_selective.rows[2]);
+  CHECK(m.bounds.empty());
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kFirstBlocks, 29};
+  m = match_rate(with_selective, GpuKind::kH200, c, facts);
+  CHECK(m.rate == &with_selective.rows[3]);  // all three bound 29 whole: the fastest
+  CHECK(m.bounds == std::vector<std::string>{"measured with 30 of 32 recomputed, where the run recomputes 29 of 32"});
+  c.train.activation_checkpointing = {mxablate::contract::Recompute::Mode::kFirstBlocks, 30, true};
+  m = match_rate(with_selective, GpuKind::kH200, c, facts);
+  CHECK(m.rate == &with_selective.rows[1]);  // selective+29 and 30 whole do less than selective+30
+  CHECK(m.bounds == std::vector<std::string>{
+                        "measured with every block recomputed, where the run recomputes selectively and 30 of 32 whole"});
+  CHECK(recompute_text(with_selective.rows[2]) == "selective and 29 of 32 whole");
+
   // llama-1.3b at vocabulary 4096 and micro-batches of 16384: both rows bound it, S5 exactly.
   RunConfig small;
   small.model = "llama-1.3b";

@@ -46,8 +46,15 @@ std::string arm_class_names();  // "bf16, fp8, mxfp4 F+D+W, …"
 // (0: none; what `auto` chose is written as the count).
 struct MeasuredRecompute {
   bool every_block = false;
-  int64_t blocks = 0;
+  int64_t blocks = 0;      // recomputed whole (every_block: all of them)
+  bool selective = false;  // the others made their norms' outputs and SwiGLU's product again
   int64_t of(int64_t n_layers) const { return every_block ? n_layers : blocks; }
+  // Whether a run that recomputed this did at least the work of one recomputing `whole` blocks
+  // whole and, if `selective`, the rest selectively: more blocks whole, or as many and selective
+  // where that is (a block recomputed whole does more than one made again selectively).
+  bool covers(int64_t whole, bool selective_too, int64_t n_layers) const {
+    return of(n_layers) > whole || (of(n_layers) == whole && (selective || !selective_too || whole == n_layers));
+  }
   bool operator==(const MeasuredRecompute&) const = default;
 };
 
