@@ -109,9 +109,7 @@ RateMatch match_rate(const MeasuredRates& rates, GpuKind gpu, const contract::Ru
   const bool selective = !unresolved && trainer::selective_recompute(recompute);
   const std::string run_recompute =
       selective ? fmt::format("selectively and {} whole", blocks_text(whole, n)) : blocks_text(whole, n);
-  const auto same_recompute = [&](const MeasuredRate& r) {
-    return r.recompute.of(n) == whole && (r.recompute.selective == selective || whole == n);
-  };
+  const auto same_recompute = [&](const MeasuredRate& r) { return r.recompute.is(whole, selective, n); };
 
   // The rows narrowed one property at a time, so that a run without a rate is told the first
   // property no row has, and what was measured instead.

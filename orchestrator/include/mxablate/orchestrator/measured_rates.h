@@ -55,6 +55,10 @@ struct MeasuredRecompute {
   bool covers(int64_t whole, bool selective_too, int64_t n_layers) const {
     return of(n_layers) > whole || (of(n_layers) == whole && (selective || !selective_too || whole == n_layers));
   }
+  // Whether it is exactly that recompute (every block whole has no selective part).
+  bool is(int64_t whole, bool selective_too, int64_t n_layers) const {
+    return of(n_layers) == whole && (selective == selective_too || whole == n_layers);
+  }
   bool operator==(const MeasuredRecompute&) const = default;
 };
 
