@@ -12,10 +12,10 @@
 #include "catch.h"
 #include "mxablate/data/sha256.h"
 #include "mxablate/trainer/checkpoint/checkpoint.h"
-#include "mxablate/trainer/rules/divergence.h"
 #include "mxablate/trainer/model/model.h"
 #include "mxablate/trainer/parallel/step_engine.h"
 #include "test_support.h"
+#include "trainer_state_at.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
@@ -60,14 +60,7 @@ Trained train(int64_t vocab, uint64_t seed, int steps) {
 
 const json kRunConfig = {{"run_id", "run-1"}, {"model", "smoke"}, {"train", {{"lr", 0.001}}}};
 
-TrainerState state_at(int64_t step) {
-  TrainerState s;
-  s.step = step;
-  s.tokens = step * kBatch * kSeq;
-  s.samples = step * kBatch;
-  s.divergence = DivergenceDetector(contract::DivergenceConfig{}).state();
-  return s;
-}
+TrainerState state_at(int64_t step) { return test::trainer_state_at(step, kBatch * kSeq, kBatch); }
 
 CheckpointExpectation expectation() {
   CheckpointExpectation e;

@@ -98,6 +98,19 @@ contract::RunConfig working_copies_config(int ranks, int64_t micro_batch_tokens,
   return c;
 }
 
+// Resumes the run in `dir` on `ranks` ranks (its config otherwise `c`): it must end well, having
+// resumed from step 5's checkpoint. Its trajectory is the caller's to compare.
+void resume_on(const std::string& dir, contract::RunConfig c, int ranks) {
+  c.parallel.data = ranks;
+  contract::write_run_config(dir + "/config.json", c);
+  const TrainResult resumed = run_train(dir, nullptr, "--resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto resume = events_of_kind(effective_events(dir), "resume");
+  REQUIRE(resume.size() == 1);
+  CHECK(resume[0]["step"] == 5);
+}
+
 // The final weights of a run's newest checkpoint are not kept past the end; the last
 // checkpoint's step-N files are what a test can compare: their optimizer shard names.
 std::vector<std::string> files_of_checkpoint(const std::string& run_dir, const std::string& step) {
@@ -184,12 +197,7 @@ TEST_CASE("A sharded run whose rank dies resumes from its sharded checkpoint to 
   if (reference.empty()) MXABLATE_SKIP(kNoGloo);
 
   const std::string dir = crashed_run("zero_rank_dies", c, 7, 1);
-  const TrainResult resumed = run_train(dir, nullptr, "--resume");
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  const auto resume = events_of_kind(effective_events(dir), "resume");
-  REQUIRE(resume.size() == 1);
-  CHECK(resume[0]["step"] == 5);
+  resume_on(dir, c, 2);
   // Every rank's moments and the weights came back exactly: the same steps, bit for bit.
   CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
   CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
@@ -230,13 +238,7 @@ TEST_CASE("A sharded checkpoint resumes on another number of ranks, re-sharded, 
 
   const std::string dir = crashed_run("zero_reshard", two, 7, 1);
   SECTION("4 ranks take over 2 ranks' shards") {
-    contract::RunConfig four = two;
-    four.parallel.data = 4;
-    contract::write_run_config(dir + "/config.json", four);
-    const TrainResult resumed = run_train(dir, nullptr, "--resume");
-    INFO(resumed.output);
-    REQUIRE(resumed.exit_code == 0);
-    CHECK(events_of_kind(effective_events(dir), "resume")[0]["step"] == 5);
+    resume_on(dir, two, 4);
     // The weights and moments came back exactly, into other hands: step 6's loss is the same bits,
     // and its sums over 4 ranks of one micro-batch are the 2 ranks' in another order.
     check_one_update_apart(trajectory_of(dir), trajectory_of(reference), 6);
@@ -319,12 +321,7 @@ TEST_CASE("A sharded run killed while rank 0 writes a checkpoint resumes from th
   const fs::path checkpoints = fs::path(dir) / "checkpoints";
   CHECK_FALSE(fs::exists(checkpoints / "step-00000010"));
   CHECK(fs::exists(checkpoints / "step-00000010.tmp" / optimizer_shard_file(1, 2)));
-  const TrainResult resumed = run_train(dir, nullptr, "--resume");
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  const auto resume = events_of_kind(effective_events(dir), "resume");
-  REQUIRE(resume.size() == 1);
-  CHECK(resume[0]["step"] == 5);
+  resume_on(dir, c, c.parallel.data);
   CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
   CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
 }
@@ -370,21 +367,11 @@ TEST_CASE("A sharded run with BF16 working copies resumes from model.pt's float3
   fs::remove_all(reshard);
   fs::copy(dir, reshard, fs::copy_options::recursive);
 
-  const TrainResult resumed = run_train(dir, nullptr, "--resume");
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  REQUIRE(events_of_kind(effective_events(dir), "resume").size() == 1);
-  CHECK(events_of_kind(effective_events(dir), "resume")[0]["step"] == 5);
+  resume_on(dir, c, 2);
   // Masters rounded to BF16 on the way would give the same step 6 and part from step 7 on.
   CHECK(trajectory_of(dir).loss == trajectory_of(reference).loss);
   CHECK(trajectory_of(dir).evals == trajectory_of(reference).evals);
 
-  contract::RunConfig four = c;
-  four.parallel.data = 4;
-  contract::write_run_config(reshard + "/config.json", four);
-  const TrainResult on_four = run_train(reshard, nullptr, "--resume");
-  INFO(on_four.output);
-  REQUIRE(on_four.exit_code == 0);
-  CHECK(events_of_kind(effective_events(reshard), "resume")[0]["step"] == 5);
+  resume_on(reshard, c, 4);
   check_one_update_apart(trajectory_of(reshard), trajectory_of(reference), 6);
 }

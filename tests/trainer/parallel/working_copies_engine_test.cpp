@@ -5,12 +5,8 @@
 // bit and writes the float32 masters into model.pt. Resuming from them, and runs on several
 // ranks, are sharded_dp_test.cpp's (a checkpoint of one rank's shard is no valid checkpoint).
 #include <ATen/ATen.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -24,8 +20,9 @@
 #include "mxablate/trainer/model/model.h"
 #include "mxablate/trainer/parallel/data_parallel.h"
 #include "mxablate/trainer/parallel/step_engine.h"
-#include "mxablate/trainer/rules/divergence.h"
+#include "free_port.h"
 #include "test_support.h"
+#include "trainer_state_at.h"
 
 using namespace mxablate;
 using namespace mxablate::trainer;
@@ -36,24 +33,12 @@ namespace {
 
 constexpr int64_t kVocab = 256, kBatch = 2, kSeq = 32;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A group of one rank on `device`; null where this build lacks its backend (the caller skips).
 std::unique_ptr<DataParallel> group_of_one(const at::Device& device) {
   if (!missing_backend(device.is_cuda(), 1).empty()) return nullptr;
   RankInfo rank;
   rank.store_host = "127.0.0.1";
-  rank.store_port = free_port();
+  rank.store_port = test::free_port();
   rank.hosts_store = true;
   return std::make_unique<DataParallel>(rank, device);
 }
@@ -105,15 +90,6 @@ double step_on(Trained& t, at::Generator& gen, const at::Device& device) {
   return total;
 }
 
-TrainerState state_at(int64_t step) {
-  TrainerState s;
-  s.step = step;
-  s.tokens = step * kBatch * kSeq;
-  s.samples = step * kBatch;
-  s.divergence = DivergenceDetector(contract::DivergenceConfig{}).state();
-  return s;
-}
-
 const json kRunConfig = {{"run_id", "run-1"}, {"model", "smoke"}, {"train", {{"lr", 0.001}}}};
 
 void check_on(const at::Device& device) {
@@ -148,7 +124,7 @@ void check_on(const at::Device& device) {
   // model.pt holds the float32 masters: the replicated run's weights, bit for bit.
   const fs::path run = fs::temp_directory_path() / ("mxablate_working_copies_" + std::string(device.is_cuda() ? "cuda" : "cpu"));
   fs::remove_all(run);
-  const std::string ckpt = save_checkpoint(run.string(), *sharded.model, *sharded.engine, state_at(3), kRunConfig, true);
+  const std::string ckpt = save_checkpoint(run.string(), *sharded.model, *sharded.engine, test::trainer_state_at(3, kBatch * kSeq, kBatch), kRunConfig, true);
   {
     Trained loaded = make(device, 9, nullptr);  // float32 parameters, of another initialization
     torch::serialize::InputArchive archive;

@@ -3,10 +3,6 @@
 // with its own Gloo process group (docs/design.md §4, "The step engine"). Its own target: a
 // process cannot hold both LibTorch and SentencePiece (their protobuf registrations collide), so
 // the data here are imported from a Megatron dataset the test writes, not prepared from text.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +10,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "free_port.h"
 #include "megatron_writer.h"
 #include "mxablate/contract/event_log.h"
 #include "mxablate/data/megatron_import.h"
@@ -103,18 +100,6 @@ std::vector<double> evals_of(const std::string& dir) {
   return out;
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 }  // namespace
 
 TEST_CASE("A run trained in process equals the mxablate-train process's", "[train][in_process]") {
@@ -150,7 +135,7 @@ TEST_CASE("Two ranks of a sharded run on threads of one process equal the two ra
   contract::write_run_config(dir + "/config.json", c);
   trainer::TrainOptions options;
   options.run_dir = dir;
-  const int port = free_port();
+  const int port = test::free_port();
   std::vector<int> codes(2, -1);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
